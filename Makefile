@@ -1,0 +1,47 @@
+# Pacific: the two commands a newcomer needs are `make demo` and `make test`.
+# Both first run `setup`, which is idempotent: Debian packages are installed only
+# when missing, the virtualenv only when pyproject.toml changed.
+SHELL := /bin/bash
+PY := .venv/bin/python
+APT_PKGS := openvswitch-switch ovn-central ovn-host iproute2 nftables iptables \
+	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3-venv procps
+
+.PHONY: setup system demo test test-unit test-e2e bench down clean
+
+setup: system .venv/.installed
+
+system:
+	@missing=""; for p in $(APT_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
+	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing Debian packages:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+.venv/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -e '.[test]'
+	@touch $@
+
+demo: setup
+	.venv/bin/pacific demo
+
+test: setup
+	.venv/bin/pytest -q -p no:cacheprovider tests/unit tests/e2e
+
+test-unit: setup
+	.venv/bin/pytest -q -p no:cacheprovider tests/unit
+
+test-e2e: setup
+	.venv/bin/pytest -q -p no:cacheprovider tests/e2e
+
+bench: setup
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+down: setup
+	.venv/bin/pacific sandbox down
+
+clean:
+	rm -rf .venv *.egg-info build

@@ -1,0 +1,98 @@
+"""Every name, key, priority and default Pacific uses, defined once.
+
+Code elsewhere imports these constants instead of writing string literals, so a
+grep for a constant finds every user of a name.
+"""
+
+# --- API group and CRDs -------------------------------------------------------
+GROUP = "pacific.io"
+VERSION = "v1"
+API_VERSION = f"{GROUP}/{VERSION}"
+SUBNET_PLURAL = "subnets"
+IP_PLURAL = "ips"
+
+# --- Pod / namespace / node annotations (the controller <-> node contract) ----
+ANN_PREFIX = "pacific.io/"
+# written by users
+ANN_IP_ADDRESS = "pacific.io/ip_address"          # requested fixed IP
+ANN_MAC_ADDRESS = "pacific.io/mac_address"        # requested fixed MAC
+ANN_LOGICAL_SWITCH = "pacific.io/logical_switch"  # subnet choice (pod or namespace)
+ANN_INGRESS_RATE = "pacific.io/ingress_rate"      # Mbit/s
+ANN_EGRESS_RATE = "pacific.io/egress_rate"        # Mbit/s
+ANN_MIRROR = "pacific.io/mirror"
+# written by the controller for the node daemon
+ANN_ALLOCATED = "pacific.io/allocated"            # "true" once the fields below are final
+ANN_CIDR = "pacific.io/cidr"
+ANN_GATEWAY = "pacific.io/gateway"
+ANN_LSP = "pacific.io/logical_switch_port"
+ANN_ALLOCATION_ERROR = "pacific.io/allocation_error"
+# node annotations (management port ovn0)
+ANN_NODE_JOIN_IP = "pacific.io/join_ip"           # "100.64.0.2/16"
+ANN_NODE_JOIN_MAC = "pacific.io/join_mac"
+ANN_NODE_JOIN_GW = "pacific.io/join_gateway"
+ANN_NODE_CLUSTER_CIDRS = "pacific.io/cluster_cidrs"  # comma-separated routes via ovn0
+ANN_NODE_LSP = "pacific.io/node_logical_switch_port"
+
+# --- OVN / OVS external_ids (ownership of every row Pacific creates) ----------
+EXT_OWNER_KIND = "pacific.io/owner-kind"   # Pod, Node, Subnet, Cluster, ...
+EXT_OWNER = "pacific.io/owner"             # namespace/name or name of the owner
+EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
+EXT_POD_NAMESPACE = "pacific.io/pod-namespace"
+EXT_POD_NAME = "pacific.io/pod-name"
+EXT_SUBNET = "pacific.io/subnet"
+# OVS Interface external_ids used by the node daemon
+OVS_IFACE_ID = "iface-id"
+OVS_IFACE_STATUS = "iface-status"
+OVS_OVN_INSTALLED = "ovn-installed"
+OVS_CONTAINER_ID = "pacific.io/container-id"
+OVS_POD = "pacific.io/pod"                 # namespace/name
+OVS_IFNAME = "pacific.io/ifname"
+
+OWNER_KIND_POD = "Pod"
+OWNER_KIND_NODE = "Node"
+OWNER_KIND_SUBNET = "Subnet"
+OWNER_KIND_CLUSTER = "Cluster"
+
+# --- Logical topology names ----------------------------------------------------
+CLUSTER_ROUTER = "pacific-cluster"
+JOIN_SWITCH = "join"
+DEFAULT_SUBNET = "ovn-default"
+INTEGRATION_BRIDGE = "br-int"
+MGMT_PORT = "ovn0"
+
+
+def router_port_name(switch: str) -> str:
+    """Router side of the patch between the cluster router and a switch."""
+    return f"{CLUSTER_ROUTER}-{switch}"
+
+
+def switch_router_port_name(switch: str) -> str:
+    """Switch side of the patch between the cluster router and a switch."""
+    return f"{switch}-{CLUSTER_ROUTER}"
+
+
+def pod_lsp_name(namespace: str, name: str) -> str:
+    return f"{name}.{namespace}"
+
+
+def node_lsp_name(node: str) -> str:
+    return f"node-{node}"
+
+
+# --- Defaults -----------------------------------------------------------------
+DEFAULT_CIDR = "10.16.0.0/16"
+JOIN_CIDR = "100.64.0.0/16"
+SERVICE_CIDR = "10.96.0.0/12"
+CNI_SOCKET = "/run/pacific/cni.sock"
+CNI_CONF_NAME = "10-pacific.conflist"
+CNI_NETWORK_NAME = "pacific"
+CNI_TYPE = "pacific"
+
+# --- ACL / policy priorities (OVN allows 0..32767) ----------------------------
+PRIO_ACL_DEFAULT_ALLOW = 1000
+PRIO_ACL_NODE_ALLOW = 2000
+PRIO_ACL_ISOLATION_DROP = 1500
+PRIO_ACL_ISOLATION_ALLOW = 1600
+PRIO_POLICY_NODE_LOCAL = 31000
+PRIO_POLICY_DISTRIBUTED_EGRESS = 29000
+PRIO_POLICY_CENTRALIZED_EGRESS = 29500
