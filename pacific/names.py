@@ -20,7 +20,9 @@ ANN_LOGICAL_SWITCH = "pacific.io/logical_switch"  # subnet choice (pod or namesp
 ANN_INGRESS_RATE = "pacific.io/ingress_rate"      # Mbit/s
 ANN_EGRESS_RATE = "pacific.io/egress_rate"        # Mbit/s
 ANN_MIRROR = "pacific.io/mirror"
-# written by the controller for the node daemon
+# written by the controller for the node daemon.  The controller also writes the
+# final ANN_IP_ADDRESS, ANN_MAC_ADDRESS and ANN_LOGICAL_SWITCH (a user's request in
+# those keys is honoured or refused, never silently changed).
 ANN_ALLOCATED = "pacific.io/allocated"            # "true" once the fields below are final
 ANN_CIDR = "pacific.io/cidr"
 ANN_GATEWAY = "pacific.io/gateway"
@@ -30,7 +32,6 @@ ANN_ALLOCATION_ERROR = "pacific.io/allocation_error"
 ANN_NODE_JOIN_IP = "pacific.io/join_ip"           # "100.64.0.2/16"
 ANN_NODE_JOIN_MAC = "pacific.io/join_mac"
 ANN_NODE_JOIN_GW = "pacific.io/join_gateway"
-ANN_NODE_CLUSTER_CIDRS = "pacific.io/cluster_cidrs"  # comma-separated routes via ovn0
 ANN_NODE_LSP = "pacific.io/node_logical_switch_port"
 
 # --- OVN / OVS external_ids (ownership of every row Pacific creates) ----------

@@ -1,0 +1,5 @@
+"""`pacific sandbox kubeconfig` / `apiserver` (Kubernetes API emulator)."""
+
+
+def register(sp):
+    pass
