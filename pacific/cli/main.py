@@ -7,6 +7,7 @@ import argparse
 import logging
 import sys
 
+from pacific.cli import demo as demo_cli
 from pacific.cli import sandbox as sandbox_cli
 
 
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     sandbox_cli.register(sub)
+    demo_cli.register(sub)
     return parser
 
 
