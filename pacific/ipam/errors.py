@@ -1,0 +1,85 @@
+"""IPAM errors.  Every one subclasses IPAMError and its message names the
+address, subnet and holder involved, ready for a Kubernetes Event or status."""
+
+from __future__ import annotations
+
+
+class IPAMError(Exception):
+    """Base class; `reason` is a CamelCase word for Event reasons / conditions."""
+
+    reason = "IPAMError"
+
+
+class InvalidSubnet(IPAMError):
+    """Malformed CIDR, gateway outside the subnet, bad exclude entry."""
+
+    reason = "InvalidSubnet"
+
+
+class SubnetExists(IPAMError):
+    reason = "SubnetExists"
+
+
+class SubnetNotFound(IPAMError):
+    reason = "SubnetNotFound"
+
+
+class SubnetOverlap(IPAMError):
+    reason = "SubnetOverlap"
+
+    def __init__(self, name: str, cidr: str, other: str, other_cidr: str):
+        self.name, self.cidr, self.other, self.other_cidr = name, cidr, other, other_cidr
+        super().__init__(f"subnet {name} ({cidr}) overlaps subnet {other} ({other_cidr})")
+
+
+class SubnetInUse(IPAMError):
+    """Remove or shrinking update refused while addresses are allocated."""
+
+    reason = "SubnetInUse"
+
+
+class SubnetFull(IPAMError):
+    reason = "SubnetFull"
+
+
+class InvalidAddress(IPAMError):
+    """Not an IP address at all."""
+
+    reason = "InvalidAddress"
+
+
+class AddressOutOfRange(IPAMError):
+    reason = "AddressOutOfRange"
+
+
+class AddressExcluded(IPAMError):
+    """Excluded, the gateway, the network or the broadcast address."""
+
+    reason = "AddressExcluded"
+
+
+class AddressInUse(IPAMError):
+    reason = "AddressInUse"
+
+    def __init__(self, ip: str, subnet: str, holder: str):
+        self.ip, self.subnet, self.holder = ip, subnet, holder
+        super().__init__(f"address {ip} in subnet {subnet} is already held by {holder}")
+
+
+class InvalidMac(IPAMError):
+    reason = "InvalidMAC"
+
+
+class MacInUse(IPAMError):
+    reason = "MACInUse"
+
+    def __init__(self, mac: str, holder: str):
+        self.mac, self.holder = mac, holder
+        super().__init__(f"MAC address {mac} is already held by {holder}")
+
+
+class OwnerConflict(IPAMError):
+    """The owner already holds a different address than the one requested;
+    release it first to move the owner."""
+
+    reason = "OwnerConflict"
