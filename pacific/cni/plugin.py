@@ -1,0 +1,326 @@
+#!/usr/bin/python3
+"""`pacific`: the CNI plugin executable (CNI spec 1.1.0; answers 0.3.1 to 1.1.0).
+
+Standard library only: this file is copied as-is into a CNI bin directory and
+run by the container runtime with the system Python, so it must not import
+anything from Pacific or its virtualenv.  It parses the runtime's request
+(environment + network configuration on stdin), forwards it as JSON over HTTP
+on the node daemon's root-only unix socket (`server_socket` in the network
+configuration) and prints the daemon's answer converted to the configuration's
+cniVersion.
+
+Output contract (what libcni expects): the result or the error JSON on stdout,
+exit code 0 on success and 1 on error, logs on stderr only.
+
+The node daemon imports this module for the protocol helpers (error codes,
+CNI_ARGS parsing, result conversion), so both sides share one definition.
+"""
+import http.client
+import json
+import os
+import socket
+import sys
+
+# --- protocol constants (shared with pacific.node.cniserver) -------------------
+SPEC_VERSION = "1.1.0"
+SUPPORTED_VERSIONS = ("0.3.1", "0.4.0", "1.0.0", "1.1.0")
+COMMANDS = ("ADD", "DEL", "CHECK", "STATUS", "GC", "VERSION")
+# Same value as pacific.names.CNI_SOCKET (a unit test keeps them equal).
+DEFAULT_SOCKET = "/run/pacific/cni.sock"
+# Seconds the plugin waits for the daemon.  The daemon bounds its own waits
+# (allocation, ovn-installed) well below this and answers 11 when they expire.
+DEFAULT_TIMEOUT = 180.0
+# HTTP paths of the node daemon's CNI server.
+PATH_CNI = "/cni"
+PATH_STATUS = "/status"
+
+# Error codes.  1-99 are the spec's, 100+ are Pacific's own.
+ERR_INCOMPATIBLE_VERSION = 1
+ERR_UNSUPPORTED_FIELD = 2
+ERR_UNKNOWN_CONTAINER = 3
+ERR_INVALID_ENV = 4
+ERR_IO = 5
+ERR_DECODE = 6
+ERR_INVALID_CONFIG = 7
+ERR_TRY_AGAIN = 11
+ERR_NOT_AVAILABLE = 50
+ERR_LIMITED_CONNECTIVITY = 51
+ERR_INTERNAL = 100            # unexpected failure inside the node daemon
+ERR_ALLOCATION_REFUSED = 101  # the controller refused the pod's allocation
+ERR_PLUMBING = 102            # netlink / veth / namespace failure
+ERR_OVS = 103                 # the node's OVS database refused a change
+ERR_CHECK_FAILED = 104        # CHECK found a difference
+ERR_PROTOCOL = 105            # malformed request or answer between plugin and daemon
+
+# Environment variables each command needs (CNI_PATH is not needed: Pacific
+# delegates to no other plugin).  DEL accepts an empty CNI_NETNS.
+REQUIRED_ENV = {
+    "ADD": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"),
+    "CHECK": ("CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"),
+    "DEL": ("CNI_CONTAINERID", "CNI_IFNAME"),
+    "STATUS": (),
+    "GC": (),
+    "VERSION": (),
+}
+# cniVersion a command first appeared in.
+MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
+
+
+class CniError(Exception):
+    """A CNI error: printed as {"cniVersion", "code", "msg", "details"}."""
+
+    def __init__(self, code: int, msg: str, details: str = ""):
+        super().__init__(msg)
+        self.code = code
+        self.msg = msg
+        self.details = details
+
+    def to_dict(self, cni_version: str = SPEC_VERSION) -> dict:
+        out = {"cniVersion": cni_version, "code": self.code, "msg": self.msg}
+        if self.details:
+            out["details"] = self.details
+        return out
+
+
+def version_tuple(v: str) -> tuple:
+    try:
+        return tuple(int(x) for x in v.split("."))
+    except (AttributeError, ValueError):
+        return (0,)
+
+
+def parse_cni_args(raw: str) -> dict:
+    """Parse CNI_ARGS "K1=V1;K2=V2" (any order; unknown keys are kept, callers
+    ignore what they do not know).  Raises CniError(4) on a malformed pair."""
+    out = {}
+    if not raw:
+        return out
+    for part in raw.split(";"):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise CniError(ERR_INVALID_ENV, f"CNI_ARGS: malformed pair {part!r}",
+                           "expected KEY=VALUE pairs separated by ';'")
+        out[key] = value
+    return out
+
+
+def parse_config(data: bytes) -> dict:
+    """Decode and validate the network configuration from stdin."""
+    try:
+        conf = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CniError(ERR_DECODE, "cannot decode the network configuration on stdin",
+                       str(e)) from None
+    if not isinstance(conf, dict):
+        raise CniError(ERR_DECODE, "the network configuration on stdin is not a JSON object")
+    return conf
+
+
+def check_version(conf: dict) -> str:
+    version = conf.get("cniVersion")
+    if not isinstance(version, str) or not version:
+        raise CniError(ERR_INVALID_CONFIG, "network configuration lacks cniVersion")
+    if version not in SUPPORTED_VERSIONS:
+        raise CniError(ERR_INCOMPATIBLE_VERSION,
+                       f"unsupported cniVersion {version!r}",
+                       "supported: " + ", ".join(SUPPORTED_VERSIONS))
+    return version
+
+
+def validate_config(conf: dict, command: str) -> None:
+    for key in ("name", "type"):
+        if not isinstance(conf.get(key), str) or not conf.get(key):
+            raise CniError(ERR_INVALID_CONFIG, f"network configuration field {key!r} "
+                           "is missing or not a non-empty string")
+    sock = conf.get("server_socket", DEFAULT_SOCKET)
+    if not isinstance(sock, str) or not sock.startswith("/"):
+        raise CniError(ERR_INVALID_CONFIG, "network configuration field 'server_socket' "
+                       f"must be an absolute path, got {sock!r}")
+    timeout = conf.get("timeout", DEFAULT_TIMEOUT)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise CniError(ERR_INVALID_CONFIG, "network configuration field 'timeout' "
+                       f"must be a positive number of seconds, got {timeout!r}")
+    if command == "GC":
+        va = conf.get("cni.dev/valid-attachments", [])
+        if not isinstance(va, list):
+            raise CniError(ERR_INVALID_CONFIG,
+                           "'cni.dev/valid-attachments' must be a list")
+
+
+def convert_result(result: dict, version: str) -> dict:
+    """Convert a result in Pacific's canonical form (1.1.0 plus an "ips[].version"
+    hint) to the given cniVersion: 0.3.x/0.4.0 keep "version" in each ip and drop
+    fields unknown there; 1.x drop "version"; only 1.1.0 keeps "interfaces[].mtu"."""
+    legacy = version_tuple(version) < (1, 0, 0)
+    out = {"cniVersion": version}
+    ifaces = []
+    for iface in result.get("interfaces", []):
+        keep = ("name", "mac", "sandbox")
+        if version_tuple(version) >= (1, 1, 0):
+            keep += ("mtu",)
+        ifaces.append({k: iface[k] for k in keep if k in iface})
+    if ifaces:
+        out["interfaces"] = ifaces
+    ips = []
+    for ip in result.get("ips", []):
+        entry = {k: ip[k] for k in ("address", "gateway", "interface") if k in ip}
+        if legacy:
+            entry["version"] = ip.get("version") or ("6" if ":" in ip["address"] else "4")
+        ips.append(entry)
+    if ips:
+        out["ips"] = ips
+    routes = [{k: r[k] for k in ("dst", "gw") if k in r} for r in result.get("routes", [])]
+    if routes:
+        out["routes"] = routes
+    out["dns"] = result.get("dns") or {}
+    return out
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over an AF_UNIX stream socket."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def call_daemon(sock_path: str, path: str, body: dict | None, timeout: float,
+                unavailable_code: int = ERR_TRY_AGAIN) -> dict:
+    """POST (or GET if body is None) to the daemon; return the decoded result.
+    Raises CniError with the daemon's code, or `unavailable_code` when the daemon
+    cannot be reached."""
+    conn = UnixHTTPConnection(sock_path, timeout)
+    try:
+        try:
+            if body is None:
+                conn.request("GET", path)
+            else:
+                payload = json.dumps(body).encode()
+                conn.request("POST", path, body=payload,
+                             headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            raise CniError(unavailable_code, f"pacific-node is not running: cannot connect "
+                           f"to {sock_path}", str(e)) from None
+        except PermissionError as e:
+            raise CniError(ERR_IO, f"permission denied on {sock_path} (the socket is "
+                           "root-only)", str(e)) from None
+        except socket.timeout:
+            raise CniError(ERR_TRY_AGAIN, f"pacific-node at {sock_path} did not answer "
+                           f"within {timeout:g} s") from None
+        except (OSError, http.client.HTTPException) as e:
+            raise CniError(unavailable_code, f"pacific-node at {sock_path} failed: {e}",
+                           type(e).__name__) from None
+    finally:
+        conn.close()
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise CniError(ERR_PROTOCOL, f"pacific-node answered HTTP {resp.status} with "
+                       "a body that is not JSON", raw[:200].decode("utf-8", "replace")) from None
+    if resp.status != 200 or not isinstance(answer, dict):
+        if isinstance(answer, dict) and isinstance(answer.get("code"), int):
+            raise CniError(answer["code"], str(answer.get("msg", "")),
+                           str(answer.get("details", "")))
+        raise CniError(ERR_PROTOCOL, f"pacific-node answered HTTP {resp.status}",
+                       raw[:200].decode("utf-8", "replace"))
+    return answer
+
+
+def build_request(command: str, env: dict, conf: dict) -> dict:
+    """The JSON body sent to the daemon for ADD/DEL/CHECK/GC."""
+    for var in REQUIRED_ENV[command]:
+        if not env.get(var):
+            raise CniError(ERR_INVALID_ENV, f"environment variable {var} is missing or "
+                           f"empty (required for {command})")
+    return {
+        "command": command,
+        "containerID": env.get("CNI_CONTAINERID", ""),
+        "netns": env.get("CNI_NETNS", ""),
+        "ifname": env.get("CNI_IFNAME", ""),
+        "args": parse_cni_args(env.get("CNI_ARGS", "")),
+        "path": env.get("CNI_PATH", ""),
+        "config": conf,
+    }
+
+
+def run(env: dict, stdin: bytes) -> tuple[int, dict | None]:
+    """Execute one CNI call; returns (exit code, JSON to print or None)."""
+    command = env.get("CNI_COMMAND", "")
+    version = SPEC_VERSION
+    try:
+        if command not in COMMANDS:
+            raise CniError(ERR_INVALID_ENV, f"CNI_COMMAND {command!r} is not one of "
+                           + "/".join(COMMANDS))
+        if command == "VERSION":
+            # Answered without the daemon; runtimes send {"cniVersion": ...} or
+            # nothing at all, so an undecodable stdin is not an error here.
+            try:
+                asked = parse_config(stdin).get("cniVersion")
+            except CniError:
+                asked = None
+            return 0, {"cniVersion": asked if asked in SUPPORTED_VERSIONS else SPEC_VERSION,
+                       "supportedVersions": list(SUPPORTED_VERSIONS)}
+        conf = parse_config(stdin)
+        version = check_version(conf)
+        need = MIN_VERSION.get(command)
+        if need and version_tuple(version) < version_tuple(need):
+            raise CniError(ERR_INCOMPATIBLE_VERSION, f"{command} needs cniVersion {need} "
+                           f"or later, the configuration says {version}")
+        validate_config(conf, command)
+        sock = conf.get("server_socket", DEFAULT_SOCKET)
+        timeout = float(conf.get("timeout", DEFAULT_TIMEOUT))
+        if command == "STATUS":
+            call_daemon(sock, PATH_STATUS, None, timeout, unavailable_code=ERR_NOT_AVAILABLE)
+            return 0, None
+        answer = call_daemon(sock, PATH_CNI, build_request(command, env, conf), timeout)
+        if command == "ADD":
+            result = answer.get("result")
+            if not isinstance(result, dict):
+                raise CniError(ERR_PROTOCOL, "pacific-node answered ADD without a result")
+            return 0, convert_result(result, version)
+        return 0, None
+    except CniError as e:
+        log(f"{command or '?'} {env.get('CNI_CONTAINERID', '')}: error {e.code}: {e.msg}"
+            + (f" ({e.details})" if e.details else ""))
+        return 1, e.to_dict(version)
+
+
+def log(msg: str) -> None:
+    print(f"pacific-cni: {msg}", file=sys.stderr)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__.strip().split("\n\n")[0])
+        print("\nRun by a container runtime: CNI_COMMAND (ADD, DEL, CHECK, STATUS, GC, "
+              "VERSION), CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME, CNI_ARGS in the "
+              "environment, the network configuration as JSON on stdin.")
+        return 0
+    try:
+        data = sys.stdin.buffer.read()
+    except OSError as e:
+        data = b""
+        log(f"cannot read stdin: {e}")
+    code, out = run(dict(os.environ), data)
+    if out is not None:
+        sys.stdout.write(json.dumps(out))
+        sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
