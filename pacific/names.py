@@ -54,6 +54,12 @@ OWNER_KIND_NODE = "Node"
 OWNER_KIND_SUBNET = "Subnet"
 OWNER_KIND_CLUSTER = "Cluster"
 
+# --- Controller (pacific-controller) -------------------------------------------
+CONTROLLER_NAME = "pacific-controller"            # Event source, created-by, lease name
+CONTROLLER_LEASE_NAMESPACE = "kube-system"
+SUBNET_FINALIZER = "pacific.io/subnet-protection"  # refuses delete while addresses are in use
+OWNER_KIND_STATEFULSET = "StatefulSet"             # IP objects kept across pod re-creation
+
 # --- Logical topology names ----------------------------------------------------
 CLUSTER_ROUTER = "pacific-cluster"
 JOIN_SWITCH = "join"
@@ -88,6 +94,25 @@ CNI_SOCKET = "/run/pacific/cni.sock"
 CNI_CONF_NAME = "10-pacific.conflist"
 CNI_NETWORK_NAME = "pacific"
 CNI_TYPE = "pacific"
+
+# --- Sandbox (single-machine cluster network, pacific.sandbox) ----------------
+SANDBOX_DIR = "/run/pacific-sandbox"          # parent of <name>/ state dirs
+SANDBOX_DIR_ENV = "PACIFIC_SANDBOX_DIR"       # overrides SANDBOX_DIR
+SANDBOX_DEFAULT_NAME = "default"
+SANDBOX_NETNS_PREFIX = "pac"                  # netns pac-<name>-central|node<i>|ext
+SANDBOX_UNDERLAY_CIDR = "192.168.77.0/24"     # lives only inside the sandbox netns
+SANDBOX_UNDERLAY_MTU = 1500
+SANDBOX_EXTERNAL_REMOTE_CIDR = "198.51.100.1/24"  # "internet" address of pac-<name>-ext
+POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (Geneve+OVN)
+OVN_NB_PORT = 6641
+OVN_SB_PORT = 6642
+KUBE_API_PORT = 6443
+
+
+def sandbox_node_name(index: int) -> str:
+    """Kubernetes node name (= OVN chassis name) of sandbox node `index` (1-based)."""
+    return f"node{index}"
+
 
 # --- ACL / policy priorities (OVN allows 0..32767) ----------------------------
 PRIO_ACL_DEFAULT_ALLOW = 1000

@@ -1,0 +1,178 @@
+"""Bring-up steps of the sandbox network, called in order by `Sandbox.up()`.
+
+Underlay: a Linux bridge `br-ul` inside the central namespace (nothing in the root
+namespace).  Every node and the external namespace hang off it with a veth.  In a
+node, the underlay veth `eth0` is a port of the OVS netdev bridge `br-phy`, which
+owns the node's underlay address: userspace tunnelling routes and ARPs through an
+OVS bridge that has the address.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from pacific import names
+from pacific.sandbox import daemons, netns
+from pacific.sandbox.proc import SandboxError, run, wait_for
+
+if TYPE_CHECKING:
+    from pacific.sandbox.cluster import Sandbox
+    from pacific.sandbox.node import SandboxNode
+
+log = logging.getLogger(__name__)
+
+UNDERLAY_BRIDGE = "br-ul"
+PHYS_BRIDGE = "br-phy"
+ENCAP = "geneve"
+
+
+def central_up(sb: "Sandbox") -> None:
+    ns = sb.central_netns
+    sb._record_netns(ns)
+    netns.create(ns, forwarding=True)
+    run(["ip", "link", "add", UNDERLAY_BRIDGE, "mtu", str(sb.underlay_mtu), "type", "bridge"],
+        netns=ns)
+    run(["ip", "addr", "add", f"{sb.central_ip}/{sb.underlay_prefixlen}", "dev",
+         UNDERLAY_BRIDGE], netns=ns)
+    run(["ip", "link", "set", "dev", UNDERLAY_BRIDGE, "up"], netns=ns)
+    # central's own TCP (OVSDB, API server) leaves br-ul with partial checksums
+    netns.tx_offload_off(ns, UNDERLAY_BRIDGE)
+    run(["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0"], netns=ns, check=False)
+
+    d = sb.central_dir
+    os.makedirs(d, exist_ok=True)
+    for db, schema, port in (("nb", daemons.OVN_NB_SCHEMA, names.OVN_NB_PORT),
+                             ("sb", daemons.OVN_SB_SCHEMA, names.OVN_SB_PORT)):
+        path = os.path.join(d, f"{db}.db")
+        daemons.create_db(path, schema)
+        st = daemons.ovsdb_server(db, path, [f"punix:{d}/{db}.sock",
+                                             f"ptcp:{port}:{sb.central_ip}"], ns, d)
+        sb._record_daemon(f"central/{db}", st, ns)
+    st = daemons.ovn_northd(sb.nb_remote, sb.sb_remote, ns, d)
+    sb._record_daemon("central/northd", st, ns)
+    sb.nbctl("init")
+    log.info("central up: NB %s, SB %s (tcp %s)", sb.nb_remote, sb.sb_remote, sb.sb_tcp_remote)
+
+
+def external_up(sb: "Sandbox") -> None:
+    ns = sb.external_netns
+    sb._record_netns(ns)
+    netns.create(ns, forwarding=True)
+    netns.veth("ext", sb.central_netns, "eth0", ns, sb.underlay_mtu)
+    run(["ip", "link", "set", "dev", "ext", "master", UNDERLAY_BRIDGE, "up"], netns=sb.central_netns)
+    run(["ip", "addr", "add", f"{sb.external_ip}/{sb.underlay_prefixlen}", "dev", "eth0"], netns=ns)
+    run(["ip", "link", "set", "dev", "eth0", "up"], netns=ns)
+    netns.tx_offload_off(ns, "eth0")
+    run(["ip", "addr", "add", names.SANDBOX_EXTERNAL_REMOTE_CIDR, "dev", "lo"], netns=ns)
+    # the external host is everyone's upstream router
+    run(["ip", "route", "add", "default", "via", sb.external_ip], netns=sb.central_netns)
+    log.info("external host up: %s (%s, remote %s)", ns, sb.external_ip, sb.external_remote_ip)
+
+
+def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
+    ns = node.netns
+    sb._record_netns(ns)
+    netns.create(ns, forwarding=True)
+    port = f"node{node.index}"
+    netns.veth(port, sb.central_netns, "eth0", ns, node.underlay_mtu)
+    run(["ip", "link", "set", "dev", port, "master", UNDERLAY_BRIDGE, "up"], netns=sb.central_netns)
+    run(["ip", "link", "set", "dev", "eth0", "up"], netns=ns)
+
+    d = node.rundir
+    os.makedirs(d, exist_ok=True)
+    db = os.path.join(d, "conf.db")
+    daemons.create_db(db, daemons.OVS_SCHEMA)
+    st = daemons.ovsdb_server("ovsdb-server", db, [f"punix:{node.db_sock}"], ns, d)
+    sb._record_daemon(f"{node.name}/ovsdb-server", st, ns)
+    node.vsctl("--no-wait", "init")
+    st = daemons.ovs_vswitchd(node.ovs_remote, ns, d)
+    sb._record_daemon(f"{node.name}/ovs-vswitchd", st, ns)
+    ext_ids = {"system-id": node.name, "hostname": node.name,
+               "ovn-remote": sb.sb_tcp_remote, "ovn-encap-type": ENCAP,
+               "ovn-encap-ip": node.underlay_ip, "ovn-bridge-datapath-type": "netdev"}
+    node.vsctl("add-br", PHYS_BRIDGE,
+               "--", "set", "bridge", PHYS_BRIDGE, "datapath_type=netdev", "fail-mode=standalone",
+               "--", "add-port", PHYS_BRIDGE, "eth0",
+               "--", "set", "interface", PHYS_BRIDGE, f"mtu_request={node.underlay_mtu}",
+               "--", "set", "open_vswitch", ".",
+               *[f"external_ids:{k}={v}" for k, v in ext_ids.items()])
+    wait_for(lambda: netns_has_link(ns, PHYS_BRIDGE), 10, f"{PHYS_BRIDGE} in {ns}")
+    run(["ip", "addr", "add", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev",
+         PHYS_BRIDGE], netns=ns)
+    run(["ip", "link", "set", "dev", PHYS_BRIDGE, "up"], netns=ns)
+    run(["ip", "route", "add", "default", "via", sb.external_ip], netns=ns)
+    st = daemons.ovn_controller(node.ovs_remote, ns, d)
+    sb._record_daemon(f"{node.name}/ovn-controller", st, ns)
+    log.info("%s up: netns %s, underlay %s, ovsdb %s", node.name, ns, node.underlay_ip,
+             node.ovs_remote)
+
+
+def netns_has_link(ns: str, dev: str) -> bool:
+    return run(["ip", "link", "show", "dev", dev], netns=ns, check=False).returncode == 0
+
+
+def _lines(text: str) -> list[str]:
+    return [x.strip().strip('"') for x in text.splitlines() if x.strip()]
+
+
+def chassis_names(sb: "Sandbox") -> list[str]:
+    return sorted(_lines(sb.sbctl("--bare", "--columns=name", "list", "Chassis")))
+
+
+def tunnel_count(node: "SandboxNode") -> int:
+    return len(_lines(node.vsctl("--bare", "--columns=name", "find", "Interface",
+                                 f"type={ENCAP}")))
+
+
+def wait_ready(sb: "Sandbox", timeout: float) -> None:
+    """Every chassis registered, a full mesh of tunnels, and NB changes reach all
+    hypervisors (`ovn-nbctl --wait=hv sync`)."""
+    want = sorted(n.name for n in sb.nodes)
+    wait_for(lambda: chassis_names(sb) == want, timeout,
+             f"chassis {', '.join(want)} to register in the SB database")
+    log.info("chassis registered: %s", ", ".join(want))
+    for node in sb.nodes:
+        wait_for(lambda: tunnel_count(node) == len(sb.nodes) - 1, timeout,
+                 f"{len(sb.nodes) - 1} {ENCAP} tunnels on {node.name} (see {node.log('ovn-controller')})")
+    sb.nbctl("--wait=hv", f"--timeout={int(timeout)}", "sync")
+    log.info("tunnels up: full %s mesh between %d nodes", ENCAP, len(sb.nodes))
+
+
+def warm_tunnels(sb: "Sandbox", timeout: float) -> None:
+    """Userspace tunnels resolve the remote VTEP's MAC from OVS's own neighbour
+    cache, learnt by snooping ARP on br-phy; a miss drops the packet.  Stretch the
+    aging to its maximum and fill the cache with a ping mesh."""
+    if len(sb.nodes) < 2:
+        return
+    for node in sb.nodes:
+        node.appctl("tnl/neigh/aging", "3600")
+
+    def warm(node: "SandboxNode") -> None:
+        others = [o.underlay_ip for o in sb.nodes if o is not node]
+
+        def learnt() -> bool:
+            table = node.appctl("tnl/neigh/show")
+            missing = [ip for ip in others if ip not in table]
+            for ip in missing:
+                # OVS learns only from ARP *replies* to its own requests; a kernel
+                # entry learnt from the peer's request would suppress ours
+                run(["ip", "neigh", "del", ip, "dev", PHYS_BRIDGE], netns=node.netns,
+                    check=False)
+                run(["ping", "-c1", "-W1", ip], netns=node.netns, check=False)
+            return not missing
+        wait_for(learnt, timeout, f"{node.name} to learn the underlay MACs of {others}")
+
+    with concurrent.futures.ThreadPoolExecutor(len(sb.nodes)) as pool:
+        for f in [pool.submit(warm, n) for n in sb.nodes]:
+            f.result()
+    log.info("tunnels warm: neighbour cache filled on every node (aging 3600 s)")
+
+
+def check_paths(sb: "Sandbox") -> None:
+    longest = os.path.join(sb.dir, f"node{len(sb.nodes)}", "ovn-controller.4194304.ctl")
+    if len(longest) > 107:
+        raise SandboxError(f"sandbox directory {sb.dir} is too long for unix socket paths "
+                           f"(limit 107 bytes, would need {len(longest)}); set "
+                           f"{names.SANDBOX_DIR_ENV} to a shorter directory")

@@ -1,0 +1,318 @@
+"""`Sandbox`: a real multi-node OVN cluster network on one machine.
+
+    sb = Sandbox("demo", nodes=3)
+    sb.up()                      # central + 3 nodes + external host, tunnels warm
+    pid = sb.spawn("apiserver", [...], netns=sb.central_netns)
+    sb.down()                    # nothing of it remains
+
+Everything a sandbox makes is named after it (netns `pac-<name>-...`, directory
+`<PACIFIC_SANDBOX_DIR or /run/pacific-sandbox>/<name>/`) and recorded in its state
+file, so two sandboxes with different names coexist and `down()` works from any
+process.  See docs/architecture.md, section "Sandbox".
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from typing import Callable, Iterable, Sequence
+
+from pacific import names
+from pacific.sandbox import bringup, netns, pods
+from pacific.sandbox.daemons import Started
+from pacific.sandbox.node import SandboxNode
+from pacific.sandbox.proc import (SandboxError, alive, netns_argv, read_pidfile, run,
+                                  start_time, stop_pid)
+from pacific.sandbox.state import StateFile
+
+log = logging.getLogger(__name__)
+
+Service = Callable[["Sandbox"], None]
+_NAME_RE = re.compile(r"^[a-z0-9]{1,24}$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,80}$")
+MAX_NODES = 64
+
+
+def base_dir() -> str:
+    return os.environ.get(names.SANDBOX_DIR_ENV) or names.SANDBOX_DIR
+
+
+class Sandbox:
+    """A named sandbox.  `nodes=None` takes the node count from an existing state
+    file (so `Sandbox(name).down()` / `.status()` work from a new process), else 3."""
+
+    def __init__(self, name: str = names.SANDBOX_DEFAULT_NAME, nodes: int | None = None,
+                 underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU):
+        if not _NAME_RE.match(name):
+            raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
+                               "and digits (it prefixes namespace names)")
+        self.name = name
+        self.dir = os.path.join(base_dir(), name)
+        self.state = StateFile(self.dir, name)
+        saved = self.state.read()
+        if nodes is None:
+            nodes = saved.get("nodes") or 3
+            underlay_mtu = saved.get("underlay_mtu") or underlay_mtu
+        if not 1 <= nodes <= MAX_NODES:
+            raise SandboxError(f"nodes must be between 1 and {MAX_NODES}, got {nodes}")
+        if underlay_mtu < 1280:
+            raise SandboxError(f"underlay MTU {underlay_mtu} too small (minimum 1280)")
+        self.underlay_mtu = underlay_mtu
+        net = ipaddress.ip_network(names.SANDBOX_UNDERLAY_CIDR)
+        self.underlay_prefixlen = net.prefixlen
+        self.central_ip = str(net[1])
+        self.external_ip = str(net[-2])
+        self.external_remote_ip = names.SANDBOX_EXTERNAL_REMOTE_CIDR.split("/")[0]
+        prefix = f"{names.SANDBOX_NETNS_PREFIX}-{name}-"
+        self.netns_prefix = prefix
+        self.central_netns = f"{prefix}central"
+        self.external_netns = f"{prefix}ext"
+        self.central_dir = os.path.join(self.dir, "central")
+        self.nb_remote = f"unix:{self.central_dir}/nb.sock"
+        self.sb_remote = f"unix:{self.central_dir}/sb.sock"
+        self.nb_tcp_remote = f"tcp:{self.central_ip}:{names.OVN_NB_PORT}"
+        self.sb_tcp_remote = f"tcp:{self.central_ip}:{names.OVN_SB_PORT}"
+        self.nodes: list[SandboxNode] = [
+            SandboxNode(name=names.sandbox_node_name(i), index=i, netns=f"{prefix}node{i}",
+                        rundir=os.path.join(self.dir, names.sandbox_node_name(i)),
+                        underlay_ip=str(net[10 + i]), underlay_prefixlen=net.prefixlen,
+                        underlay_mtu=underlay_mtu, mtu=underlay_mtu - names.POD_MTU_OVERHEAD)
+            for i in range(1, nodes + 1)]
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.name!r}, nodes={len(self.nodes)}, dir={self.dir!r})"
+
+    # ------------------------------------------------------------------ lookup
+    def node(self, which: "str | int | SandboxNode") -> SandboxNode:
+        """A node by name ("node2"), 1-based index, or the node itself."""
+        if isinstance(which, SandboxNode):
+            return which
+        for n in self.nodes:
+            if which in (n.name, n.index):
+                return n
+        raise SandboxError(f"sandbox {self.name} has no node {which!r} "
+                           f"(nodes: {', '.join(n.name for n in self.nodes)})")
+
+    def nbctl(self, *args: str, timeout: float = 30) -> str:
+        """ovn-nbctl against NB (setup and tests only; Pacific itself uses pacific.ovn)."""
+        return run(["ovn-nbctl", f"--db={self.nb_remote}", f"--timeout={int(timeout)}", *args],
+                   timeout=timeout + 5).stdout
+
+    def sbctl(self, *args: str, timeout: float = 30) -> str:
+        return run(["ovn-sbctl", f"--db={self.sb_remote}", f"--timeout={int(timeout)}", *args],
+                   timeout=timeout + 5).stdout
+
+    def exec(self, netns: str | None, argv: Sequence[str], **kw) -> subprocess.CompletedProcess:
+        """Run a command to completion in `netns` (None: root namespace).  Keyword
+        arguments as `pacific.sandbox.proc.run` (check, timeout, env, input)."""
+        return run(argv, netns=netns, **kw)
+
+    # ------------------------------------------------------------------ up
+    def up(self, services: Iterable[Service] | None = None, timeout: float = 60) -> "Sandbox":
+        """Bring the sandbox up (idempotent).  A healthy sandbox of this name is left
+        as is; leftovers of a crashed one are cleaned first.  `services` are
+        callables `f(sandbox)` run in order once the network is ready (the hook to
+        start the API emulator, controller, node daemons); None means
+        `pacific.sandbox.services.DEFAULT_SERVICES`.  On failure the half-built
+        sandbox is left for inspection: its logs are under `self.dir`, and `down()`
+        (or the next `up()`) removes it."""
+        if self.healthy():
+            log.info("sandbox %s is already up (%s)", self.name, self.dir)
+            return self
+        if self._leftovers():
+            log.info("sandbox %s: cleaning leftovers of an earlier run", self.name)
+            self.down()
+        bringup.check_paths(self)
+        t0 = time.monotonic()
+        log.info("sandbox %s: bringing up central + %d nodes under %s", self.name,
+                 len(self.nodes), self.dir)
+        os.makedirs(self.dir, exist_ok=True)
+        with self.state.update() as st:
+            st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ready=False)
+        try:
+            bringup.central_up(self)
+            bringup.external_up(self)
+            for node in self.nodes:
+                bringup.node_up(self, node)
+            bringup.wait_ready(self, timeout)
+            bringup.warm_tunnels(self, timeout)
+        except Exception as e:
+            raise SandboxError(f"sandbox {self.name} failed to come up: {e}; logs under "
+                               f"{self.dir}; `pacific sandbox down --name {self.name}` "
+                               "cleans up") from e
+        with self.state.update() as st:
+            st["ready"] = True
+        log.info("sandbox %s: network ready in %.2f s", self.name, time.monotonic() - t0)
+        if services is None:
+            from pacific.sandbox.services import DEFAULT_SERVICES
+            services = DEFAULT_SERVICES
+        for svc in services:
+            log.info("sandbox %s: starting service %s", self.name,
+                     getattr(svc, "__name__", repr(svc)))
+            svc(self)
+        return self
+
+    def healthy(self) -> bool:
+        """True if the state file says ready, with this node count, every OVS/OVN
+        daemon alive and every recorded namespace present (spawned services are
+        not checked: their owners restart them)."""
+        st = self.state.read()
+        if not st.get("ready") or st.get("nodes") != len(self.nodes):
+            return False
+        return (all(alive(d["pid"], d["start"]) for d in st["daemons"].values()
+                    if d.get("kind") == "ovs")
+                and all(netns.exists(n) for n in st["netns"]))
+
+    def _leftovers(self) -> bool:
+        return os.path.exists(self.dir) or bool(netns.list_with_prefix(self.netns_prefix))
+
+    # ------------------------------------------------------------------ records
+    def _record_netns(self, ns: str) -> None:
+        with self.state.update() as st:
+            if ns not in st["netns"]:
+                st["netns"].append(ns)
+
+    def _record_daemon(self, tag: str, started: Started, ns: str | None,
+                       kind: str = "ovs", argv: Sequence[str] = ()) -> None:
+        with self.state.update() as st:
+            st["seq"] += 1
+            st["daemons"][tag] = {"pid": started.pid, "start": started.start, "netns": ns,
+                                  "pidfile": started.pidfile, "log": started.log,
+                                  "ctl": started.ctl, "kind": kind, "seq": st["seq"],
+                                  "argv": list(argv)}
+        log.debug("started %s (pid %d), log %s", tag, started.pid, started.log)
+
+    # ------------------------------------------------------------------ spawn
+    def spawn(self, tag: str, argv: Sequence[str], netns: str | None = None,
+              env: dict[str, str] | None = None) -> int:
+        """Start a long-running component (API emulator, controller, node daemon)
+        detached, in `netns` if given, with log `<dir>/services/<tag>.log` and pidfile
+        `<tag>.pid`.  Returns the daemon's own pid.  `down()` stops it first."""
+        if not _TAG_RE.match(tag):
+            raise SandboxError(f"invalid daemon tag {tag!r} (letters, digits, _ . -)")
+        cur = self.state.read()["daemons"].get(tag)
+        if cur and alive(cur["pid"], cur["start"]):
+            raise SandboxError(f"{tag} already runs (pid {cur['pid']}); stop({tag!r}) first")
+        if not os.path.isdir(self.dir):
+            raise SandboxError(f"sandbox {self.name} is not up ({self.dir} missing)")
+        d = os.path.join(self.dir, "services")
+        os.makedirs(d, exist_ok=True)
+        logfile, pidfile = os.path.join(d, f"{tag}.log"), os.path.join(d, f"{tag}.pid")
+        penv = dict(os.environ)
+        penv.update(env or {})
+        with open(logfile, "ab") as out:
+            p = subprocess.Popen(netns_argv(netns, argv), stdin=subprocess.DEVNULL,
+                                 stdout=out, stderr=subprocess.STDOUT, env=penv,
+                                 start_new_session=True, close_fds=True)
+        started = start_time(p.pid)
+        if started is None or p.poll() is not None:
+            raise SandboxError(f"{tag} exited at once (status {p.returncode}); see {logfile}")
+        with open(pidfile, "w") as f:
+            f.write(f"{p.pid}\n")
+        self._record_daemon(tag, Started(p.pid, started, pidfile, logfile, None), netns,
+                            kind="spawn", argv=argv)
+        log.info("spawned %s (pid %d) %s, log %s", tag, p.pid,
+                 f"in {netns}" if netns else "in the root namespace", logfile)
+        return p.pid
+
+    def stop(self, tag: str) -> bool:
+        """Stop a daemon by tag (zombie-aware).  Returns True if it was running."""
+        d = self.state.read()["daemons"].get(tag)
+        if not d:
+            return False
+        was = stop_pid(d["pid"], d["start"], what=tag)
+        with self.state.update() as st:
+            st["daemons"].pop(tag, None)
+        if d.get("kind") == "spawn" and d.get("pidfile"):
+            _unlink(d["pidfile"])
+        return was
+
+    def daemon_pid(self, tag: str) -> int | None:
+        """Pid of a running recorded daemon, else None."""
+        d = self.state.read()["daemons"].get(tag)
+        return d["pid"] if d and alive(d["pid"], d["start"]) else None
+
+    # ------------------------------------------------------------------ pods
+    def add_test_pod(self, node, name: str, lsp: str, mac: str, ip_cidr: str,
+                     gateway: str | None = None) -> "pods.TestPod":
+        """Pod-like netns `pac-<sandbox>-<node>-<name>` with eth0 (MAC, address,
+        MTU underlay-100, tx offload off, default route via `gateway`) and a veth
+        into the node's br-int bound to logical switch port `lsp` (iface-id).
+        The LSP itself is the caller's (create it in NB)."""
+        return pods.add(self, self.node(node), name, lsp, mac, ip_cidr, gateway)
+
+    def delete_test_pod(self, pod: "pods.TestPod | str", node=None) -> None:
+        """Remove a test pod (its processes, OVS port, netns).  Idempotent."""
+        pods.delete(self, pod, None if node is None else self.node(node))
+
+    # ------------------------------------------------------------------ down
+    def down(self) -> None:
+        """Stop every daemon this sandbox started, delete its namespaces, links and
+        files.  Works from any process and after a crash; idempotent."""
+        t0 = time.monotonic()
+        st = self.state.read()
+        order = sorted(st["daemons"].items(),
+                       key=lambda kv: (kv[1].get("kind") != "spawn", -kv[1].get("seq", 0)))
+        stopped = sum(stop_pid(d["pid"], d["start"], what=tag) for tag, d in order)
+        stopped += self._stop_unrecorded()
+        spaces = set(st["netns"]) | set(netns.list_with_prefix(self.netns_prefix))
+        for ns in spaces:  # safety net: anything else still running in our namespaces
+            for pid in netns.pids(ns):
+                log.warning("down: stopping leftover pid %d (%s) in %s", pid, _comm(pid), ns)
+                stopped += stop_pid(pid, start_time(pid), what=f"pid {pid} in {ns}")
+        # pods first, the central namespace (holding the underlay bridge) last
+        for ns in sorted(spaces, key=lambda n: (n == self.central_netns, -n.count("-"), n)):
+            netns.delete(ns)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            os.rmdir(base_dir())  # only if no other sandbox lives there
+        except OSError:
+            pass
+        log.info("sandbox %s down: %d processes stopped, %d namespaces deleted, %s removed "
+                 "(%.2f s)", self.name, stopped, len(spaces), self.dir, time.monotonic() - t0)
+
+    def _stop_unrecorded(self) -> int:
+        """Daemons whose pidfile exists but which a crash kept out of the state file:
+        stopped only if their command line names that pidfile (so never a stranger)."""
+        n = 0
+        for root, _dirs, files in os.walk(self.dir):
+            for f in files:
+                if not f.endswith(".pid"):
+                    continue
+                path = os.path.join(root, f)
+                pid = read_pidfile(path)
+                if pid and alive(pid) and path in _cmdline(pid):
+                    n += stop_pid(pid, start_time(pid), what=path)
+        return n
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict:
+        from pacific.sandbox.status import collect
+        return collect(self)
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,66 @@
+"""Network namespaces and links of the sandbox (setup only, not a hot path)."""
+from __future__ import annotations
+
+import logging
+import os
+
+from pacific.sandbox.proc import SandboxError, run
+
+log = logging.getLogger(__name__)
+
+NETNS_DIR = "/run/netns"
+
+
+def exists(name: str) -> bool:
+    return os.path.exists(os.path.join(NETNS_DIR, name))
+
+
+def list_with_prefix(prefix: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix))
+    except FileNotFoundError:
+        return []
+
+
+def create(name: str, ipv6: bool = False, forwarding: bool = False) -> None:
+    """Create netns `name` with lo up; IPv6 off unless asked (link-locals on
+    pod veths make OVS's route table and tunnel ports churn)."""
+    if exists(name):
+        raise SandboxError(f"network namespace {name} already exists")
+    run(["ip", "netns", "add", name])
+    run(["ip", "link", "set", "dev", "lo", "up"], netns=name)
+    sysctls = []
+    if not ipv6:
+        sysctls += ["net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+    if forwarding:
+        sysctls += ["net.ipv4.ip_forward=1"]
+    if sysctls:
+        run(["sysctl", "-qw", *sysctls], netns=name)
+
+
+def pids(name: str) -> list[int]:
+    """Pids of every process whose network namespace is `name`."""
+    if not exists(name):
+        return []
+    cp = run(["ip", "netns", "pids", name], check=False)
+    return [int(p) for p in cp.stdout.split() if p.isdigit()]
+
+
+def delete(name: str) -> None:
+    if exists(name):
+        cp = run(["ip", "netns", "del", name], check=False)
+        if cp.returncode != 0 and exists(name):
+            raise SandboxError(f"cannot delete network namespace {name}: {cp.stderr.strip()}")
+        log.debug("deleted netns %s", name)
+
+
+def veth(name: str, ns: str, peer: str, peer_ns: str, mtu: int) -> None:
+    """veth pair `name`@`ns` <-> `peer`@`peer_ns` (both created down)."""
+    run(["ip", "-n", ns, "link", "add", "name", name, "mtu", str(mtu), "type", "veth",
+         "peer", "name", peer, "netns", peer_ns, "mtu", str(mtu)])
+
+
+def tx_offload_off(ns: str, dev: str) -> None:
+    """Checksum offload off: OVS netdev ports read frames raw via AF_PACKET, and
+    CHECKSUM_PARTIAL TCP/UDP would arrive with wrong checksums."""
+    run(["ethtool", "-K", dev, "tx", "off"], netns=ns)
