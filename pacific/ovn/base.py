@@ -1,0 +1,484 @@
+"""Connection, transaction and ownership machinery shared by NB and OVS APIs.
+
+Not used directly: see :mod:`pacific.ovn.nb` and :mod:`pacific.ovn.ovs`.
+
+Connection model.  Each API object owns exactly one ovs IDL connection (one
+TCP/unix session, one ovsdbapp ``Connection`` thread, one event-handler
+thread).  ovsdbapp keeps ``Backend.ovsdb_connection`` as a *class* attribute
+that the first instance fixes for every later instance of the same class; we
+override that property so the connection lives on the instance, and two APIs
+on two databases in one process stay separate.  A process should create one
+API object per database and share it (it is thread-safe: commands are queued
+to the connection thread).
+
+Reconnect.  The ovs IDL reconnects by itself (back-off capped at
+``MAX_BACKOFF_MS``) and re-reads the monitored tables, so the cache and every
+command work again after an ovsdb-server restart.  A transaction issued while
+the server is away is retried until its timeout, then raises
+:class:`~pacific.ovn.errors.OvnTimeoutError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import time
+import uuid as uuidlib
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+from ovs.db import idl as ovs_idl
+from ovsdbapp.backend.ovs_idl import command as ovsdbapp_cmd
+from ovsdbapp.backend.ovs_idl import connection as ovsdbapp_conn
+from ovsdbapp.backend.ovs_idl import event as ovsdbapp_event
+from ovsdbapp.backend.ovs_idl import idlutils
+from ovsdbapp.backend.ovs_idl import rowview
+from ovsdbapp.backend.ovs_idl import transaction as ovsdbapp_txn
+from ovsdbapp import exceptions as ovsdbapp_exc
+
+from pacific import names
+from pacific.ovn.errors import (OvnConnectionError, OvnTimeoutError,
+                                OvnTransactionError)
+
+LOG = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+# Reconnect back-off of the IDL session (ovs default max is 8 s; a restarted
+# local ovsdb-server should be picked up quickly).
+MIN_BACKOFF_MS = 100
+MAX_BACKOFF_MS = 2000
+# Extra time the caller waits for the connection thread beyond the
+# transaction's own timeout, so the thread (which gives up at `timeout`)
+# always answers first and a transaction never commits after its caller
+# was told it failed.
+_RESULT_GRACE = 5.0
+_UNSET = object()
+
+
+class Owner(NamedTuple):
+    """Who owns a row: kind (names.OWNER_KIND_*) and name ("ns/name" or name)."""
+
+    kind: str
+    name: str
+
+    def external_ids(self, **extra: str) -> dict[str, str]:
+        """external_ids naming this owner, plus `extra` keys."""
+        ids = {names.EXT_OWNER_KIND: self.kind, names.EXT_OWNER: self.name}
+        ids.update(extra)
+        return ids
+
+
+def owner_ids(owner: Owner, extra: dict[str, str] | None = None,
+              created_by: str | None = None) -> dict[str, str]:
+    ids = owner.external_ids(**(extra or {}))
+    if created_by:
+        ids.setdefault(names.EXT_CREATED_BY, created_by)
+    return ids
+
+
+def fetch_schema_helper(remote: str, schema: str, timeout: float):
+    """Schema helper from the server itself (so its version always matches),
+    retried until `timeout` while the server is not (yet) there."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        try:
+            return idlutils.create_schema_helper(
+                idlutils.fetch_schema_json(remote, schema))
+        except Exception as e:  # ovsdbapp raises a bare Exception
+            if time.monotonic() + delay > deadline:
+                raise OvnConnectionError(remote, schema,
+                                         f"schema not retrieved within "
+                                         f"{timeout:g}s ({e})") from e
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
+    """IDL that feeds every row change to a RowEventHandler."""
+
+    def __init__(self, remote, helper, handler):
+        super().__init__(remote, helper)
+        self.notify_handler = handler
+
+    def notify(self, event, row, updates=None):
+        self.notify_handler.notify(event, row, updates)
+
+
+class _Predicate(ovsdbapp_event.WaitEvent):
+    """One-shot event: any create/update of `table` where predicate(row)."""
+
+    def __init__(self, table: str, predicate: Callable[[Any], bool]):
+        super().__init__((self.ROW_CREATE, self.ROW_UPDATE), table, None)
+        self._predicate = predicate
+        self.row = None
+
+    def match_fn(self, event, row, old):
+        return bool(self._predicate(row))
+
+    def run(self, event, row, old):
+        self.row = row
+        super().run(event, row, old)
+
+
+def _abort(txn, idl) -> None:
+    """Abort an IDL transaction.  If the IDL cannot undo it (it fails to
+    un-index half-built rows), the cache may hold phantom rows: resync it
+    from the server by reconnecting.  Never hides the original error."""
+    try:
+        txn.abort()
+    except Exception:
+        LOG.warning("aborting IDL transaction failed; resyncing the cache "
+                    "from the server", exc_info=True)
+        idl.force_reconnect()
+
+
+class PacificTransaction(ovsdbapp_txn.Transaction):
+    """ovsdbapp transaction whose failures are OvnTransactionError.
+
+    It names the failing command, carries the OVSDB error text, and retries
+    TRY_AGAIN (database changed under us, or connection lost) until the
+    timeout, after which it raises OvnTimeoutError.
+    """
+
+    def commit(self):
+        remote = self.api.remote
+        try:
+            self.ovsdb_connection.queue_txn(self)
+        except ovsdbapp_exc.TimeoutException as e:
+            raise OvnTimeoutError(remote, self.commands,
+                                  f"connection busy, not queued within "
+                                  f"{self.timeout:g}s") from e
+        try:
+            result = self.results.get(timeout=self.timeout + _RESULT_GRACE)
+        except queue.Empty as e:
+            raise OvnTimeoutError(remote, self.commands,
+                                  f"no answer within {self.timeout:g}s") from e
+        if isinstance(result, idlutils.ExceptionResult):
+            ex = result.ex
+            if isinstance(ex, OvnTransactionError):
+                raise ex
+            raise OvnTransactionError(remote, self.commands,
+                                      f"{type(ex).__name__}: {ex}") from ex
+        return result
+
+    def do_commit(self):
+        remote = self.api.remote
+        self.start_time = time.time()
+        if not self.commands:
+            return []
+        attempts = 0
+        while True:
+            if attempts > 0 and self.timeout_exceeded():
+                connected = self.api.idl.is_connected()
+                raise OvnTimeoutError(
+                    remote, self.commands,
+                    f"not committed within {self.timeout:g}s after "
+                    f"{attempts} attempt(s); "
+                    + ("database kept changing" if connected else
+                       "OVSDB server unreachable, reconnecting"))
+            attempts += 1
+            seqno = self.api.idl.change_seqno
+            txn = ovs_idl.Transaction(self.api.idl)
+            try:
+                self.pre_commit(txn)
+            except Exception:
+                _abort(txn, self.api.idl)
+                raise
+            for command in self.commands:
+                try:
+                    command.run_idl(txn)
+                except Exception as e:
+                    _abort(txn, self.api.idl)
+                    raise OvnTransactionError(
+                        remote, self.commands, f"{type(e).__name__}: {e}",
+                        failed_command=command) from e
+            status = txn.commit_block()
+            if status == txn.TRY_AGAIN:
+                LOG.debug("transaction on %s: TRY_AGAIN (attempt %d)",
+                          remote, attempts)
+                try:
+                    idlutils.wait_for_change(self.api.idl,
+                                             max(self.time_remaining(), 0.01),
+                                             seqno)
+                except ovsdbapp_exc.TimeoutException:
+                    pass  # reported by the timeout check above
+                continue
+            if status == txn.ERROR:
+                raise OvnTransactionError(remote, self.commands,
+                                          f"OVSDB error: {txn.get_error()}")
+            if status == txn.NOT_LOCKED:
+                raise OvnTransactionError(remote, self.commands,
+                                          "database lock not held")
+            if status == txn.ABORTED:
+                raise OvnTransactionError(remote, self.commands, "aborted")
+            if status == txn.SUCCESS:
+                self.post_commit(txn)
+            return [cmd.result for cmd in self.commands]
+
+
+def _init_ref_sets(row) -> None:
+    """Give a row inserted in this transaction empty reference-set columns.
+
+    The ovs IDL raises AttributeError reading an unset column of a new row,
+    so e.g. an ACL added to a switch created in the same transaction would
+    fail on ``switch.acls``; empty sets are the schema defaults anyway."""
+    for name, col in row._table.columns.items():
+        t = col.type
+        if (t.key.ref_table_name and t.n_min == 0 and t.n_max > 1
+                and t.value is None and name not in row._changes):
+            setattr(row, name, [])
+
+
+class StampOwner(ovsdbapp_cmd.BaseCommand):
+    """Wraps a create-or-find command: on the row it created (or found, with
+    may_exist) sets `columns` and merges the owner's external_ids, so running
+    it again converges to the same row (level-triggered reconcilers)."""
+
+    def __init__(self, api, table: str, inner, ids: dict[str, str],
+                 columns: dict[str, Any] | None = None):
+        super().__init__(api)
+        self.table = table
+        self.inner = inner
+        self.ids = ids
+        self.columns = dict(columns or {})
+
+    def __str__(self):
+        extra = f" set {self.columns}" if self.columns else ""
+        return f"{self.inner}{extra} owner={self.ids.get(names.EXT_OWNER_KIND)}/" \
+               f"{self.ids.get(names.EXT_OWNER)}"
+
+    def run_idl(self, txn):
+        self.inner.run_idl(txn)
+        res = self.inner.result
+        if isinstance(res, rowview.RowView):
+            row = res._row
+        elif isinstance(res, ovs_idl.Row):
+            row = res
+        else:
+            row = self.api.tables[self.table].rows[res]
+        if row._data is None:
+            _init_ref_sets(row)
+        for col, val in self.columns.items():
+            if getattr(row, col, _UNSET) != val:
+                self.set_column(row, col, val)
+        merged = dict(getattr(row, "external_ids", {}))
+        merged.update(self.ids)
+        if merged != getattr(row, "external_ids", None):
+            row.external_ids = merged
+
+    def post_commit(self, txn):
+        self.inner.post_commit(txn)
+
+    @property
+    def result(self):
+        return self.inner.result
+
+    @result.setter
+    def result(self, value):
+        pass
+
+
+class _DeleteRows(ovsdbapp_cmd.BaseCommand):
+    """Delete rows by uuid, including non-root rows (ACL, LSP, NAT, ...):
+    those are removed from every strong reference to them (OVSDB then
+    garbage-collects them), root rows are deleted."""
+
+    def __init__(self, api, table: str, uuids: Iterable[uuidlib.UUID]):
+        super().__init__(api)
+        self.table = table
+        self.uuids = set(uuids)
+
+    def __str__(self):
+        return f"delete {len(self.uuids)} {self.table} row(s)"
+
+    def run_idl(self, txn):
+        tables = self.api.tables
+        target = tables[self.table]
+        todo = {u for u in self.uuids if u in target.rows}
+        self.result = len(todo)
+        if not todo:
+            return
+        if target.is_root:
+            for u in todo:
+                target.rows[u].delete()
+            return
+        for parent in tables.values():
+            for col in parent.columns.values():
+                t = col.type
+                if not ((t.key.ref_table_name == self.table
+                         and t.key.is_strong_ref())
+                        or (t.value is not None
+                            and t.value.ref_table_name == self.table
+                            and t.value.is_strong_ref())):
+                    continue
+                for prow in list(parent.rows.values()):
+                    value = getattr(prow, col.name)
+                    if isinstance(value, dict):
+                        for k, v in list(value.items()):
+                            if getattr(v, "uuid", None) in todo:
+                                prow.delkey(col.name, k)
+                        continue
+                    refs = value if isinstance(value, list) else [value]
+                    for ref in refs:
+                        if getattr(ref, "uuid", None) in todo:
+                            prow.delvalue(col.name, ref)
+
+
+class ApiBase:
+    """Mixin giving an ovsdbapp Backend its own connection (see module doc).
+
+    Must come first in the bases, before the ovsdbapp implementation class.
+    """
+
+    schema: str
+    TABLES: tuple[str, ...] = ()
+
+    def __init__(self, remote: str, timeout: float = DEFAULT_TIMEOUT,
+                 tables: Iterable[str] | None = None,
+                 created_by: str | None = None):
+        self.remote = remote
+        self.created_by = created_by
+        self._conn = None
+        helper = fetch_schema_helper(remote, self.schema, timeout)
+        available = helper.schema_json["tables"]
+        wanted = list(dict.fromkeys(list(self.TABLES) + list(tables or ())))
+        for table in wanted:
+            if table not in available:
+                raise OvnConnectionError(remote, self.schema,
+                                         f"table {table} not in server schema")
+            helper.register_table(table)
+        self._handler = ovsdbapp_event.RowEventHandler()
+        idl = NotifyingIdl(remote, helper, self._handler)
+        session = getattr(idl, "_session", None)
+        if session is not None:
+            session.reconnect.set_backoff(MIN_BACKOFF_MS, MAX_BACKOFF_MS)
+        conn = ovsdbapp_conn.Connection(idl, timeout)
+        try:
+            super().__init__(conn, start=True, auto_index=True)
+        except (ovsdbapp_exc.OvsdbConnectionUnavailable,
+                ovsdbapp_exc.TimeoutException) as e:
+            self._handler.shutdown()
+            conn.stop(timeout=1)
+            raise OvnConnectionError(remote, self.schema, str(e)) from e
+        LOG.info("connected to %s %s (tables: %s)", self.schema, remote,
+                 ", ".join(wanted))
+
+    # --- per-instance connection (ovsdbapp keeps it on the class) -----------
+    @property
+    def ovsdb_connection(self):
+        return self._conn
+
+    @ovsdb_connection.setter
+    def ovsdb_connection(self, connection):
+        self._conn = connection
+
+    # --- life cycle ----------------------------------------------------------
+    def close(self) -> None:
+        """Stop the connection thread and the event thread. Idempotent."""
+        if self._conn is not None:
+            self._conn.stop(timeout=5)
+        if self._handler is not None:
+            self._handler.shutdown()
+            self._handler = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def is_connected(self) -> bool:
+        return bool(self.idl.is_connected())
+
+    # --- transactions --------------------------------------------------------
+    def create_transaction(self, check_error=True, log_errors=True, **kwargs):
+        return PacificTransaction(self, self.ovsdb_connection,
+                                  self.ovsdb_connection.timeout,
+                                  check_error=True, log_errors=log_errors)
+
+    @contextlib.contextmanager
+    def transaction(self, check_error=True, log_errors=True, nested=True,
+                    **kwargs) -> Iterator[PacificTransaction]:
+        """Batch commands: ``with api.transaction() as txn: txn.add(cmd)``.
+
+        The transaction commits when the block ends and raises
+        OvnTransactionError on failure (check_error is always on)."""
+        with super().transaction(True, log_errors, nested, **kwargs) as txn:
+            yield txn
+
+    def commit(self, *commands) -> list:
+        """Run `commands` in one transaction; return their results."""
+        with self.transaction() as txn:
+            for c in commands:
+                txn.add(c)
+        return [c.result for c in commands]
+
+    # --- ownership -----------------------------------------------------------
+    def stamp(self, table: str, command, owner: Owner,
+              extra_ids: dict[str, str] | None = None,
+              columns: dict[str, Any] | None = None) -> StampOwner:
+        """Wrap any create-or-find command of `table` so its row gets
+        `columns` and carries the owner's external_ids."""
+        return StampOwner(self, table, command,
+                          owner_ids(owner, extra_ids, self.created_by),
+                          columns)
+
+    def rows_owned(self, table: str, kind: str | None = None,
+                   owner: str | None = None) -> list:
+        """Rows of `table` (from the local cache) owned by Pacific, filtered
+        by owner kind and/or owner name. Returns RowViews."""
+        with self.ovsdb_connection.lock:
+            out = []
+            for row in self.tables[table].rows.values():
+                ids = row.external_ids
+                if names.EXT_OWNER_KIND not in ids:
+                    continue
+                if kind is not None and ids[names.EXT_OWNER_KIND] != kind:
+                    continue
+                if owner is not None and ids.get(names.EXT_OWNER) != owner:
+                    continue
+                out.append(rowview.RowView(row))
+            return out
+
+    def delete_rows(self, table: str, rows: Iterable[Any]):
+        """Command deleting rows (RowViews/Rows/uuids) of any table, root or not."""
+        uuids = [r if isinstance(r, uuidlib.UUID) else r.uuid for r in rows]
+        return _DeleteRows(self, table, uuids)
+
+    def delete_owned(self, table: str, kind: str, owner: str | None = None,
+                     keep: Callable[[Any], bool] | None = None):
+        """Command deleting the rows of `table` owned by kind (and owner),
+        except those for which keep(row) is true: stale-row cleanup."""
+        rows = [r for r in self.rows_owned(table, kind, owner)
+                if keep is None or not keep(r)]
+        return self.delete_rows(table, rows)
+
+    # --- waiting -------------------------------------------------------------
+    def wait_for_row(self, table: str, predicate: Callable[[Any], bool],
+                     timeout: float) -> Any | None:
+        """Block until a row of `table` satisfies predicate(row), without
+        polling: an IDL event fires on the update.  Returns the row (a
+        frozen copy if it came from an event) or None on timeout."""
+        event = _Predicate(table, predicate)
+        with self.ovsdb_connection.lock:
+            self._handler.watch_event(event)
+            for row in self.tables[table].rows.values():
+                try:
+                    ok = predicate(row)
+                except Exception:
+                    ok = False
+                if ok:
+                    self._handler.unwatch_event(event)
+                    return rowview.RowView(row)
+        if event.event.wait(timeout):
+            return event.row
+        self._handler.unwatch_event(event)
+        return None
+
+    def watch_event(self, event) -> None:
+        """Register an ovsdbapp RowEvent (run in the event thread)."""
+        self._handler.watch_event(event)
+
+    def unwatch_event(self, event) -> None:
+        self._handler.unwatch_event(event)
