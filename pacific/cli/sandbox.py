@@ -3,11 +3,130 @@
 The network part (up/down/status) lives here; other areas add their own
 sub-commands through the modules imported in `register`.
 """
+import argparse
+import functools
+import json
+import sys
+
+from pacific import names
 from pacific.cli import sandbox_kube, sandbox_pods
+
+_NAME_HELP = (f"sandbox name (default {names.SANDBOX_DEFAULT_NAME!r}); lower-case letters and "
+              f"digits, it prefixes the namespaces {names.SANDBOX_NETNS_PREFIX}-NAME-*")
+_DESCRIPTION = f"""\
+A real multi-node OVN cluster network on this machine, in network namespaces:
+  {names.SANDBOX_NETNS_PREFIX}-NAME-central  NB/SB ovsdb-server, ovn-northd, underlay bridge br-ul
+  {names.SANDBOX_NETNS_PREFIX}-NAME-nodeI    ovsdb-server, ovs-vswitchd (netdev), ovn-controller
+  {names.SANDBOX_NETNS_PREFIX}-NAME-ext      the "outside world" on the underlay
+Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.SANDBOX_DIR})/NAME/.
+Needs root."""
+
+
+def _sandbox(args, nodes=None):
+    from pacific.sandbox.cluster import Sandbox
+    return Sandbox(args.name, nodes=nodes)
+
+
+def _errors_to_exit(fn):
+    """A SandboxError becomes one clear line on stderr and exit status 1."""
+    @functools.wraps(fn)
+    def wrapper(args):
+        from pacific.sandbox.proc import SandboxError
+        try:
+            return fn(args)
+        except SandboxError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    return wrapper
+
+
+@_errors_to_exit
+def cmd_up(args) -> int:
+    sb = _sandbox(args, nodes=args.nodes)
+    sb.up(timeout=args.timeout)
+    _print_where(sb.status())
+    return 0
+
+
+def _print_where(st: dict) -> None:
+    print(f"sandbox {st['name']}: {'ready' if st['ready'] else 'NOT ready'}  (dir {st['dir']})")
+    print(f"  OVN NB   {st['nb_remote']}   (from node namespaces: {st['nb_tcp_remote']})")
+    print(f"  OVN SB   {st['sb_remote']}   (from node namespaces: {st['sb_tcp_remote']})")
+    c = st["central"]
+    print(f"  central  netns {c['netns']}  underlay {c['underlay_ip']}  logs "
+          f"{', '.join(c['logs'].values())}")
+    e = st["external"]
+    print(f"  external netns {e['netns']}  underlay {e['underlay_ip']}  remote {e['remote_ip']}")
+    for n in st["nodes"]:
+        dead = [d for d, ok in n["daemons_alive"].items() if not ok]
+        health = "ok" if n["netns_exists"] and not dead else f"DOWN: {', '.join(dead) or 'netns'}"
+        print(f"  {n['name']:<8} netns {n['netns']}  underlay {n['underlay_ip']}  pod MTU "
+              f"{n['mtu']}  [{health}]")
+        print(f"           ovsdb {n['sockets']['ovsdb']}   logs {n['rundir']}/*.log")
+    if isinstance(st["chassis"], str):
+        print(f"  chassis: unavailable ({st['chassis']})")
+    else:
+        print("  chassis: " + (", ".join(f"{c['name']} ({'/'.join(c['encaps'])})"
+                                        for c in st["chassis"]) or "none"))
+    extra = [(t, d) for t, d in st["daemons"].items() if d["kind"] == "spawn"]
+    for tag, d in extra:
+        print(f"  service  {tag:<20} pid {d['pid']:<7} {'alive' if d['alive'] else 'DEAD'}  "
+              f"log {d['log']}")
+    if st["test_pods"]:
+        print(f"  test pods: {', '.join(st['test_pods'])}")
+
+
+@_errors_to_exit
+def cmd_status(args) -> int:
+    sb = _sandbox(args)
+    st = sb.status()
+    if args.json:
+        json.dump(st, sys.stdout, indent=2)
+        print()
+    elif not st["exists"]:
+        print(f"sandbox {args.name} is not up (no {st['dir']})")
+    else:
+        _print_where(st)
+    return 0 if st["ready"] else 3
+
+
+@_errors_to_exit
+def cmd_down(args) -> int:
+    _sandbox(args).down()
+    print(f"sandbox {args.name} is down")
+    return 0
 
 
 def register(sub):
-    p = sub.add_parser("sandbox", help="single-machine sandbox of real OVN nodes")
+    p = sub.add_parser("sandbox", help="single-machine sandbox of real OVN nodes",
+                       description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     sp = p.add_subparsers(dest="sandbox_command", metavar="SUBCOMMAND", required=True)
+
+    up = sp.add_parser("up", help="bring the sandbox up (idempotent; cleans a crashed one first)",
+                       description="Start OVN central, N nodes and the external host; wait "
+                       "until every chassis is registered and the Geneve tunnels are warm; "
+                       "print where sockets and logs are. A healthy sandbox is left as is; "
+                       "the leftovers of a crashed one are removed first.")
+    up.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=_NAME_HELP)
+    up.add_argument("--nodes", type=int, default=3, metavar="N", help="number of nodes (default 3)")
+    up.add_argument("--timeout", type=float, default=60, metavar="S",
+                    help="seconds to wait for chassis and tunnels (default 60)")
+    up.set_defaults(func=cmd_up)
+
+    st = sp.add_parser("status", help="chassis, daemons alive, per-node sockets and logs",
+                       description="Show the sandbox: chassis in the SB database, whether each "
+                       "daemon is alive, per-node sockets and log paths. Exit status 0 when "
+                       "ready, 3 otherwise.")
+    st.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=_NAME_HELP)
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.set_defaults(func=cmd_status)
+
+    dn = sp.add_parser("down", help="stop everything and remove every namespace and file",
+                       description="Stop every daemon the sandbox started (by its own pid), "
+                       "delete its namespaces, links and files. Works after a crash; "
+                       "idempotent.")
+    dn.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=_NAME_HELP)
+    dn.set_defaults(func=cmd_down)
+
     sandbox_kube.register(sp)
     sandbox_pods.register(sp)
