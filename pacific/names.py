@@ -48,6 +48,10 @@ OVS_OVN_INSTALLED = "ovn-installed"
 OVS_CONTAINER_ID = "pacific.io/container-id"
 OVS_POD = "pacific.io/pod"                 # namespace/name
 OVS_IFNAME = "pacific.io/ifname"
+OVS_ATTACHED_MAC = "attached-mac"          # the pod end's MAC (OVS/OVN convention)
+OVS_NETNS = "pacific.io/netns"             # CNI_NETNS path of the pod
+OVS_IP_ADDRESS = "pacific.io/ip_address"   # pod address with prefix, "10.16.0.5/16"
+OVS_GATEWAY = "pacific.io/gateway"
 
 OWNER_KIND_POD = "Pod"
 OWNER_KIND_NODE = "Node"
