@@ -1,0 +1,50 @@
+"""Controller configuration (flags / environment), validated once at start."""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from pacific import names
+
+
+class ConfigError(ValueError):
+    """A controller setting is invalid; the message names the flag."""
+
+
+@dataclass
+class Config:
+    nb_remote: str
+    kubeconfig: str | None = None
+    default_subnet: str = names.DEFAULT_SUBNET
+    default_cidr: str = names.DEFAULT_CIDR
+    default_gateway: str | None = None
+    join_switch: str = names.JOIN_SWITCH
+    join_cidr: str = names.JOIN_CIDR
+    workers: int = 8
+    batch: bool = True
+    batch_max: int = 500
+    batch_delay: float = 0.005
+    gc_interval: float = 300.0
+    status_interval: float = 1.0
+
+    def validate(self) -> "Config":
+        for flag, value in (("--default-cidr", self.default_cidr), ("--join-cidr", self.join_cidr)):
+            try:
+                ipaddress.ip_network(value, strict=True)
+            except ValueError as exc:
+                raise ConfigError(f"{flag} {value!r} is not a valid CIDR: {exc}") from None
+        if ipaddress.ip_network(self.default_cidr).overlaps(ipaddress.ip_network(self.join_cidr)):
+            raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
+        if self.workers < 1:
+            raise ConfigError("--workers must be at least 1")
+        if self.batch_max < 1:
+            raise ConfigError("--batch-max must be at least 1")
+        return self
+
+    @property
+    def join_gateway(self) -> str:
+        return str(ipaddress.ip_network(self.join_cidr).network_address + 1)
+
+    @property
+    def join_prefixlen(self) -> int:
+        return ipaddress.ip_network(self.join_cidr).prefixlen

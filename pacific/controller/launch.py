@@ -1,0 +1,67 @@
+"""Start controller replicas inside a sandbox (called from the sandbox's up()).
+
+    from pacific.controller.launch import start_for_sandbox
+    pids = start_for_sandbox(sb, kubeconfig, replicas=2)
+
+Replicas run in the root namespace (NB through its unix socket, the API on
+127.0.0.1), each through `sandbox.spawn("controller<i>", ...)` so `down()`
+stops them; they elect a leader with a Lease.  Returns once one of them leads
+and has synced (the Lease names a holder), or raises after `timeout`.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+from pacific import names
+
+LOG = logging.getLogger(__name__)
+
+
+def controller_tag(i: int) -> str:
+    return f"controller{i}"
+
+
+def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[str]:
+    return [sys.executable, "-m", "pacific.controller.main", "--kubeconfig", kubeconfig,
+            "--nb-remote", sandbox.nb_remote, "--identity", identity,
+            # short lease in the sandbox: failover within a few seconds
+            "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1", *extra]
+
+
+def start_for_sandbox(sandbox, kubeconfig: str, replicas: int = 2, wait: bool = True,
+                      timeout: float = 60.0, extra_args=()) -> list[int]:
+    pids = []
+    for i in range(1, replicas + 1):
+        tag = controller_tag(i)
+        if sandbox.daemon_pid(tag):
+            LOG.info("%s already runs (pid %d)", tag, sandbox.daemon_pid(tag))
+            pids.append(sandbox.daemon_pid(tag))
+            continue
+        pids.append(sandbox.spawn(tag, controller_argv(sandbox, kubeconfig, f"{sandbox.name}-{tag}",
+                                                       extra_args)))
+    if wait:
+        wait_for_leader(kubeconfig, timeout)
+    return pids
+
+
+def wait_for_leader(kubeconfig: str, timeout: float = 60.0) -> str:
+    """Block until the controller Lease has a holder; return its identity."""
+    from pacific.kube import client, errors
+    from pacific.kube import resources as r
+    api = client.load(kubeconfig)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lease = r.get(api, r.LEASES, names.CONTROLLER_NAME, names.CONTROLLER_LEASE_NAMESPACE)
+        except errors.ApiError:
+            lease = None
+        holder = ((lease or {}).get("spec") or {}).get("holderIdentity")
+        if holder:
+            LOG.info("controller leader: %s", holder)
+            return holder
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no pacific-controller became leader within {timeout:.0f}s "
+                               "(see the controller logs under the sandbox's services/ dir)")
+        time.sleep(0.2)

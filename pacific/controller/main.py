@@ -1,0 +1,174 @@
+"""`pacific-controller`: the cluster brain (Subnets, Nodes, Pods -> OVN NB + IPAM).
+
+Runs leader-elected by default: every replica campaigns for a Lease, the leader
+runs the controller (see core.py), the others wait and take over within the
+lease duration when it dies.  Losing the lease stops the controller and the
+replica campaigns again; SIGTERM stops it and releases the lease at once.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+
+from pacific import names
+from pacific.controller.config import Config, ConfigError
+
+LOG = logging.getLogger("pacific.controller")
+
+
+def _env(name: str, default=None):
+    return os.environ.get(name, default)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pacific-controller",
+        description="Pacific controller: watches Kubernetes (Subnets, Nodes, Pods, StatefulSets), "
+                    "allocates pod and node addresses, programs the OVN Northbound database and "
+                    "writes the pod/node annotations the node daemon reads.  Every flag has an "
+                    "environment variable (in brackets).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
+                   help="kubeconfig of the API server (else in-cluster) [KUBECONFIG]")
+    p.add_argument("--nb-remote", default=_env("PACIFIC_NB_REMOTE"),
+                   help="OVN Northbound OVSDB remote, e.g. unix:/run/ovn/ovnnb_db.sock or "
+                        "tcp:10.0.0.1:6641 (required) [PACIFIC_NB_REMOTE]")
+    g = p.add_argument_group("topology")
+    g.add_argument("--default-subnet", default=_env("PACIFIC_DEFAULT_SUBNET", names.DEFAULT_SUBNET),
+                   help="name of the default Subnet (created if missing) [PACIFIC_DEFAULT_SUBNET]")
+    g.add_argument("--default-cidr", default=_env("PACIFIC_DEFAULT_CIDR", names.DEFAULT_CIDR),
+                   help="CIDR of the default Subnet when it is created [PACIFIC_DEFAULT_CIDR]")
+    g.add_argument("--default-gateway", default=_env("PACIFIC_DEFAULT_GATEWAY"),
+                   help="gateway of the default Subnet (default: its first address) "
+                        "[PACIFIC_DEFAULT_GATEWAY]")
+    g.add_argument("--node-switch", default=_env("PACIFIC_NODE_SWITCH", names.JOIN_SWITCH),
+                   help="name of the join switch carrying the nodes' ovn0 ports [PACIFIC_NODE_SWITCH]")
+    g.add_argument("--join-cidr", default=_env("PACIFIC_JOIN_CIDR", names.JOIN_CIDR),
+                   help="CIDR of the join switch (node addresses) [PACIFIC_JOIN_CIDR]")
+    g = p.add_argument_group("performance")
+    g.add_argument("--workers", type=int, default=int(_env("PACIFIC_WORKERS", "16")),
+                   help="pod reconcile workers (nodes and subnets get a quarter each) [PACIFIC_WORKERS]")
+    g.add_argument("--batch-max", type=int, default=int(_env("PACIFIC_BATCH_MAX", "500")),
+                   help="most reconciles per NB transaction [PACIFIC_BATCH_MAX]")
+    g.add_argument("--batch-delay-ms", type=float, default=float(_env("PACIFIC_BATCH_DELAY_MS", "5")),
+                   help="how long a batch waits for more work after its first item "
+                        "[PACIFIC_BATCH_DELAY_MS]")
+    g.add_argument("--no-batch", action="store_true", help="one NB transaction per reconcile")
+    g.add_argument("--gc-interval", type=float, default=float(_env("PACIFIC_GC_INTERVAL", "300")),
+                   help="seconds between full re-checks of every object and owned NB row")
+    g = p.add_argument_group("leader election")
+    g.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
+                   help="run without a Lease (only ever run ONE replica like this)")
+    g.add_argument("--lease-name", default=_env("PACIFIC_LEASE_NAME", names.CONTROLLER_NAME),
+                   help="Lease object name [PACIFIC_LEASE_NAME]")
+    g.add_argument("--lease-namespace", default=_env("PACIFIC_LEASE_NAMESPACE",
+                                                     names.CONTROLLER_LEASE_NAMESPACE),
+                   help="Lease namespace [PACIFIC_LEASE_NAMESPACE]")
+    g.add_argument("--identity", default=_env("PACIFIC_IDENTITY", f"{socket.gethostname()}-{os.getpid()}"),
+                   help="this replica's identity in the Lease [PACIFIC_IDENTITY]")
+    g.add_argument("--lease-duration", type=float, default=15.0,
+                   help="seconds a standby waits for a silent leader before taking over")
+    g.add_argument("--renew-deadline", type=float, default=10.0,
+                   help="seconds the leader keeps trying to renew before it steps down")
+    g.add_argument("--retry-period", type=float, default=2.0, help="seconds between Lease attempts")
+    g = p.add_argument_group("logging")
+    g.add_argument("--log-file", default=_env("PACIFIC_LOG_FILE"), help="log here instead of stderr")
+    g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def config_from_args(args) -> Config:
+    if not args.nb_remote:
+        raise ConfigError("--nb-remote (or PACIFIC_NB_REMOTE) is required")
+    return Config(nb_remote=args.nb_remote, kubeconfig=args.kubeconfig,
+                  default_subnet=args.default_subnet, default_cidr=args.default_cidr,
+                  default_gateway=args.default_gateway, join_switch=args.node_switch,
+                  join_cidr=args.join_cidr, workers=args.workers, batch=not args.no_batch,
+                  batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
+                  gc_interval=args.gc_interval).validate()
+
+
+def _setup_logging(args) -> None:
+    kw = {"filename": args.log_file} if args.log_file else {"stream": sys.stderr}
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s]: %(message)s", **kw)
+    if not args.verbose:
+        for noisy in ("ovsdbapp", "urllib3", "kubernetes"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event) -> None:
+    from pacific.controller.core import Controller
+    from pacific.kube.leader import run_leader_elected as campaign
+
+    while not shutdown.is_set():
+        term = threading.Event()        # ends this term of leadership
+        done = threading.Event()
+        elector_stop = threading.Event()
+
+        def lead():
+            try:
+                Controller(cfg, kube, nb).run(term)
+            finally:
+                done.set()
+
+        def on_shutdown():
+            shutdown.wait()
+            term.set()
+            done.wait(15)
+            elector_stop.set()          # release the Lease only once we stopped writing
+
+        threading.Thread(target=on_shutdown, daemon=True, name="shutdown").start()
+        campaign(kube, args.lease_name, args.lease_namespace, args.identity,
+                 on_started_leading=lead, on_stopped_leading=term.set,
+                 lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
+                 retry_period=args.retry_period, stop=elector_stop)
+        term.set()
+        done.wait(15)
+        if not shutdown.is_set():
+            LOG.warning("leadership ended; campaigning again")
+            shutdown.wait(args.retry_period)
+            elector_stop.set()
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args)
+    try:
+        cfg = config_from_args(args)
+    except ConfigError as exc:
+        print(f"pacific-controller: {exc}", file=sys.stderr)
+        return 2
+    from pacific.controller.core import Controller
+    from pacific.kube import client
+    from pacific.ovn.nb import NorthboundAPI, OvnError
+
+    shutdown = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: shutdown.set())
+    try:
+        kube = client.load(cfg.kubeconfig)
+        nb = NorthboundAPI(cfg.nb_remote, created_by=names.CONTROLLER_NAME)
+    except (client.KubeconfigError, OvnError) as exc:
+        LOG.error("%s", exc)
+        return 1
+    LOG.info("pacific-controller %s starting (NB %s, API %s, leader election %s)", args.identity,
+             cfg.nb_remote, kube.configuration.host, "on" if args.leader_elect else "off")
+    try:
+        if args.leader_elect:
+            run_leader_elected(cfg, args, kube, nb, shutdown)
+        else:
+            Controller(cfg, kube, nb).run(shutdown)
+    finally:
+        nb.close()
+    LOG.info("pacific-controller %s exited", args.identity)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Pure decisions of the controller: no I/O, unit-tested.
+
+Which pods need a network, which subnet a pod belongs to, how a StatefulSet pod
+is identified, what a Subnet spec means, and the exact annotations and IP
+objects the controller writes.  Objects are plain dicts as the API returns them.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+
+from pacific import names
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+OWNER_KIND_STATEFULSET = names.OWNER_KIND_STATEFULSET
+
+
+def meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def annotations(obj: dict) -> dict:
+    return meta(obj).get("annotations") or {}
+
+
+def pod_key(namespace: str, name: str) -> str:
+    """Work-queue / informer key of a pod, also the IPAM owner key of its address."""
+    return f"{namespace}/{name}"
+
+
+def node_owner_key(node: str) -> str:
+    """IPAM owner key of a node's join address (cannot clash with 'ns/name')."""
+    return f"node:{node}"
+
+
+def ip_object_name(namespace: str, name: str) -> str:
+    """Name of the cluster-scoped IP object of a pod: '<pod>.<namespace>'.
+
+    For a StatefulSet pod this is also the '<statefulset>-<ordinal>.<namespace>'
+    identity that outlives the pod, so a re-created pod finds its address."""
+    return names.pod_lsp_name(namespace, name)
+
+
+def needs_network(pod: dict) -> bool:
+    """A pod gets an address once scheduled, unless host-network or finished."""
+    spec = pod.get("spec") or {}
+    if spec.get("hostNetwork"):
+        return False
+    if not spec.get("nodeName"):
+        return False
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def statefulset_of(pod: dict) -> tuple[str, int] | None:
+    """(statefulset name, ordinal) if the pod is owned by a StatefulSet."""
+    for ref in meta(pod).get("ownerReferences") or []:
+        if ref.get("kind") == OWNER_KIND_STATEFULSET and ref.get("controller", True):
+            sts = ref.get("name") or ""
+            m = re.fullmatch(re.escape(sts) + r"-(\d+)", meta(pod).get("name", ""))
+            if sts and m:
+                return sts, int(m.group(1))
+    return None
+
+
+def statefulset_keeps(sts: dict | None, ordinal: int) -> bool:
+    """Does this StatefulSet still have `ordinal` (so its address is kept)?"""
+    if sts is None or meta(sts).get("deletionTimestamp"):
+        return False
+    replicas = (sts.get("spec") or {}).get("replicas")
+    replicas = 1 if replicas is None else int(replicas)
+    start = int(((sts.get("spec") or {}).get("ordinals") or {}).get("start", 0))
+    return start <= ordinal < start + replicas
+
+
+def namespace_subnets(subnets: list[dict]) -> dict[str, str]:
+    """namespace -> subnet name from Subnet.spec.namespaces (oldest subnet wins)."""
+    out: dict[str, str] = {}
+    for s in sorted(subnets, key=lambda s: (meta(s).get("creationTimestamp") or "", meta(s).get("name"))):
+        for ns in (s.get("spec") or {}).get("namespaces") or []:
+            out.setdefault(ns, meta(s)["name"])
+    return out
+
+
+def choose_subnet(pod: dict, namespace: dict | None, ns_binding: dict[str, str],
+                  default_subnet: str) -> tuple[str, str]:
+    """(subnet name, why) for a pod: its annotation, else its namespace's
+    annotation, else a Subnet listing the namespace, else the default."""
+    want = annotations(pod).get(names.ANN_LOGICAL_SWITCH)
+    if want:
+        return want, f"pod annotation {names.ANN_LOGICAL_SWITCH}"
+    if namespace is not None:
+        want = annotations(namespace).get(names.ANN_LOGICAL_SWITCH)
+        if want:
+            return want, f"namespace annotation {names.ANN_LOGICAL_SWITCH}"
+    ns = meta(pod).get("namespace", "default")
+    if ns in ns_binding:
+        return ns_binding[ns], f"Subnet {ns_binding[ns]} lists namespace {ns}"
+    return default_subnet, "default subnet"
+
+
+# --- Subnet spec ----------------------------------------------------------------
+
+class SubnetSpecError(ValueError):
+    """A Subnet's spec is malformed; str() says which field and why."""
+
+
+@dataclass(frozen=True)
+class SubnetSpec:
+    name: str
+    cidr: str
+    gateway: str
+    exclude: tuple[str, ...] = field(default_factory=tuple)
+    default: bool = False
+
+    @property
+    def prefixlen(self) -> int:
+        return ipaddress.ip_network(self.cidr).prefixlen
+
+
+def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
+    """Validate a Subnet object's spec (CIDR, gateway, excludeIps)."""
+    name = meta(obj).get("name", "")
+    if name in reserved_names:
+        raise SubnetSpecError(f"name {name!r} is reserved for Pacific's own switch")
+    spec = obj.get("spec") or {}
+    raw = spec.get("cidrBlock")
+    if not raw or not isinstance(raw, str):
+        raise SubnetSpecError("spec.cidrBlock is required (e.g. 10.17.0.0/16)")
+    try:
+        net = ipaddress.ip_network(raw.strip(), strict=True)
+    except ValueError as exc:
+        raise SubnetSpecError(f"spec.cidrBlock {raw!r} is not a valid CIDR: {exc}") from None
+    if net.num_addresses < 4:
+        raise SubnetSpecError(f"spec.cidrBlock {raw!r} is too small (needs room for a gateway and pods)")
+    gw = spec.get("gateway")
+    if gw:
+        try:
+            gw_ip = ipaddress.ip_address(str(gw).strip())
+        except ValueError:
+            raise SubnetSpecError(f"spec.gateway {gw!r} is not an IP address") from None
+        if gw_ip not in net or gw_ip in (net.network_address, net.broadcast_address):
+            raise SubnetSpecError(f"spec.gateway {gw} is not a usable address of {net}")
+    else:
+        gw_ip = net.network_address + 1
+    exclude = []
+    for item in spec.get("excludeIps") or []:
+        item = str(item).strip()
+        parts = item.split("..")
+        try:
+            ips = [ipaddress.ip_address(p.strip()) for p in parts]
+        except ValueError:
+            raise SubnetSpecError(f"spec.excludeIps entry {item!r} is not an address or a range a..b") from None
+        if len(ips) > 2 or (len(ips) == 2 and ips[0] > ips[1]):
+            raise SubnetSpecError(f"spec.excludeIps entry {item!r} is not an address or a range a..b")
+        exclude.append(item)
+    return SubnetSpec(name=name, cidr=str(net), gateway=str(gw_ip), exclude=tuple(exclude),
+                      default=bool(spec.get("default")))
+
+
+def router_mac(gateway: str) -> str:
+    """Deterministic MAC of the router port at `gateway` (locally administered,
+    prefix 0e:00 which pod MACs never use)."""
+    b = ipaddress.ip_address(gateway).packed[-4:]
+    return "0e:00:" + ":".join(f"{x:02x}" for x in b)
+
+
+# --- what the controller writes ----------------------------------------------
+
+def pod_annotations(ip: str, mac: str, cidr: str, gateway: str, subnet: str, lsp: str) -> dict:
+    """The allocation annotations the node daemon waits for (contract)."""
+    return {
+        names.ANN_IP_ADDRESS: ip,
+        names.ANN_MAC_ADDRESS: mac,
+        names.ANN_CIDR: cidr,
+        names.ANN_GATEWAY: gateway,
+        names.ANN_LOGICAL_SWITCH: subnet,
+        names.ANN_LSP: lsp,
+        names.ANN_ALLOCATION_ERROR: None,
+        names.ANN_ALLOCATED: "true",
+    }
+
+
+def pod_allocated_matches(pod: dict, ip: str, mac: str, subnet: str) -> bool:
+    a = annotations(pod)
+    return (a.get(names.ANN_ALLOCATED) == "true" and a.get(names.ANN_IP_ADDRESS) == ip
+            and a.get(names.ANN_MAC_ADDRESS) == mac and a.get(names.ANN_LOGICAL_SWITCH) == subnet)
+
+
+def ip_object(namespace: str, pod: str, subnet: str, ip: str, mac: str, node: str,
+              sts: str | None = None) -> dict:
+    """Body of the cluster-scoped IP object that records one allocation."""
+    return {
+        "apiVersion": names.API_VERSION,
+        "kind": "IP",
+        "metadata": {"name": ip_object_name(namespace, pod),
+                     "labels": {names.EXT_SUBNET: subnet}},
+        "spec": {
+            "pod": pod, "namespace": namespace, "subnet": subnet,
+            "ipAddress": ip, "macAddress": mac, "nodeName": node,
+            "ownerKind": OWNER_KIND_STATEFULSET if sts else names.OWNER_KIND_POD,
+            "ownerName": sts or pod,
+        },
+    }
+
+
+def condition(ctype: str, ok: bool, reason: str, message: str, now: str) -> dict:
+    return {"type": ctype, "status": "True" if ok else "False", "reason": reason,
+            "message": message, "lastTransitionTime": now}

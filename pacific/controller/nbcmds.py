@@ -1,0 +1,224 @@
+"""Idempotent "ensure" commands for the controller's NB objects (ovsdbapp).
+
+ovsdbapp's `*_add(may_exist=True)` commands do not update an existing row, and
+name lookups do not see rows inserted earlier in the same transaction.  The
+controller needs both (a batch may create a subnet's switch and a pod's port on
+it in one transaction, and a reconcile must converge an existing row to the
+desired one), so these commands implement "make it so":
+
+    txn.add(EnsureSwitch(api, "s1", ext))
+    txn.add(EnsurePort(api, "s1", "p.ns", ["0a:58:... 10.16.0.5"], [...], ext))
+    txn.add(DeletePort(api, "p.ns", switch="s1"))
+
+Each is an ovsdbapp `BaseCommand`; rows created in the same transaction are
+remembered on the transaction object so later commands find them by name.
+"""
+from __future__ import annotations
+
+from ovsdbapp.backend.ovs_idl import command as ovs_cmd
+from ovsdbapp.backend.ovs_idl import idlutils
+
+LS = "Logical_Switch"
+LSP = "Logical_Switch_Port"
+LR = "Logical_Router"
+LRP = "Logical_Router_Port"
+
+
+def _created(txn) -> dict:
+    d = getattr(txn, "_pacific_created", None)
+    if d is None:
+        d = {}
+        txn._pacific_created = d
+    return d
+
+
+def find(api, txn, table: str, name: str):
+    """Row named `name` in `table`, including rows inserted in `txn`; or None."""
+    row = _created(txn).get((table, name))
+    if row is not None:
+        return row
+    try:
+        return api.lookup(table, name)
+    except idlutils.RowNotFound:
+        return None
+
+
+def _insert(api, txn, table: str, name: str):
+    row = txn.insert(api.tables[table])
+    row.name = name
+    _created(txn)[(table, name)] = row
+    return row
+
+
+def _set_if_changed(row, column: str, value) -> None:
+    if getattr(row, column) != value:
+        setattr(row, column, value)
+
+
+class _Base(ovs_cmd.BaseCommand):
+    def __str__(self):
+        return f"{self.__class__.__name__}({self.describe()})"
+
+    def describe(self) -> str:  # pragma: no cover - overridden
+        return ""
+
+
+class EnsureRouter(_Base):
+    def __init__(self, api, name: str, external_ids: dict):
+        super().__init__(api)
+        self.name, self.external_ids = name, dict(external_ids)
+
+    def describe(self):
+        return self.name
+
+    def run_idl(self, txn):
+        row = find(self.api, txn, LR, self.name) or _insert(self.api, txn, LR, self.name)
+        _set_if_changed(row, "external_ids", {**dict(row.external_ids), **self.external_ids})
+        self.result = row.uuid
+
+
+class EnsureSwitch(_Base):
+    def __init__(self, api, name: str, external_ids: dict, other_config: dict | None = None):
+        super().__init__(api)
+        self.name, self.external_ids = name, dict(external_ids)
+        self.other_config = dict(other_config or {})
+
+    def describe(self):
+        return self.name
+
+    def run_idl(self, txn):
+        row = find(self.api, txn, LS, self.name) or _insert(self.api, txn, LS, self.name)
+        _set_if_changed(row, "external_ids", {**dict(row.external_ids), **self.external_ids})
+        if self.other_config:
+            _set_if_changed(row, "other_config", {**dict(row.other_config), **self.other_config})
+        self.result = row.uuid
+
+
+class EnsurePort(_Base):
+    """A switch port with exactly these addresses/port_security/type/options.
+
+    A port of the same name on another switch is moved (a pod re-created with
+    another subnet, a StatefulSet pod whose subnet changed)."""
+
+    def __init__(self, api, switch: str, name: str, addresses: list[str],
+                 port_security: list[str], external_ids: dict,
+                 type: str = "", options: dict | None = None):
+        super().__init__(api)
+        self.switch, self.name = switch, name
+        self.addresses, self.port_security = list(addresses), list(port_security)
+        self.external_ids, self.type = dict(external_ids), type
+        self.options = dict(options or {})
+
+    def describe(self):
+        return f"{self.switch}/{self.name}"
+
+    def run_idl(self, txn):
+        ls = find(self.api, txn, LS, self.switch)
+        if ls is None:
+            raise RuntimeError(f"logical switch {self.switch} does not exist (port {self.name})")
+        row = find(self.api, txn, LSP, self.name)
+        if row is None:
+            row = _insert(self.api, txn, LSP, self.name)
+            ls.addvalue("ports", row)
+        elif row not in ls.ports:
+            for other in self.api.tables[LS].rows.values():
+                if other is not ls and row in other.ports:
+                    other.delvalue("ports", row)
+            ls.addvalue("ports", row)
+        _set_if_changed(row, "addresses", self.addresses)
+        _set_if_changed(row, "port_security", self.port_security)
+        _set_if_changed(row, "type", self.type)
+        _set_if_changed(row, "options", self.options)
+        _set_if_changed(row, "external_ids", self.external_ids)
+        self.result = row.uuid
+
+
+class EnsureRouterPort(_Base):
+    def __init__(self, api, router: str, name: str, mac: str, networks: list[str],
+                 external_ids: dict):
+        super().__init__(api)
+        self.router, self.name, self.mac = router, name, mac
+        self.networks, self.external_ids = list(networks), dict(external_ids)
+
+    def describe(self):
+        return f"{self.router}/{self.name}"
+
+    def run_idl(self, txn):
+        lr = find(self.api, txn, LR, self.router)
+        if lr is None:
+            raise RuntimeError(f"logical router {self.router} does not exist (port {self.name})")
+        row = find(self.api, txn, LRP, self.name)
+        if row is None:
+            row = _insert(self.api, txn, LRP, self.name)
+            lr.addvalue("ports", row)
+        _set_if_changed(row, "mac", self.mac)
+        _set_if_changed(row, "networks", self.networks)
+        _set_if_changed(row, "external_ids", self.external_ids)
+        self.result = row.uuid
+
+
+class DeletePort(_Base):
+    """Delete a switch port if it exists (the switch name avoids a scan)."""
+
+    def __init__(self, api, name: str, switch: str | None = None):
+        super().__init__(api)
+        self.name, self.switch = name, switch
+
+    def describe(self):
+        return self.name
+
+    def run_idl(self, txn):
+        row = find(self.api, txn, LSP, self.name)
+        if row is None:
+            return
+        parents = []
+        ls = find(self.api, txn, LS, self.switch) if self.switch else None
+        if ls is not None and row in ls.ports:
+            parents = [ls]
+        else:
+            parents = [s for s in self.api.tables[LS].rows.values() if row in s.ports]
+        for p in parents:
+            p.delvalue("ports", row)
+        row.delete()
+        self.result = True
+
+
+class DeleteRouterPort(_Base):
+    def __init__(self, api, router: str, name: str):
+        super().__init__(api)
+        self.router, self.name = router, name
+
+    def describe(self):
+        return f"{self.router}/{self.name}"
+
+    def run_idl(self, txn):
+        row = find(self.api, txn, LRP, self.name)
+        if row is None:
+            return
+        for lr in self.api.tables[LR].rows.values():
+            if row in lr.ports:
+                lr.delvalue("ports", row)
+        row.delete()
+
+
+class DeleteSwitch(_Base):
+    """Delete a switch and its ports if it exists."""
+
+    def __init__(self, api, name: str):
+        super().__init__(api)
+        self.name = name
+
+    def describe(self):
+        return self.name
+
+    def run_idl(self, txn):
+        row = find(self.api, txn, LS, self.name)
+        if row is None:
+            return
+        row.delete()
+
+
+def owned_rows(api, table: str, kind: str, owner_kind_key: str) -> list:
+    """Rows of `table` whose external_ids[owner_kind_key] == kind (IDL read)."""
+    return [r for r in api.tables[table].rows.values()
+            if r.external_ids.get(owner_kind_key) == kind]

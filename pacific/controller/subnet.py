@@ -1,0 +1,232 @@
+"""Subnet objects -> IPAM pools + logical switches on the cluster router.
+
+Per Subnet (key: its name), level-triggered:
+- invalid spec (malformed CIDR, gateway outside, bad excludeIps, reserved
+  name) or a CIDR overlapping an applied subnet: status Ready=False with the
+  reason, a Warning Event, nothing else changes (a previously applied spec of
+  the same Subnet keeps working);
+- valid: IPAM pool added/updated, switch + router port at the gateway ensured,
+  status Ready=True with used/available counts;
+- deletion: the finalizer ``pacific.io/subnet-protection`` holds the object
+  while addresses are in use (status says which pods); once unused, the switch,
+  router port and pool are removed and the finalizer is dropped.
+Older subnets win overlaps; when a subnet goes away, refused ones are retried.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+
+from pacific import names
+from pacific.controller import model, nbcmds, topology
+from pacific.controller.model import SubnetSpec, SubnetSpecError
+from pacific.ipam import errors as ipam_errors
+from pacific.kube import errors as kerr
+from pacific.kube import resources as r
+
+LOG = logging.getLogger(__name__)
+READY = "Ready"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def subnet_ids(name: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_SUBNET, names.EXT_OWNER: name,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_SUBNET: name}
+
+
+class SubnetReconciler:
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self._lock = threading.Lock()
+        self.applied: dict[str, SubnetSpec] = {}
+        self.refused: dict[str, str] = {}
+        self._dirty: set[str] = set()
+
+    # -- queries used by the pod reconciler ----------------------------------
+    def spec(self, name: str) -> SubnetSpec | None:
+        with self._lock:
+            return self.applied.get(name)
+
+    def why_not(self, name: str) -> str:
+        with self._lock:
+            if name in self.refused:
+                return f"subnet {name} is not ready: {self.refused[name]}"
+        return f"subnet {name} does not exist"
+
+    def default_name(self) -> str:
+        with self._lock:
+            if self.ctl.cfg.default_subnet in self.applied:
+                return self.ctl.cfg.default_subnet
+            for name, spec in sorted(self.applied.items()):
+                if spec.default:
+                    return name
+        return self.ctl.cfg.default_subnet
+
+    def namespace_binding(self) -> dict[str, str]:
+        with self._lock:
+            applied = set(self.applied)
+        objs = [s for s in self.ctl.inf_subnets.list() if model.meta(s).get("name") in applied]
+        return model.namespace_subnets(objs)
+
+    def mark_dirty(self, name: str) -> None:
+        with self._lock:
+            self._dirty.add(name)
+
+    def queue_dirty(self) -> None:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+        for name in dirty:
+            self.ctl.subnet_q.add(name)
+
+    # -- reconcile -------------------------------------------------------------
+    def reconcile(self, name: str) -> None:
+        ctl = self.ctl
+        if name == ctl.cfg.join_switch and ctl.inf_subnets.get(name) is None:
+            return
+        obj = ctl.inf_subnets.get(name)
+        if obj is None:
+            self._teardown(name)
+            return
+        if model.meta(obj).get("deletionTimestamp"):
+            self._delete(obj)
+            return
+        self._ensure_finalizer(obj)
+        try:
+            spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,))
+        except SubnetSpecError as exc:
+            self._refuse(obj, "InvalidSpec", str(exc))
+            return
+        with self._lock:
+            old = self.applied.get(name)
+        try:
+            with ctl.ipam_lock:
+                if old is None:
+                    ctl.ipam.add_subnet(name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
+                elif old != spec:
+                    ctl.ipam.update_subnet(name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
+        except ipam_errors.IPAMError as exc:
+            self._refuse(obj, exc.reason, str(exc))
+            return
+        ids = subnet_ids(name)
+        ctl.writer.run([lambda api: nbcmds.EnsureSwitch(api, name, ids),
+                        *topology.router_link_builders(name, spec.gateway, spec.prefixlen, ids)],
+                       what=f"subnet {name}")
+        with self._lock:
+            self.applied[name] = spec
+            was_refused = self.refused.pop(name, None) is not None
+        if old != spec:
+            LOG.info("subnet %s applied: %s gateway %s exclude %s", name, spec.cidr, spec.gateway,
+                     list(spec.exclude) or "-")
+        self._set_status(obj, True, "Applied", f"logical switch {name} on {names.CLUSTER_ROUTER}, "
+                         f"gateway {spec.gateway}")
+        if old is None or was_refused:
+            ctl.requeue_waiting_pods()
+
+    # -- pieces ------------------------------------------------------------------
+    def _usage(self, name: str) -> tuple[int, int]:
+        with self.ctl.ipam_lock:
+            try:
+                return self.ctl.ipam.usage(name)
+            except ipam_errors.IPAMError:
+                return 0, 0
+
+    def _refuse(self, obj: dict, reason: str, message: str) -> None:
+        name = model.meta(obj)["name"]
+        with self._lock:
+            kept = name in self.applied
+            first = self.refused.get(name) != message
+            self.refused[name] = message
+        if kept:
+            message += " (the previously applied spec stays in effect)"
+        if first:
+            LOG.warning("subnet %s refused: %s", name, message)
+            self.ctl.event(obj, reason, message)
+        self._set_status(obj, False, reason, message)
+
+    def _set_status(self, obj: dict, ok: bool, reason: str, message: str) -> None:
+        name = model.meta(obj)["name"]
+        used, available = self._usage(name)
+        old = obj.get("status") or {}
+        old_cond = next((c for c in old.get("conditions") or [] if c.get("type") == READY), {})
+        want_status = "True" if ok else "False"
+        if (old.get("usedIPs") == used and old.get("availableIPs") == available
+                and old_cond.get("status") == want_status and old_cond.get("reason") == reason
+                and old_cond.get("message") == message):
+            return
+        cond = model.condition(READY, ok, reason, message, _now())
+        if old_cond.get("status") == want_status and old_cond.get("lastTransitionTime"):
+            cond["lastTransitionTime"] = old_cond["lastTransitionTime"]
+        patch = {"status": {"usedIPs": used, "availableIPs": available, "conditions": [cond]}}
+        try:
+            r.patch_merge(self.ctl.kube, r.SUBNETS, name, patch, subresource="status")
+        except kerr.NotFound:
+            pass
+
+    def _ensure_finalizer(self, obj: dict) -> None:
+        fins = list(model.meta(obj).get("finalizers") or [])
+        if names.SUBNET_FINALIZER in fins:
+            return
+        patch = {"metadata": {"finalizers": fins + [names.SUBNET_FINALIZER],
+                              "resourceVersion": model.meta(obj).get("resourceVersion")}}
+        r.patch_merge(self.ctl.kube, r.SUBNETS, model.meta(obj)["name"], patch)
+
+    def _delete(self, obj: dict) -> None:
+        name = model.meta(obj)["name"]
+        used, _ = self._usage(name)
+        if used:
+            holders = self._holders(name)
+            msg = (f"deletion refused: {used} address(es) still in use"
+                   + (f" (by {', '.join(holders)})" if holders else "")
+                   + "; delete those pods first")
+            if self.refused.get(name) != msg:
+                self.ctl.event(obj, "SubnetInUse", msg)
+            with self._lock:
+                self.refused[name] = msg
+            self._set_status(obj, False, "SubnetInUse", msg)
+            return
+        self._teardown(name)
+        fins = [f for f in model.meta(obj).get("finalizers") or [] if f != names.SUBNET_FINALIZER]
+        try:
+            r.patch_merge(self.ctl.kube, r.SUBNETS, name, {"metadata": {"finalizers": fins}})
+        except kerr.NotFound:
+            pass
+
+    def _holders(self, name: str, limit: int = 5) -> list[str]:
+        out = []
+        for ip in self.ctl.inf_ips.list():
+            spec = ip.get("spec") or {}
+            if spec.get("subnet") == name:
+                out.append(f"{spec.get('namespace')}/{spec.get('pod')}")
+                if len(out) >= limit:
+                    out.append("...")
+                    break
+        return out
+
+    def _teardown(self, name: str) -> None:
+        ctl = self.ctl
+        with ctl.ipam_lock:
+            used, _ = self._usage(name)
+            if used:
+                LOG.error("subnet %s is gone but %d addresses are still in use; keeping its switch "
+                          "until they are released", name, used)
+                return
+            try:
+                ctl.ipam.remove_subnet(name)
+            except ipam_errors.SubnetNotFound:
+                pass
+        owned = ctl.nb.rows_owned(nbcmds.LS, names.OWNER_KIND_SUBNET, name)
+        with self._lock:
+            was_applied = self.applied.pop(name, None) is not None
+            self.refused.pop(name, None)
+            retry = list(self.refused)
+        if owned or was_applied:
+            ctl.writer.run([lambda api: nbcmds.DeleteRouterPort(api, names.CLUSTER_ROUTER,
+                                                                names.router_port_name(name)),
+                            lambda api: nbcmds.DeleteSwitch(api, name)], what=f"delete subnet {name}")
+            LOG.info("subnet %s removed (switch and router port deleted)", name)
+        for other in retry:
+            ctl.subnet_q.add(other)

@@ -1,0 +1,79 @@
+"""Startup topology: cluster router, join switch, default Subnet object.
+
+Run by every new leader before its workers start (idempotent):
+- logical router ``pacific-cluster`` (owner Cluster);
+- the ``join`` switch (``--join-cidr``, default 100.64.0.0/16) linked to the
+  router at its first address; nodes' ``ovn0`` ports live on it (node.py);
+- the join subnet in IPAM (so no Subnet may overlap it);
+- the default ``Subnet`` object (``--default-subnet`` / ``--default-cidr``),
+  created through the API if missing; subnet.py turns it into a switch like
+  every other Subnet.
+"""
+from __future__ import annotations
+
+import logging
+
+from pacific import names
+from pacific.controller import model, nbcmds
+from pacific.ipam import errors as ipam_errors
+from pacific.kube import errors as kerr
+from pacific.kube import resources as r
+
+LOG = logging.getLogger(__name__)
+
+
+def cluster_ids() -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_CLUSTER, names.EXT_OWNER: names.CLUSTER_ROUTER,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME}
+
+
+def join_ids(switch: str) -> dict:
+    return {**cluster_ids(), names.EXT_SUBNET: switch}
+
+
+def router_link_builders(switch: str, gateway: str, prefixlen: int, ids: dict) -> list:
+    """Builders linking `switch` to the cluster router at gateway/prefixlen."""
+    rp = names.router_port_name(switch)
+    mac = model.router_mac(gateway)
+    return [
+        lambda api: nbcmds.EnsureRouterPort(api, names.CLUSTER_ROUTER, rp, mac,
+                                            [f"{gateway}/{prefixlen}"], ids),
+        lambda api: nbcmds.EnsurePort(api, switch, names.switch_router_port_name(switch),
+                                      ["router"], [], ids, type="router",
+                                      options={"router-port": rp}),
+    ]
+
+
+def ensure(ctl) -> None:
+    cfg = ctl.cfg
+    ids = join_ids(cfg.join_switch)
+    builders = [
+        lambda api: nbcmds.EnsureRouter(api, names.CLUSTER_ROUTER, cluster_ids()),
+        lambda api: nbcmds.EnsureSwitch(api, cfg.join_switch, ids),
+        *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_prefixlen, ids),
+    ]
+    ctl.writer.run(builders, what="startup topology")
+    with ctl.ipam_lock:
+        try:
+            ctl.ipam.add_subnet(cfg.join_switch, cfg.join_cidr, gateway=cfg.join_gateway)
+        except ipam_errors.SubnetExists:
+            pass
+    LOG.info("topology: router %s, switch %s (%s, gateway %s)", names.CLUSTER_ROUTER,
+             cfg.join_switch, cfg.join_cidr, cfg.join_gateway)
+    ensure_default_subnet(ctl)
+
+
+def ensure_default_subnet(ctl) -> None:
+    cfg = ctl.cfg
+    if ctl.inf_subnets.get(cfg.default_subnet) is not None:
+        return
+    spec = {"cidrBlock": cfg.default_cidr, "default": True}
+    if cfg.default_gateway:
+        spec["gateway"] = cfg.default_gateway
+    body = {"apiVersion": names.API_VERSION, "kind": "Subnet",
+            "metadata": {"name": cfg.default_subnet}, "spec": spec}
+    try:
+        r.create(ctl.kube, r.SUBNETS, body)
+        LOG.info("created default Subnet %s (%s)", cfg.default_subnet, cfg.default_cidr)
+    except kerr.AlreadyExists:
+        pass
