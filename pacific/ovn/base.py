@@ -170,7 +170,7 @@ class PacificTransaction(ovsdbapp_txn.Transaction):
         attempts = 0
         while True:
             if attempts > 0 and self.timeout_exceeded():
-                connected = self.api.idl.is_connected()
+                connected = self.api.is_connected()
                 raise OvnTimeoutError(
                     remote, self.commands,
                     f"not committed within {self.timeout:g}s after "
@@ -389,7 +389,9 @@ class ApiBase:
         self.close()
 
     def is_connected(self) -> bool:
-        return bool(self.idl.is_connected())
+        """True while the IDL session to the server is up."""
+        session = getattr(self.idl, "_session", None)
+        return bool(session is not None and session.is_connected())
 
     # --- transactions --------------------------------------------------------
     def create_transaction(self, check_error=True, log_errors=True, **kwargs):

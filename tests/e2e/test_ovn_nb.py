@@ -1,0 +1,305 @@
+"""pacific.ovn.NorthboundAPI against a real ovsdb-server with the OVN NB schema."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
+from pacific import names
+from pacific.ovn import (NorthboundAPI, OvnConnectionError, OvnTimeoutError,
+                         OvnTransactionError, Owner)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+CLUSTER = Owner(names.OWNER_KIND_CLUSTER, names.CLUSTER_ROUTER)
+SUBNET = Owner(names.OWNER_KIND_SUBNET, names.DEFAULT_SUBNET)
+POD = Owner(names.OWNER_KIND_POD, "default/web-0")
+SW = names.DEFAULT_SUBNET
+LR = names.CLUSTER_ROUTER
+
+
+@pytest.fixture
+def nbdb(tmp_path):
+    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def nb(nbdb):
+    api = NorthboundAPI(nbdb.remote, timeout=10, created_by="test")
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def owned_by(row, owner: Owner) -> bool:
+    ids = row.external_ids
+    return (ids.get(names.EXT_OWNER_KIND) == owner.kind
+            and ids.get(names.EXT_OWNER) == owner.name)
+
+
+def topology(nb):
+    """Commands for one of every object kind (one transaction)."""
+    lsp = nb.add_switch_port(SW, "web-0.default", owner=POD,
+                             addresses=["0a:00:00:10:00:05 10.16.0.5"],
+                             port_security=["0a:00:00:10:00:05 10.16.0.5"])
+    return [
+        nb.add_router(LR, owner=CLUSTER),
+        nb.add_switch(SW, owner=SUBNET, other_config={"subnet": "10.16.0.0/16"}),
+        *nb.link_router_switch(LR, SW, "0a:00:00:10:00:01", "10.16.0.1/16",
+                               owner=SUBNET),
+        lsp,
+        nb.add_address_set("as-default", ["10.16.0.5"], owner=SUBNET),
+        nb.add_port_group("pg-default", [lsp], owner=SUBNET),
+        nb.add_acl(SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
+                   "allow-related", owner=SUBNET),
+        nb.add_acl("pg-default", "from-lport", names.PRIO_ACL_ISOLATION_DROP,
+                   "ip4", "drop", owner=SUBNET, port_group=True),
+        nb.add_load_balancer("svc-web", "10.96.0.10:80", ["10.16.0.5:8080"],
+                             owner=SUBNET),
+        nb.add_nat(LR, "snat", "172.31.0.5", "10.16.0.0/16", owner=SUBNET),
+        nb.add_static_route(LR, "10.17.0.0/16", "100.64.0.2", owner=SUBNET),
+        nb.add_policy(LR, names.PRIO_POLICY_DISTRIBUTED_EGRESS,
+                      "ip4.src == 10.16.0.5", "reroute",
+                      nexthops=["100.64.0.2"], owner=SUBNET),
+        nb.add_qos(SW, "from-lport", 100, 'inport == "web-0.default"',
+                   rate=1000, owner=POD),
+    ]
+
+
+KINDS = {  # table -> (owner, expected rows)
+    "Logical_Router": (CLUSTER, 1), "Logical_Switch": (SUBNET, 1),
+    "Logical_Router_Port": (SUBNET, 1), "Address_Set": (SUBNET, 1),
+    "Port_Group": (SUBNET, 1), "ACL": (SUBNET, 2), "Load_Balancer": (SUBNET, 1),
+    "NAT": (SUBNET, 1), "Logical_Router_Static_Route": (SUBNET, 1),
+    "Logical_Router_Policy": (SUBNET, 1), "QoS": (POD, 1),
+}
+
+
+def test_create_every_kind_with_owner_ids(nb):
+    nb.commit(*topology(nb))
+    for table, (owner, n) in KINDS.items():
+        rows = nb.rows_owned(table, owner.kind, owner.name)
+        assert len(rows) == n, table
+        assert all(owned_by(r, owner) for r in rows)
+        assert all(r.external_ids[names.EXT_CREATED_BY] == "test" for r in rows)
+    lsps = {r.name: r for r in nb.rows_owned("Logical_Switch_Port")}
+    assert owned_by(lsps["web-0.default"], POD)
+    assert lsps[names.switch_router_port_name(SW)].type == "router"
+    pg = nb.lookup("Port_Group", "pg-default")
+    assert [p.name for p in pg.ports] == ["web-0.default"]
+    assert len(nb.lookup("Logical_Switch", SW).ports) == 2
+
+
+def test_rerun_is_idempotent_and_updates(nb):
+    nb.commit(*topology(nb))
+    before = {t: len(nb.tables[t].rows) for t in KINDS}
+    nb.commit(*topology(nb))
+    assert {t: len(nb.tables[t].rows) for t in KINDS} == before
+    # updates through the same helpers
+    nb.commit(
+        nb.add_switch_port(SW, "web-0.default", owner=POD,
+                           addresses=["0a:00:00:10:00:06 10.16.0.6"]),
+        nb.add_address_set("as-default", ["10.16.0.6", "10.16.0.7"],
+                           owner=SUBNET),
+        nb.add_load_balancer("svc-web", "10.96.0.10:80",
+                             ["10.16.0.6:8080", "10.16.0.7:8080"], owner=SUBNET),
+        nb.add_acl(SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
+                   "allow", owner=SUBNET),
+        nb.add_static_route(LR, "10.17.0.0/16", "100.64.0.3", owner=SUBNET),
+        nb.add_qos(SW, "from-lport", 100, 'inport == "web-0.default"',
+                   rate=2000, owner=POD),
+    )
+    assert nb.lookup("Logical_Switch_Port", "web-0.default").addresses == [
+        "0a:00:00:10:00:06 10.16.0.6"]
+    assert nb.lookup("Address_Set", "as-default").addresses == [
+        "10.16.0.6", "10.16.0.7"]
+    assert nb.lookup("Load_Balancer", "svc-web").vips == {
+        "10.96.0.10:80": "10.16.0.6:8080,10.16.0.7:8080"}
+    acls = nb.lookup("Logical_Switch", SW).acls
+    assert [a.action for a in acls] == ["allow"]
+    [route] = nb.lookup("Logical_Router", LR).static_routes
+    assert route.nexthop == "100.64.0.3"
+    [qos] = nb.lookup("Logical_Switch", SW).qos_rules
+    assert qos.bandwidth == {"rate": 2000}
+    assert {t: len(nb.tables[t].rows) for t in KINDS} == before
+
+
+def test_delete_owned_removes_root_and_child_rows(nb):
+    nb.commit(*topology(nb))
+    for table in ("ACL", "NAT", "Logical_Router_Static_Route",
+                  "Logical_Router_Policy", "Address_Set", "Port_Group",
+                  "Load_Balancer"):
+        [n] = nb.commit(nb.delete_owned(table, names.OWNER_KIND_SUBNET))
+        assert n == KINDS[table][1], table
+        assert nb.rows_owned(table) == [], table
+    # keep= spares live owners: only the stale pod port goes
+    nb.commit(nb.add_switch_port(SW, "web-1.default", owner=Owner(
+        names.OWNER_KIND_POD, "default/web-1")))
+    nb.commit(nb.delete_owned(
+        "Logical_Switch_Port", names.OWNER_KIND_POD,
+        keep=lambda r: r.external_ids[names.EXT_OWNER] == "default/web-1"))
+    assert {p.name for p in nb.lookup("Logical_Switch", SW).ports} == {
+        "web-1.default", names.switch_router_port_name(SW)}
+    # deleting a switch takes its ports and QoS rows with it
+    nb.commit(nb.ls_del(SW), nb.lr_del(LR))
+    for table in ("Logical_Switch", "Logical_Switch_Port", "QoS",
+                  "Logical_Router", "Logical_Router_Port"):
+        assert len(nb.tables[table].rows) == 0, table
+
+
+def test_batch_of_1000_ports_in_one_transaction(nb):
+    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    t0 = time.monotonic()
+    with nb.transaction() as txn:
+        for i in range(1000):
+            ip = f"10.16.{i // 250}.{i % 250 + 2}"
+            mac = f"0a:00:00:10:{i // 250:02x}:{i % 250 + 2:02x}"
+            txn.add(nb.add_switch_port(
+                SW, f"p{i}.bulk", owner=Owner(names.OWNER_KIND_POD, f"bulk/p{i}"),
+                addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
+    elapsed = time.monotonic() - t0
+    assert len(nb.lookup("Logical_Switch", SW).ports) == 1000
+    assert len(nb.rows_owned("Logical_Switch_Port", names.OWNER_KIND_POD)) == 1000
+    assert nb.lookup("Logical_Switch_Port", "p999.bulk").external_ids[
+        names.EXT_OWNER] == "bulk/p999"
+    assert elapsed < 30, f"1000-port transaction took {elapsed:.1f}s"
+
+
+def test_failed_command_raises_named_error_and_commits_nothing(nb):
+    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    with pytest.raises(OvnTransactionError) as e:
+        nb.commit(nb.add_switch_port(SW, "ok.default", owner=POD),
+                  nb.add_switch_port("no-such-switch", "x.default", owner=POD))
+    err = e.value
+    assert "no-such-switch" in err.failed_command
+    assert "Cannot find Logical_Switch" in err.detail
+    assert nbdb_remote_in(err, nb)
+    assert len(err.commands) == 2
+    assert nb.lookup("Logical_Switch", SW).ports == []  # all or nothing
+
+
+def nbdb_remote_in(err, nb) -> bool:
+    return nb.remote in str(err)
+
+
+def test_server_side_error_carries_ovsdb_text(nb):
+    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    # two address sets of one name violate the schema index: ovsdb-server refuses
+    with pytest.raises(OvnTransactionError) as e:
+        nb.commit(nb.db_create("Address_Set", name="dup"),
+                  nb.db_create("Address_Set", name="dup"))
+    assert "OVSDB error" in e.value.detail
+    assert "constraint violation" in e.value.detail
+    assert e.value.failed_command is None
+    # the connection still works afterwards
+    nb.commit(nb.add_switch_port(SW, "after.default", owner=POD))
+
+
+def test_reconnect_after_kill9_and_restart(nbdb, nb):
+    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    nbdb.kill9()
+    deadline = time.monotonic() + 5
+    while nb.is_connected() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not nb.is_connected()
+
+    # a transaction issued during the outage is retried and lands after restart
+    result = {}
+
+    def writer():
+        try:
+            nb.commit(nb.add_switch_port(SW, "during.default", owner=POD))
+            result["ok"] = True
+        except Exception as ex:  # reported below
+            result["error"] = ex
+
+    t = threading.Thread(target=writer)
+    t.start()
+    time.sleep(0.5)
+    nbdb.start()
+    t.join(15)
+    assert result == {"ok": True}
+    # the cache was re-read: old rows present, new commands work
+    nb.commit(nb.add_switch_port(SW, "after.default", owner=POD))
+    assert {p.name for p in nb.lookup("Logical_Switch", SW).ports} == {
+        "during.default", "after.default"}
+
+
+def test_transaction_while_server_down_raises_timeout(tmp_path):
+    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
+    api = NorthboundAPI(srv.remote, timeout=1.5)
+    try:
+        srv.kill9()
+        t0 = time.monotonic()
+        with pytest.raises(OvnTimeoutError) as e:
+            api.commit(api.add_switch(SW, owner=SUBNET))
+        assert time.monotonic() - t0 < 10
+        assert srv.remote in str(e.value)
+        assert "not committed within 1.5s" in str(e.value)
+    finally:
+        api.close()
+        srv.stop()
+
+
+def test_two_apis_on_two_databases_stay_separate(tmp_path):
+    a_srv = OvsdbServer(tmp_path / "a", NB_SCHEMA).start()
+    b_srv = OvsdbServer(tmp_path / "b", NB_SCHEMA).start()
+    a = b = None
+    try:
+        a = NorthboundAPI(a_srv.remote, timeout=10)
+        b = NorthboundAPI(b_srv.remote, timeout=10)
+        assert a.ovsdb_connection is not b.ovsdb_connection
+        a.commit(a.add_switch("only-a", owner=SUBNET))
+        b.commit(b.add_switch("only-b", owner=SUBNET))
+        assert [r.name for r in a.rows_owned("Logical_Switch")] == ["only-a"]
+        assert [r.name for r in b.rows_owned("Logical_Switch")] == ["only-b"]
+        # a third API on a's database sees a's data through its own connection
+        a2 = NorthboundAPI(a_srv.remote, timeout=10)
+        try:
+            assert a2.lookup("Logical_Switch", "only-a").name == "only-a"
+        finally:
+            a2.close()
+    finally:
+        for api in (a, b):
+            if api is not None:
+                api.close()
+        a_srv.stop()
+        b_srv.stop()
+
+
+def test_connect_to_missing_server_raises_connection_error(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(OvnConnectionError) as e:
+        NorthboundAPI(f"unix:{tmp_path}/absent.sock", timeout=0.5)
+    assert "absent.sock" in str(e.value)
+    assert time.monotonic() - t0 < 5
+
+
+def test_wait_for_row_wakes_on_change_from_another_client(nbdb, nb):
+    nb.commit(nb.add_switch(SW, owner=SUBNET),
+              nb.add_switch_port(SW, "web-0.default", owner=POD))
+    other = NorthboundAPI(nbdb.remote, timeout=10)
+    try:
+        timer = threading.Timer(0.2, lambda: other.commit(
+            other.lsp_set_options("web-0.default", **{"requested-chassis": "node1"})))
+        timer.start()
+        row = nb.wait_for_row(
+            "Logical_Switch_Port",
+            lambda r: r.name == "web-0.default"
+            and r.options.get("requested-chassis") == "node1", timeout=5)
+        timer.join()
+        assert row is not None
+        # already true: returns at once; never true: None after the timeout
+        assert nb.wait_for_row("Logical_Switch", lambda r: r.name == SW, 1)
+        assert nb.wait_for_row("Logical_Switch", lambda r: r.name == "x",
+                               0.2) is None
+    finally:
+        other.close()
