@@ -51,8 +51,13 @@ def _insert(api, txn, table: str, name: str):
 
 
 def _set_if_changed(row, column: str, value) -> None:
-    if getattr(row, column) != value:
+    # a row inserted in this transaction has no value yet: getattr raises
+    if getattr(row, column, None) != value:
         setattr(row, column, value)
+
+
+def _ids(row) -> dict:
+    return dict(getattr(row, "external_ids", None) or {})
 
 
 class _Base(ovs_cmd.BaseCommand):
@@ -73,7 +78,7 @@ class EnsureRouter(_Base):
 
     def run_idl(self, txn):
         row = find(self.api, txn, LR, self.name) or _insert(self.api, txn, LR, self.name)
-        _set_if_changed(row, "external_ids", {**dict(row.external_ids), **self.external_ids})
+        _set_if_changed(row, "external_ids", {**_ids(row), **self.external_ids})
         self.result = row.uuid
 
 
@@ -88,9 +93,9 @@ class EnsureSwitch(_Base):
 
     def run_idl(self, txn):
         row = find(self.api, txn, LS, self.name) or _insert(self.api, txn, LS, self.name)
-        _set_if_changed(row, "external_ids", {**dict(row.external_ids), **self.external_ids})
+        _set_if_changed(row, "external_ids", {**_ids(row), **self.external_ids})
         if self.other_config:
-            _set_if_changed(row, "other_config", {**dict(row.other_config), **self.other_config})
+            _set_if_changed(row, "other_config", {**dict(getattr(row, "other_config", None) or {}), **self.other_config})
         self.result = row.uuid
 
 

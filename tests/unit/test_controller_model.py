@@ -1,0 +1,111 @@
+"""Pure decisions of the controller (pacific.controller.model)."""
+from __future__ import annotations
+
+import pytest
+
+from pacific import names
+from pacific.controller import model
+from pacific.controller.config import Config, ConfigError
+
+
+def pod(name="web-0", ns="default", node="node1", ann=None, owner=None, host=False, phase=None):
+    p = {"metadata": {"name": name, "namespace": ns, "annotations": ann or {}},
+         "spec": {"nodeName": node, "hostNetwork": host}, "status": {}}
+    if owner:
+        p["metadata"]["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    if phase:
+        p["status"]["phase"] = phase
+    return p
+
+
+def subnet(name, cidr="10.17.0.0/16", **spec):
+    return {"metadata": {"name": name, "creationTimestamp": spec.pop("ts", "2024-01-01T00:00:00Z")},
+            "spec": {"cidrBlock": cidr, **spec}}
+
+
+def test_needs_network():
+    assert model.needs_network(pod())
+    assert not model.needs_network(pod(node=None))
+    assert not model.needs_network(pod(host=True))
+    assert not model.needs_network(pod(phase="Succeeded"))
+    assert not model.needs_network(pod(phase="Failed"))
+
+
+def test_subnet_choice_order():
+    binding = {"team-a": "blue"}
+    ns_ann = {"metadata": {"name": "team-a", "annotations": {names.ANN_LOGICAL_SWITCH: "green"}}}
+    p = pod(ns="team-a", ann={names.ANN_LOGICAL_SWITCH: "red"})
+    assert model.choose_subnet(p, ns_ann, binding, "ovn-default")[0] == "red"
+    assert model.choose_subnet(pod(ns="team-a"), ns_ann, binding, "ovn-default")[0] == "green"
+    assert model.choose_subnet(pod(ns="team-a"), None, binding, "ovn-default")[0] == "blue"
+    assert model.choose_subnet(pod(ns="other"), None, binding, "ovn-default") == \
+        ("ovn-default", "default subnet")
+
+
+def test_namespace_binding_oldest_subnet_wins():
+    a = subnet("a", namespaces=["x"], ts="2024-01-02T00:00:00Z")
+    b = subnet("b", "10.18.0.0/16", namespaces=["x", "y"], ts="2024-01-01T00:00:00Z")
+    assert model.namespace_subnets([a, b]) == {"x": "b", "y": "b"}
+
+
+def test_statefulset_identity_and_keep():
+    p = pod(name="db-2", owner=("StatefulSet", "db"))
+    assert model.statefulset_of(p) == ("db", 2)
+    assert model.statefulset_of(pod(name="db-x", owner=("StatefulSet", "db"))) is None
+    assert model.statefulset_of(pod(owner=("ReplicaSet", "web"))) is None
+    sts = {"metadata": {"name": "db"}, "spec": {"replicas": 3}}
+    assert model.statefulset_keeps(sts, 2)
+    assert not model.statefulset_keeps({"metadata": {}, "spec": {"replicas": 2}}, 2)
+    assert not model.statefulset_keeps(None, 0)
+    assert not model.statefulset_keeps({"metadata": {"deletionTimestamp": "x"}, "spec": {}}, 0)
+
+
+@pytest.mark.parametrize("cidr,msg", [
+    ("10.17.0.0/33", "not a valid CIDR"),
+    ("10.17.0.1/16", "not a valid CIDR"),
+    ("banana", "not a valid CIDR"),
+    ("", "required"),
+    ("10.17.0.0/31", "too small"),
+])
+def test_parse_subnet_rejects_malformed(cidr, msg):
+    with pytest.raises(model.SubnetSpecError, match=msg):
+        model.parse_subnet(subnet("s", cidr))
+
+
+def test_parse_subnet_gateway_and_excludes():
+    s = model.parse_subnet(subnet("s", excludeIps=["10.17.0.2", "10.17.0.10..10.17.0.20"]))
+    assert (s.cidr, s.gateway, s.prefixlen) == ("10.17.0.0/16", "10.17.0.1", 16)
+    assert s.exclude == ("10.17.0.2", "10.17.0.10..10.17.0.20")
+    assert model.parse_subnet(subnet("s", gateway="10.17.255.254")).gateway == "10.17.255.254"
+    with pytest.raises(model.SubnetSpecError, match="gateway"):
+        model.parse_subnet(subnet("s", gateway="10.99.0.1"))
+    with pytest.raises(model.SubnetSpecError, match="excludeIps"):
+        model.parse_subnet(subnet("s", excludeIps=["10.17.0.20..10.17.0.10"]))
+    with pytest.raises(model.SubnetSpecError, match="reserved"):
+        model.parse_subnet(subnet("join"), reserved_names=("join",))
+
+
+def test_annotations_and_ip_object():
+    ann = model.pod_annotations("10.16.0.5", "0a:58:0a:10:00:05", "10.16.0.0/16", "10.16.0.1",
+                                "ovn-default", "web-0.default")
+    assert ann[names.ANN_ALLOCATED] == "true" and ann[names.ANN_ALLOCATION_ERROR] is None
+    p = pod(ann={k: v for k, v in ann.items() if v is not None})
+    assert model.pod_allocated_matches(p, "10.16.0.5", "0a:58:0a:10:00:05", "ovn-default")
+    assert not model.pod_allocated_matches(p, "10.16.0.6", "0a:58:0a:10:00:05", "ovn-default")
+    obj = model.ip_object("default", "db-0", "ovn-default", "10.16.0.5", "0a:58:0a:10:00:05",
+                          "node1", sts="db")
+    assert obj["metadata"]["name"] == "db-0.default"
+    assert obj["spec"]["ownerKind"] == names.OWNER_KIND_STATEFULSET
+    assert obj["spec"]["ownerName"] == "db"
+
+
+def test_router_mac_is_deterministic_and_not_a_pod_mac():
+    assert model.router_mac("10.16.0.1") == "0e:00:0a:10:00:01"
+
+
+def test_config_validation():
+    Config(nb_remote="unix:/x").validate()
+    with pytest.raises(ConfigError, match="--default-cidr"):
+        Config(nb_remote="unix:/x", default_cidr="10.16.0.0/99").validate()
+    with pytest.raises(ConfigError, match="overlaps"):
+        Config(nb_remote="unix:/x", default_cidr="100.64.0.0/10").validate()
