@@ -1,0 +1,5 @@
+import sys
+
+from pacific.sandbox.apiserver.main import main
+
+sys.exit(main())

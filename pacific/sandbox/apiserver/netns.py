@@ -1,0 +1,45 @@
+"""Open a listening socket inside a named network namespace (/run/netns/<name>)
+from a process that stays in its own namespace: switch this thread, bind, switch back."""
+import ctypes
+import os
+import socket
+
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def listen_socket(host: str, port: int, netns: str | None = None, backlog: int = 512) -> socket.socket:
+    """A bound, listening TCP socket on host:port, in netns if given."""
+    own = None
+    if netns:
+        path = f"/run/netns/{netns}"
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"network namespace {netns!r} does not exist ({path})")
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        target = os.open(path, os.O_RDONLY)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            s.listen(backlog)
+        except OSError as e:
+            s.close()
+            where = f" in netns {netns}" if netns else ""
+            raise OSError(e.errno, f"cannot listen on {host}:{port}{where}: {e.strerror}") from None
+        return s
+    finally:
+        if own is not None:
+            _setns(own)
+            os.close(own)
