@@ -188,10 +188,12 @@ class Sandbox:
 
     # ------------------------------------------------------------------ spawn
     def spawn(self, tag: str, argv: Sequence[str], netns: str | None = None,
-              env: dict[str, str] | None = None) -> int:
+              env: dict[str, str] | None = None, grace: float = 0.1) -> int:
         """Start a long-running component (API emulator, controller, node daemon)
         detached, in `netns` if given, with log `<dir>/services/<tag>.log` and pidfile
-        `<tag>.pid`.  Returns the daemon's own pid.  `down()` stops it first."""
+        `<tag>.pid`; `env` is added to the current environment.  Returns the
+        daemon's own pid.  A daemon that exits within `grace` seconds raises
+        SandboxError with its log tail.  `down()` stops spawned daemons first."""
         if not _TAG_RE.match(tag):
             raise SandboxError(f"invalid daemon tag {tag!r} (letters, digits, _ . -)")
         cur = self.state.read()["daemons"].get(tag)
@@ -209,8 +211,12 @@ class Sandbox:
                                  stdout=out, stderr=subprocess.STDOUT, env=penv,
                                  start_new_session=True, close_fds=True)
         started = start_time(p.pid)
-        if started is None or p.poll() is not None:
-            raise SandboxError(f"{tag} exited at once (status {p.returncode}); see {logfile}")
+        deadline = time.monotonic() + grace
+        while p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if started is None or p.returncode is not None:
+            raise SandboxError(f"{tag} exited at once (status {p.returncode}): "
+                               f"{_tail(logfile)!r}; log {logfile}")
         with open(pidfile, "w") as f:
             f.write(f"{p.pid}\n")
         self._record_daemon(tag, Started(p.pid, started, pidfile, logfile, None), netns,
@@ -307,6 +313,16 @@ def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _tail(path: str, size: int = 400) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace").strip()
     except OSError:
         return ""
 

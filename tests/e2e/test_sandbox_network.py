@@ -35,7 +35,7 @@ ECHO_SERVER = textwrap.dedent("""
                 c.sendall(data)
 """)
 ECHO_CLIENT = textwrap.dedent("""
-    import os, socket, sys, time
+    import os, socket, sys, threading, time
     payload = os.urandom(4 << 20)
     deadline = time.time() + 10
     while True:
@@ -45,9 +45,12 @@ ECHO_CLIENT = textwrap.dedent("""
             if time.time() > deadline: raise
             time.sleep(0.1)
     got = bytearray()
+    def read():  # read while writing, or both sides' buffers fill up and stall
+        while data := c.recv(65536):
+            got.extend(data)
+    reader = threading.Thread(target=read); reader.start()
     c.sendall(payload); c.shutdown(socket.SHUT_WR)
-    while data := c.recv(65536):
-        got += data
+    reader.join()
     assert bytes(got) == payload, f"echo mismatch: sent {len(payload)} got {len(got)}"
     print("echoed", len(got))
 """)
