@@ -102,10 +102,24 @@ def _setup_logging(args) -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _ensure_namespace(kube, namespace: str) -> None:
+    """The Lease lives in a namespace that a bare API server may not have yet."""
+    from pacific.kube import errors, resources as r
+    try:
+        if r.get(kube, r.NAMESPACES, namespace) is None:
+            r.create(kube, r.NAMESPACES, {"metadata": {"name": namespace}})
+            LOG.info("created namespace %s for the leader Lease", namespace)
+    except errors.AlreadyExists:
+        pass
+    except errors.ApiError as exc:
+        LOG.warning("cannot ensure namespace %s for the leader Lease: %s", namespace, exc)
+
+
 def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event) -> None:
     from pacific.controller.core import Controller
     from pacific.kube.leader import run_leader_elected as campaign
 
+    _ensure_namespace(kube, args.lease_namespace)
     while not shutdown.is_set():
         term = threading.Event()        # ends this term of leadership
         done = threading.Event()

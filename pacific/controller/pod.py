@@ -47,6 +47,10 @@ class Refused(Exception):
         self.reason = reason
 
 
+class SubnetPending(RuntimeError):
+    """The pod's subnet exists but its switch is not ready yet: retry later."""
+
+
 class PodReconciler:
     def __init__(self, ctl):
         self.ctl = ctl
@@ -81,6 +85,8 @@ class PodReconciler:
         subnet, why = model.choose_subnet(pod, ns_obj, ctl.subnets.namespace_binding(),
                                           ctl.subnets.default_name())
         spec = ctl.subnets.spec(subnet)
+        if spec is None and ctl.inf_subnets.get(subnet) is not None and not ctl.subnets.is_refused(subnet):
+            raise SubnetPending(f"subnet {subnet} of pod {key} is not programmed yet; retrying")
         if spec is None:
             raise Refused("SubnetNotFound", f"{ctl.subnets.why_not(subnet)} (chosen by {why})")
         want_ip = ann.get(names.ANN_IP_ADDRESS) or None
@@ -151,6 +157,8 @@ class PodReconciler:
         if first:
             LOG.warning("pod %s refused: %s", key, message)
             self.ctl.event(pod, reason, message)
+        if ann.get(names.ANN_ALLOCATED) == "true":
+            return  # a running pod keeps its network; the Event says what is wrong
         try:
             r.patch_merge(self.ctl.kube, r.PODS, name,
                           {"metadata": {"annotations": {names.ANN_ALLOCATION_ERROR: message,

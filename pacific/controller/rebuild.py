@@ -43,8 +43,7 @@ def rebuild(ctl) -> dict:
                 ctl.ipam.add_subnet(spec.name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
             except (model.SubnetSpecError, ipam_errors.IPAMError):
                 continue  # the subnet reconciler reports it
-            ctl.subnets.applied[spec.name] = spec
-            stats["subnets"] += 1
+            stats["subnets"] += 1  # "applied" only once the subnet reconciler made its switch
         for ip in ctl.inf_ips.list():
             spec = ip.get("spec") or {}
             try:

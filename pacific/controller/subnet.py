@@ -51,6 +51,10 @@ class SubnetReconciler:
         with self._lock:
             return self.applied.get(name)
 
+    def is_refused(self, name: str) -> bool:
+        with self._lock:
+            return name in self.refused
+
     def why_not(self, name: str) -> str:
         with self._lock:
             if name in self.refused:

@@ -1,0 +1,142 @@
+"""A control plane without nodes: NB ovsdb-server + the API emulator (+ controllers).
+
+    with ControlPlane(tmp_path) as cp:
+        cp.start_controller()            # a pacific-controller subprocess
+        cp.kube                          # ApiClient (pacific.kube helpers)
+        cp.nb                            # NorthboundAPI
+
+Used by the controller's e2e tests and its benchmark.  The NB ovsdb-server and
+every controller are child processes (killed in close(), even on failure); the
+API emulator runs in-process on 127.0.0.1 with a free port.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
+from pacific import names
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO / "deploy" / "crds"
+
+
+def write_kubeconfig(path: Path, server: str, token: str) -> None:
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: pacific
+  cluster: {{server: "{server}"}}
+users:
+- name: pacific
+  user: {{token: "{token}"}}
+contexts:
+- name: pacific
+  context: {{cluster: pacific, user: pacific}}
+current-context: pacific
+""")
+
+
+class ControlPlane:
+    def __init__(self, workdir: Path):
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.nbdb = OvsdbServer(self.dir / "nb", NB_SCHEMA)
+        self.apiserver = None
+        self.kubeconfig = self.dir / "kubeconfig"
+        self.controllers: dict[str, subprocess.Popen] = {}
+        self.kube = None
+        self.nb = None
+
+    # -- life cycle ------------------------------------------------------------
+    def start(self) -> "ControlPlane":
+        from pacific.kube import client
+        from pacific.ovn import NorthboundAPI
+        from pacific.sandbox.apiserver.server import ApiServer
+        try:
+            self.nbdb.start()
+            token = secrets.token_hex(16)
+            self.apiserver = ApiServer(["127.0.0.1:0"], token=token, history=200000)
+            self.apiserver.load_crds(str(CRD_DIR))
+            self.apiserver.start()
+            port = self.apiserver.addresses[0]["port"]
+            write_kubeconfig(self.kubeconfig, f"http://127.0.0.1:{port}", token)
+            self.kube = client.load(str(self.kubeconfig))
+            self.nb = NorthboundAPI(self.nbdb.remote, timeout=20, created_by="test")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for tag in list(self.controllers):
+            self.kill_controller(tag, signal.SIGKILL)
+        if self.nb is not None:
+            self.nb.close()
+            self.nb = None
+        if self.apiserver is not None:
+            self.apiserver.stop()
+            self.apiserver = None
+        self.nbdb.stop()
+
+    def __enter__(self) -> "ControlPlane":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- controllers -----------------------------------------------------------------
+    def start_controller(self, tag: str = "c1", leader_elect: bool = True, extra=()) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "pacific.controller.main", "--kubeconfig", str(self.kubeconfig),
+                "--nb-remote", self.nbdb.remote, "--identity", tag, "--gc-interval", "30",
+                "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5",
+                "--log-file", str(self.dir / f"{tag}.log"), *extra]
+        if not leader_elect:
+            argv.append("--no-leader-elect")
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=open(self.dir / f"{tag}.err", "ab"), cwd=str(REPO))
+        self.controllers[tag] = p
+        return p
+
+    def kill_controller(self, tag: str, sig=signal.SIGKILL, timeout: float = 15) -> None:
+        p = self.controllers.pop(tag, None)
+        if p is None:
+            return
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+
+    def log(self, tag: str) -> str:
+        path = self.dir / f"{tag}.log"
+        return path.read_text() if path.exists() else ""
+
+    def leader(self) -> str | None:
+        from pacific.kube import resources as r
+        lease = r.get(self.kube, r.LEASES, names.CONTROLLER_NAME, names.CONTROLLER_LEASE_NAMESPACE)
+        return ((lease or {}).get("spec") or {}).get("holderIdentity") or None
+
+
+def wait_until(pred, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def env_ok() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    return None

@@ -1,0 +1,240 @@
+"""pacific-controller against a real NB ovsdb-server and the API emulator (no nodes).
+
+Covers the controller's contract: allocation and annotations, fixed addresses,
+conflicts and bad input (Events, status, error annotations), Subnet lifecycle,
+StatefulSet address keeping, restart after SIGKILL (rebuild, stale cleanup) and
+leader failover.  Packets are tested in test_controller_sandbox.py.
+"""
+from __future__ import annotations
+
+import ipaddress
+import signal
+
+import pytest
+
+from controller_fixtures import ControlPlane, wait_until
+from pacific import names
+from pacific.kube import resources as r
+from pacific.ovn import Owner
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def cp(tmp_path):
+    with ControlPlane(tmp_path) as plane:
+        if r.get(plane.kube, r.NAMESPACES, "default") is None:
+            r.create(plane.kube, r.NAMESPACES, {"metadata": {"name": "default"}})
+        plane.start_controller("c1")
+        wait_until(lambda: plane.leader() == "c1", 30, what="c1 leading")
+        wait_until(lambda: _ready(plane, names.DEFAULT_SUBNET), 30, what="default subnet ready")
+        try:
+            yield plane
+        except BaseException:
+            print(plane.log("c1")[-4000:])
+            raise
+
+
+def _ready(cp, subnet) -> bool:
+    s = r.get(cp.kube, r.SUBNETS, subnet)
+    conds = ((s or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _cond(cp, subnet) -> dict:
+    s = r.get(cp.kube, r.SUBNETS, subnet) or {}
+    return next(iter((s.get("status") or {}).get("conditions") or []), {})
+
+
+def make_pod(cp, name, ns="default", node="node1", ann=None, sts=None):
+    meta = {"name": name, "namespace": ns, "annotations": ann or {}}
+    if sts:
+        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts,
+                                    "uid": "u-" + sts, "controller": True}]
+    return r.create(cp.kube, r.PODS, {"metadata": meta, "spec": {
+        "nodeName": node, "containers": [{"name": "c", "image": "pause"}]}}, ns)
+
+
+def ann(cp, name, ns="default") -> dict:
+    p = r.get(cp.kube, r.PODS, name, ns)
+    return (p or {}).get("metadata", {}).get("annotations") or {}
+
+
+def allocated(cp, name, ns="default", timeout=20) -> dict:
+    return wait_until(lambda: ann(cp, name, ns).get(names.ANN_ALLOCATED) == "true" and ann(cp, name, ns),
+                      timeout, what=f"allocation of {ns}/{name}")
+
+
+def refused(cp, name, ns="default", timeout=20) -> str:
+    return wait_until(lambda: ann(cp, name, ns).get(names.ANN_ALLOCATION_ERROR), timeout,
+                      what=f"allocation error on {ns}/{name}")
+
+
+def events_for(cp, name, ns="default") -> list[str]:
+    items, _ = r.list_(cp.kube, r.EVENTS, ns)
+    return [f"{e.get('reason')}: {e.get('message')}" for e in items
+            if (e.get("involvedObject") or {}).get("name") == name]
+
+
+def lsp(cp, name):
+    return cp.nb.lookup("Logical_Switch_Port", name, default=None)
+
+
+def make_subnet(cp, name, cidr, **spec):
+    return r.create(cp.kube, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                         "metadata": {"name": name}, "spec": {"cidrBlock": cidr, **spec}})
+
+
+def test_topology_node_and_pod_allocation(cp):
+    r.create(cp.kube, r.NODES, {"metadata": {"name": "node1"}})
+    node = wait_until(lambda: (r.get(cp.kube, r.NODES, "node1")["metadata"].get("annotations") or {})
+                      .get(names.ANN_NODE_JOIN_IP), 20, what="node annotation")
+    assert ipaddress.ip_interface(node).network == ipaddress.ip_network(names.JOIN_CIDR)
+    assert cp.nb.lookup("Logical_Router", names.CLUSTER_ROUTER, default=None) is not None
+    assert lsp(cp, names.node_lsp_name("node1")) is not None
+
+    make_pod(cp, "web-0")
+    a = allocated(cp, "web-0")
+    assert a[names.ANN_LOGICAL_SWITCH] == names.DEFAULT_SUBNET
+    assert ipaddress.ip_address(a[names.ANN_IP_ADDRESS]) in ipaddress.ip_network(names.DEFAULT_CIDR)
+    assert a[names.ANN_CIDR] == names.DEFAULT_CIDR and a[names.ANN_GATEWAY] == "10.16.0.1"
+    port = lsp(cp, a[names.ANN_LSP])
+    want = f"{a[names.ANN_MAC_ADDRESS]} {a[names.ANN_IP_ADDRESS]}"
+    assert port.addresses == [want] and port.port_security == [want]
+    ip = r.get(cp.kube, r.IPS, "web-0.default")
+    assert ip["spec"]["ipAddress"] == a[names.ANN_IP_ADDRESS] and ip["spec"]["nodeName"] == "node1"
+    # host-network pods get nothing
+    r.create(cp.kube, r.PODS, {"metadata": {"name": "host", "namespace": "default"},
+                               "spec": {"nodeName": "node1", "hostNetwork": True,
+                                        "containers": [{"name": "c", "image": "x"}]}}, "default")
+    # deletion releases everything
+    r.delete(cp.kube, r.PODS, "web-0", "default")
+    wait_until(lambda: lsp(cp, "web-0.default") is None and r.get(cp.kube, r.IPS, "web-0.default") is None,
+               20, what="release of web-0")
+    assert names.ANN_ALLOCATED not in ann(cp, "host")
+
+
+def test_fixed_address_and_conflicts(cp):
+    make_subnet(cp, "blue", "10.17.0.0/24", excludeIps=["10.17.0.100..10.17.0.110"])
+    wait_until(lambda: _ready(cp, "blue"), 20, what="blue ready")
+    make_pod(cp, "fixed", ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: "10.17.0.50",
+                               names.ANN_MAC_ADDRESS: "0a:00:00:00:00:50"})
+    a = allocated(cp, "fixed")
+    assert a[names.ANN_IP_ADDRESS] == "10.17.0.50" and a[names.ANN_MAC_ADDRESS] == "0a:00:00:00:00:50"
+    cases = {
+        "taken": ("10.17.0.50", "already held by default/fixed"),
+        "outside": ("10.99.0.5", "10.99.0.5"),
+        "excluded": ("10.17.0.105", "10.17.0.105"),
+    }
+    for name, (ip, _) in cases.items():
+        make_pod(cp, name, ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: ip})
+    make_pod(cp, "nosubnet", ann={names.ANN_LOGICAL_SWITCH: "does-not-exist"})
+    for name, (ip, text) in cases.items():
+        msg = refused(cp, name)
+        assert text in msg, msg
+        assert names.ANN_ALLOCATED not in ann(cp, name)
+        assert lsp(cp, f"{name}.default") is None
+        wait_until(lambda: events_for(cp, name), 10, what=f"event on {name}")
+    assert "does-not-exist" in refused(cp, "nosubnet")
+    # nothing else broke: the fixed pod still has its port, a new pod still allocates
+    assert lsp(cp, "fixed.default") is not None
+    make_pod(cp, "ok", ann={names.ANN_LOGICAL_SWITCH: "blue"})
+    assert allocated(cp, "ok")[names.ANN_IP_ADDRESS] != "10.17.0.50"
+    # the holder goes away: the waiting pod gets the address
+    r.delete(cp.kube, r.PODS, "fixed", "default")
+    assert allocated(cp, "taken")[names.ANN_IP_ADDRESS] == "10.17.0.50"
+    assert names.ANN_ALLOCATION_ERROR not in ann(cp, "taken")
+
+
+def test_subnet_validation_and_lifecycle(cp):
+    make_subnet(cp, "bad", "10.20.0.0/33")
+    make_subnet(cp, "overlap", "10.16.128.0/24")
+    make_subnet(cp, "joinish", "100.64.5.0/24")
+    wait_until(lambda: _cond(cp, "bad").get("status") == "False", 20, what="bad refused")
+    assert "10.20.0.0/33" in _cond(cp, "bad")["message"]
+    wait_until(lambda: _cond(cp, "overlap").get("status") == "False", 20, what="overlap refused")
+    assert names.DEFAULT_SUBNET in _cond(cp, "overlap")["message"]
+    wait_until(lambda: _cond(cp, "joinish").get("status") == "False", 20, what="join overlap refused")
+    assert cp.nb.lookup("Logical_Switch", "overlap", default=None) is None
+    assert cp.nb.lookup("Logical_Switch", "bad", default=None) is None
+    # a namespace bound through Subnet.spec.namespaces
+    r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": "team"}})
+    make_subnet(cp, "green", "10.21.0.0/16", namespaces=["team"])
+    wait_until(lambda: _ready(cp, "green"), 20, what="green ready")
+    assert cp.nb.lookup("Logical_Router_Port", names.router_port_name("green")).networks == ["10.21.0.1/16"]
+    make_pod(cp, "t1", ns="team")
+    assert allocated(cp, "t1", "team")[names.ANN_LOGICAL_SWITCH] == "green"
+    wait_until(lambda: (r.get(cp.kube, r.SUBNETS, "green").get("status") or {}).get("usedIPs") == 1,
+               20, what="usedIPs")
+    # deleting a subnet in use is refused with the reason; it goes once unused
+    r.delete(cp.kube, r.SUBNETS, "green")
+    wait_until(lambda: _cond(cp, "green").get("reason") == "SubnetInUse", 20, what="in-use refusal")
+    assert "team/t1" in _cond(cp, "green")["message"]
+    assert cp.nb.lookup("Logical_Switch", "green", default=None) is not None
+    r.delete(cp.kube, r.PODS, "t1", "team")
+    wait_until(lambda: r.get(cp.kube, r.SUBNETS, "green") is None, 20, what="green deleted")
+    wait_until(lambda: cp.nb.lookup("Logical_Switch", "green", default=None) is None, 10, what="switch gone")
+    # the malformed subnet fixed by the user becomes ready
+    r.patch_merge(cp.kube, r.SUBNETS, "bad", {"spec": {"cidrBlock": "10.20.0.0/16"}})
+    wait_until(lambda: _ready(cp, "bad"), 20, what="fixed subnet ready")
+
+
+def test_statefulset_pod_keeps_address(cp):
+    r.create(cp.kube, r.STATEFULSETS, {"metadata": {"name": "db", "namespace": "default"},
+                                       "spec": {"replicas": 2, "serviceName": "db", "selector": {},
+                                                "template": {}}}, "default")
+    make_pod(cp, "db-1", node="node1", sts="db")
+    first = allocated(cp, "db-1")[names.ANN_IP_ADDRESS]
+    r.delete(cp.kube, r.PODS, "db-1", "default")
+    wait_until(lambda: lsp(cp, "db-1.default") is None, 20, what="port removed")
+    assert r.get(cp.kube, r.IPS, "db-1.default") is not None
+    make_pod(cp, "other", node="node2")           # must not get db-1's address
+    assert allocated(cp, "other")[names.ANN_IP_ADDRESS] != first
+    make_pod(cp, "db-1", node="node2", sts="db")
+    assert allocated(cp, "db-1")[names.ANN_IP_ADDRESS] == first
+    wait_until(lambda: r.get(cp.kube, r.IPS, "db-1.default")["spec"]["nodeName"] == "node2", 20,
+               what="IP object follows the node")
+    # the StatefulSet shrinks below the ordinal: the address goes
+    r.delete(cp.kube, r.PODS, "db-1", "default")
+    r.patch_merge(cp.kube, r.STATEFULSETS, "db", {"spec": {"replicas": 1}}, "default")
+    wait_until(lambda: r.get(cp.kube, r.IPS, "db-1.default") is None, 20, what="IP released")
+
+
+def test_restart_rebuilds_and_cleans_stale(cp):
+    for i in range(20):
+        make_pod(cp, f"p{i}")
+    before = {i: allocated(cp, f"p{i}")[names.ANN_IP_ADDRESS] for i in range(20)}
+    cp.kill_controller("c1", signal.SIGKILL)
+    # while it is down: pods come and go, someone leaves a stale NB port
+    for i in range(10):
+        r.delete(cp.kube, r.PODS, f"p{i}", "default")
+    for i in range(20, 30):
+        make_pod(cp, f"p{i}")
+    cp.nb.commit(cp.nb.add_switch_port(names.DEFAULT_SUBNET, "ghost.default",
+                                       owner=Owner(names.OWNER_KIND_POD, "default/ghost"),
+                                       addresses=["0a:58:0a:10:ff:01 10.16.255.1"]))
+    cp.start_controller("c2")
+    for i in range(10, 20):
+        assert allocated(cp, f"p{i}")[names.ANN_IP_ADDRESS] == before[i]
+    now = {i: allocated(cp, f"p{i}")[names.ANN_IP_ADDRESS] for i in range(10, 30)}
+    assert len(set(now.values())) == 20, "an address was handed out twice"
+    wait_until(lambda: lsp(cp, "ghost.default") is None, 30, what="stale port removed")
+    wait_until(lambda: all(r.get(cp.kube, r.IPS, f"p{i}.default") is None for i in range(10)), 30,
+               what="stale IP objects removed")
+    assert all(lsp(cp, f"p{i}.default") is None for i in range(10))
+
+
+def test_leader_failover(cp):
+    cp.start_controller("c2")
+    make_pod(cp, "before")
+    allocated(cp, "before")
+    assert cp.leader() == "c1"
+    cp.kill_controller("c1", signal.SIGKILL)
+    wait_until(lambda: cp.leader() == "c2", 15, what="c2 takes over")
+    make_pod(cp, "after")
+    a = allocated(cp, "after", timeout=30)
+    assert a[names.ANN_IP_ADDRESS] != ann(cp, "before")[names.ANN_IP_ADDRESS]
+    # a clean stop releases the Lease at once
+    cp.start_controller("c3")
+    cp.kill_controller("c2", signal.SIGTERM)
+    wait_until(lambda: cp.leader() == "c3", 10, what="c3 takes over after SIGTERM")
