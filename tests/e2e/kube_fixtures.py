@@ -41,6 +41,7 @@ class ApiServerProcess:
     """`python -m pacific.sandbox.apiserver` on a free loopback port."""
 
     TOKEN = "pacific-kube-test-token"
+    HISTORY = 200       # small watch window, so a test can force 410 Gone
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -49,7 +50,8 @@ class ApiServerProcess:
         self.log = open(os.path.join(self.dir.name, "apiserver.log"), "wb")
         argv = [sys.executable, "-m", "pacific.sandbox.apiserver",
                 "--listen", f"127.0.0.1:{self.port}", "--token", self.TOKEN,
-                "--kubeconfig", self.kubeconfig, "--bookmark-interval", "1"]
+                "--kubeconfig", self.kubeconfig, "--bookmark-interval", "1",
+                "--history", str(self.HISTORY)]
         self.proc = subprocess.Popen(argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         try:

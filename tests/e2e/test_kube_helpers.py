@@ -12,6 +12,7 @@ import pytest
 from pacific import names
 from pacific.kube import client, errors, resources as r
 from pacific.kube.crds import install_crds
+from pacific.kube import informer as informer_mod
 from pacific.kube.informer import Informer
 from pacific.kube.leader import LeaderElector
 
@@ -160,12 +161,20 @@ def test_informer_events_cache_and_wait_for(api):
     assert not inf._thread.is_alive()
 
 
-def test_informer_recovers_after_connection_loss(api, proxy):
+@pytest.mark.parametrize("missed", [1, ApiServerProcess.HISTORY + 20],
+                         ids=["re-watch", "410-relist"])
+def test_informer_recovers_after_connection_loss(api, proxy, missed, monkeypatch):
+    """Changes made while the informer is cut off all arrive: by re-watching from
+    its resourceVersion, or (when more than the server's history happened) by
+    re-listing and reporting the difference."""
+    monkeypatch.setattr(informer_mod, "BACKOFF_MAX", 0.5)   # keep the test short
     via_proxy = api_client(proxy.url)
     deleted: list[str] = []
+    updated: list[str] = []
     inf = Informer(via_proxy, r.CONFIGMAPS, namespace="default",
-                   label_selector="suite=cut", on_delete=lambda o: deleted.append(
-                       o["metadata"]["name"]))
+                   label_selector="suite=cut",
+                   on_update=lambda old, new: updated.append(new["data"]["k"]),
+                   on_delete=lambda o: deleted.append(o["metadata"]["name"]))
     a, b, c = uniq("a"), uniq("b"), uniq("c")
     cm = lambda n: {"metadata": {"name": n, "labels": {"suite": "cut"}}, "data": {"k": "v"}}
     r.create(api, r.CONFIGMAPS, cm(a), "default")
@@ -177,9 +186,14 @@ def test_informer_recovers_after_connection_loss(api, proxy):
         # changes while the informer cannot see the server
         r.create(api, r.CONFIGMAPS, cm(c), "default")
         r.delete(api, r.CONFIGMAPS, b, "default")
+        for n in range(missed):
+            r.patch_merge(api, r.CONFIGMAPS, a, {"data": {"k": str(n)}}, "default")
         time.sleep(0.5)
         proxy.restore()
         assert inf.wait_for(f"default/{c}", lambda o: True, timeout=20) is not None
+        last = str(missed - 1)
+        assert inf.wait_for(f"default/{a}", lambda o: o["data"]["k"] == last, timeout=20)
+        assert updated[-1] == last
         assert inf.wait_for_absent(f"default/{b}", 20)
         assert deleted == [b]
         assert sorted(inf.keys()) == sorted([f"default/{a}", f"default/{c}"])
