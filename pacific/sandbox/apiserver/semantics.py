@@ -82,7 +82,6 @@ def _default_pod(obj):
         c.setdefault("imagePullPolicy", "Always" if c["image"].endswith(":latest")
                      or ":" not in c["image"].rsplit("/", 1)[-1] else "IfNotPresent")
         c.setdefault("resources", {})
-    obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
 
 
 def _validate_service(rt, obj, used_ips, used_ports):
@@ -200,6 +199,7 @@ def prepare_create(rt: ResourceType, obj: dict, store) -> None:
     if rt.key == ("", "pods"):
         _validate_pod(rt, obj)
         _default_pod(obj)
+        obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
     elif rt.key == ("", "services"):
         used_ips, used_ports = store.service_allocations()
         _validate_service(rt, obj, used_ips, used_ports)
@@ -218,6 +218,7 @@ def prepare_update(rt: ResourceType, old: dict, new: dict) -> None:
     name = new["metadata"]["name"]
     if rt.key == ("", "pods"):
         _validate_pod(rt, new)
+        _default_pod(new)      # defaults apply on every write, as decoding does in kube-apiserver
         old_node = (old.get("spec") or {}).get("nodeName")
         if old_node and (new.get("spec") or {}).get("nodeName") != old_node:
             raise invalid(rt.group, rt.kind, name, [("FieldValueForbidden", "spec",

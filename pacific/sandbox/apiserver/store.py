@@ -124,6 +124,8 @@ class Store:
     # ------------------------------------------------------------ writes
     def create(self, rt: ResourceType, ns: str, obj: dict, dry_run: bool = False) -> Entry:
         meta = obj.setdefault("metadata", {})
+        obj.setdefault("kind", rt.kind)
+        obj.setdefault("apiVersion", f"{rt.group}/{rt.storage_version}" if rt.group else rt.storage_version)
         with self.lock:
             if rt.namespaced:
                 self._require_namespace(ns)
