@@ -1,0 +1,123 @@
+"""`PodAttachment`: one pod interface as the node daemon plumbs it.
+
+Pure data: built from the controller's pod annotations on ADD, recorded in the
+OVS Interface's external_ids (so the daemon rebuilds its view from OVS after a
+restart), rendered as the canonical CNI result the plugin converts.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from pacific import names
+from pacific.cni import plugin as proto
+from pacific.cni.plugin import CniError
+
+_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+
+
+def host_ifname(container_id: str) -> str:
+    """Host end of the pod's veth (and OVS port name): at most 15 characters."""
+    return f"{container_id[:12]}_h"
+
+
+@dataclass
+class PodAttachment:
+    container_id: str
+    ifname: str
+    netns: str
+    pod: str            # "namespace/name"
+    lsp: str            # logical switch port (OVS iface-id)
+    mac: str
+    ip_cidr: str        # "10.16.0.5/16"
+    gateway: str | None
+    mtu: int
+
+    @property
+    def host_ifname(self) -> str:
+        return host_ifname(self.container_id)
+
+    @property
+    def ip(self) -> str:
+        return self.ip_cidr.split("/")[0]
+
+    @property
+    def prefixlen(self) -> int:
+        return int(self.ip_cidr.split("/")[1])
+
+    @classmethod
+    def from_annotations(cls, ann: dict, *, container_id: str, ifname: str, netns: str,
+                         pod: str, mtu: int) -> "PodAttachment":
+        """Validate the controller's allocation (ANN_IP_ADDRESS, ANN_MAC_ADDRESS,
+        ANN_CIDR, ANN_GATEWAY, ANN_LSP); a bad value is the controller's bug, so it
+        is reported as ERR_ALLOCATION_REFUSED naming the annotation."""
+        def bad(key, why):
+            return CniError(proto.ERR_ALLOCATION_REFUSED,
+                            f"pod {pod}: annotation {key} {why}", repr(ann.get(key))[:100])
+        ip_s, mac = ann.get(names.ANN_IP_ADDRESS, ""), ann.get(names.ANN_MAC_ADDRESS, "")
+        cidr_s, gw_s = ann.get(names.ANN_CIDR, ""), ann.get(names.ANN_GATEWAY) or None
+        lsp = ann.get(names.ANN_LSP, "")
+        try:
+            ip = ipaddress.ip_address(ip_s)
+        except ValueError:
+            raise bad(names.ANN_IP_ADDRESS, "is not an IP address") from None
+        try:
+            net = ipaddress.ip_network(cidr_s, strict=False)
+        except ValueError:
+            raise bad(names.ANN_CIDR, "is not a CIDR") from None
+        if ip not in net:
+            raise bad(names.ANN_IP_ADDRESS, f"is outside {names.ANN_CIDR} {cidr_s}")
+        mac = mac.lower()
+        if not _MAC.match(mac) or int(mac[:2], 16) & 1:
+            raise bad(names.ANN_MAC_ADDRESS, "is not a unicast MAC address")
+        if gw_s is not None:
+            try:
+                if ipaddress.ip_address(gw_s) not in net:
+                    raise bad(names.ANN_GATEWAY, f"is outside {cidr_s}")
+            except ValueError:
+                raise bad(names.ANN_GATEWAY, "is not an IP address") from None
+        if not lsp:
+            raise bad(names.ANN_LSP, "is missing")
+        return cls(container_id=container_id, ifname=ifname, netns=netns, pod=pod, lsp=lsp,
+                   mac=mac, ip_cidr=f"{ip}/{net.prefixlen}", gateway=gw_s, mtu=mtu)
+
+    def ovs_external_ids(self) -> dict[str, str]:
+        ids = {names.OVS_IFACE_ID: self.lsp, names.OVS_IFACE_STATUS: "active",
+               names.OVS_ATTACHED_MAC: self.mac, names.OVS_CONTAINER_ID: self.container_id,
+               names.OVS_POD: self.pod, names.OVS_IFNAME: self.ifname,
+               names.OVS_NETNS: self.netns, names.OVS_IP_ADDRESS: self.ip_cidr}
+        if self.gateway:
+            ids[names.OVS_GATEWAY] = self.gateway
+        return ids
+
+    @classmethod
+    def from_ovs(cls, external_ids: dict, mtu: int) -> "PodAttachment | None":
+        """Rebuild from an OVS Interface's external_ids; None if not a pod port."""
+        try:
+            return cls(container_id=external_ids[names.OVS_CONTAINER_ID],
+                       ifname=external_ids[names.OVS_IFNAME],
+                       netns=external_ids.get(names.OVS_NETNS, ""),
+                       pod=external_ids.get(names.OVS_POD, ""),
+                       lsp=external_ids.get(names.OVS_IFACE_ID, ""),
+                       mac=external_ids.get(names.OVS_ATTACHED_MAC, ""),
+                       ip_cidr=external_ids.get(names.OVS_IP_ADDRESS, ""),
+                       gateway=external_ids.get(names.OVS_GATEWAY), mtu=mtu)
+        except KeyError:
+            return None
+
+    def result(self, host_mac: str = "") -> dict:
+        """Canonical CNI result (1.1.0 shape plus ips[].version for old versions)."""
+        host = {"name": self.host_ifname}
+        if host_mac:
+            host["mac"] = host_mac
+        ip = {"address": self.ip_cidr, "interface": 1,
+              "version": "6" if ":" in self.ip_cidr else "4"}
+        routes = []
+        if self.gateway:
+            ip["gateway"] = self.gateway
+            routes.append({"dst": "::/0" if ":" in self.gateway else "0.0.0.0/0",
+                           "gw": self.gateway})
+        return {"interfaces": [host, {"name": self.ifname, "mac": self.mac,
+                                      "sandbox": self.netns, "mtu": self.mtu}],
+                "ips": [ip], "routes": routes, "dns": {}}

@@ -1,0 +1,196 @@
+"""`pacific-node`: the per-node daemon (CNI server, pod plumbing, node bootstrap,
+management port).  Run one per node, as root, in the node's host network
+namespace.  See `pacific-node --help`."""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+
+from pyroute2 import IPRoute
+
+from pacific import names
+from pacific.node import bootstrap
+from pacific.node.cnihandler import CniHandler
+from pacific.node.cniserver import CniServer
+from pacific.node.mgmtport import MgmtPort
+from pacific.node.plumbing import Plumber
+from pacific.node.readiness import Readiness
+
+log = logging.getLogger("pacific.node")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pacific-node",
+        description="Pacific node daemon: serves the `pacific` CNI plugin on a root-only "
+        "unix socket, plumbs pods into OVS/OVN (veth, br-int port, ovn-installed), "
+        "configures ovn-controller (Open_vSwitch external_ids), writes the CNI conflist "
+        "and installs the plugin, and keeps the management port ovn0 in line with the "
+        "Node annotations and Subnets.  Pods keep their network when it restarts.")
+    p.add_argument("--node-name", default=socket.gethostname(),
+                   help="Kubernetes node name = OVN chassis system-id (default: hostname)")
+    p.add_argument("--kubeconfig", help="kubeconfig path (default: $KUBECONFIG, else "
+                   "in-cluster)")
+    p.add_argument("--ovs-remote", default="unix:/var/run/openvswitch/db.sock",
+                   help="this node's Open_vSwitch database (default: %(default)s)")
+    p.add_argument("--ovn-remote", help="OVN southbound database for ovn-controller, "
+                   "e.g. tcp:192.168.77.1:6642 (required unless --no-bootstrap)")
+    p.add_argument("--encap-ip", help="this node's tunnel endpoint address (required "
+                   "unless --no-bootstrap)")
+    p.add_argument("--encap-type", default="geneve", help="default: %(default)s")
+    p.add_argument("--datapath-type", default="netdev",
+                   help="br-int datapath type for ovn-controller ('' for the kernel "
+                   "datapath; default: %(default)s)")
+    p.add_argument("--no-bootstrap", action="store_true",
+                   help="do not touch Open_vSwitch external_ids")
+    p.add_argument("--ovn-rundir", default="/var/run/ovn",
+                   help="where ovn-controller keeps its pidfile and unixctl socket "
+                   "(for STATUS; default: %(default)s)")
+    p.add_argument("--cni-socket", default=names.CNI_SOCKET, help="default: %(default)s")
+    p.add_argument("--cni-conf-dir", default="/etc/cni/net.d",
+                   help="where the conflist is written (default: %(default)s; '' to skip)")
+    p.add_argument("--cni-bin-dir", default="/opt/cni/bin",
+                   help="where the plugin is installed (default: %(default)s; '' to skip)")
+    p.add_argument("--mtu", type=int, help="pod MTU (default: MTU of the interface holding "
+                   f"--encap-ip minus {names.POD_MTU_OVERHEAD})")
+    p.add_argument("--allocation-timeout", type=float, default=60.0,
+                   help="seconds ADD waits for the controller's allocation before "
+                   "answering 'try again' (default: %(default)s)")
+    p.add_argument("--installed-timeout", type=float, default=30.0,
+                   help="seconds ADD waits for ovn-installed (default: %(default)s)")
+    p.add_argument("--log-file", help="log here instead of stderr")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p
+
+
+def detect_mtu(encap_ip: str | None) -> int:
+    """Pod MTU from the underlay: the MTU of the interface holding encap_ip (else
+    the default route's interface) minus the Geneve/OVN overhead."""
+    with IPRoute() as ipr:
+        idx = None
+        if encap_ip:
+            for a in ipr.addr("dump"):
+                if a.get_attr("IFA_ADDRESS") == encap_ip:
+                    idx = a["index"]
+        if idx is None:
+            for r in ipr.route("dump", family=2):
+                if r["dst_len"] == 0 and r.get_attr("RTA_OIF"):
+                    idx = r.get_attr("RTA_OIF")
+                    break
+        if idx is None:
+            raise SystemExit("pacific-node: cannot detect the underlay MTU (no interface "
+                             f"with {encap_ip}, no default route); pass --mtu")
+        mtu = ipr.link("get", index=idx)[0].get_attr("IFLA_MTU")
+    return mtu - names.POD_MTU_OVERHEAD
+
+
+class NodeDaemon:
+    def __init__(self, args):
+        self.args = args
+        self.ovs = self.server = None
+        self.informers: list = []
+        self.mgmt: MgmtPort | None = None
+
+    def start(self) -> None:
+        from pacific.kube import client as kclient
+        from pacific.kube.informer import Informer
+        from pacific.kube.resources import NODES, PODS, SUBNETS
+        from pacific.ovn.ovs import OvsAPI
+        a = self.args
+        mtu = a.mtu or detect_mtu(a.encap_ip)
+        self.ovs = OvsAPI(a.ovs_remote, created_by="pacific-node")
+        if not a.no_bootstrap:
+            if not (a.ovn_remote and a.encap_ip):
+                raise SystemExit("pacific-node: --ovn-remote and --encap-ip are required "
+                                 "(or --no-bootstrap)")
+            bootstrap.configure_ovs(self.ovs, bootstrap.ovs_external_ids(
+                a.node_name, a.ovn_remote, a.encap_ip, a.encap_type, a.datapath_type))
+        if self.ovs.wait_for_row("Bridge", lambda r: r.name == names.INTEGRATION_BRIDGE,
+                                 30) is None:
+            log.warning("%s does not exist yet (is ovn-controller running?); ADDs fail "
+                        "until it does", names.INTEGRATION_BRIDGE)
+        plumber = Plumber(self.ovs, installed_timeout=a.installed_timeout)
+        view = plumber.attachments(mtu)
+        log.info("rebuilt view from OVS: %d pod attachments on %s (left untouched)",
+                 len(view), names.INTEGRATION_BRIDGE)
+        api = kclient.load(a.kubeconfig)
+        pods = Informer(api, PODS, field_selector=f"spec.nodeName={a.node_name}")
+        nodes = Informer(api, NODES, field_selector=f"metadata.name={a.node_name}")
+        subnets = Informer(api, SUBNETS)
+        self.mgmt = MgmtPort(self.ovs, a.node_name, nodes, subnets, mtu)
+        for inf in (nodes, subnets):
+            inf.on_add, inf.on_update, inf.on_delete = self.mgmt.kick, self.mgmt.kick, \
+                self.mgmt.kick
+        self.informers = [pods, nodes, subnets]
+        for inf in self.informers:
+            inf.start()
+        readiness = Readiness(self.ovs, a.ovn_rundir)
+        handler = CniHandler(plumber, pods, mtu, readiness.check,
+                             allocation_timeout=a.allocation_timeout)
+        self.server = CniServer(a.cni_socket, handler)
+        self.server.start()
+        if a.cni_bin_dir:
+            bootstrap.install_plugin(a.cni_bin_dir)
+        if a.cni_conf_dir:
+            bootstrap.write_conflist(a.cni_conf_dir, a.cni_socket)
+        for inf in self.informers:
+            if not inf.wait_synced(30):
+                log.warning("%s not listed within 30 s (API server reachable?); retrying "
+                            "in the background", inf.res.plural)
+        self.mgmt.start()
+        log.info("pacific-node ready on %s: node %s, pod MTU %d, CNI socket %s",
+                 a.ovs_remote, a.node_name, mtu, a.cni_socket)
+
+    def stop(self) -> None:
+        """Stop serving; pods and their ports are left as they are."""
+        if self.server:
+            self.server.stop()
+        if self.mgmt:
+            self.mgmt.stop()
+        for inf in self.informers:
+            inf.stop()
+        if self.ovs:
+            self.ovs.close()
+        log.info("pacific-node stopped (pods keep their network)")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = logging.FileHandler(args.log_file) if args.log_file else \
+        logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s [%(threadName)s]: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    for noisy in ("urllib3", "kubernetes", "ovsdbapp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if os.geteuid() != 0:
+        log.error("pacific-node must run as root (netlink, OVS, root-only socket)")
+        return 1
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    daemon = NodeDaemon(args)
+    try:
+        daemon.start()
+    except SystemExit as e:
+        log.error("%s", e)
+        daemon.stop()
+        return 1
+    except Exception:
+        log.exception("pacific-node failed to start")
+        daemon.stop()
+        return 1
+    done.wait()
+    daemon.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

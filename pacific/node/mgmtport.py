@@ -1,0 +1,130 @@
+"""The node's management port `ovn0`: the host's leg on the join switch.
+
+The controller annotates the Node with its join address, MAC, gateway and
+logical switch port (names.ANN_NODE_*).  This reconciler makes `ovn0` an OVS
+internal port on br-int bound to that port, gives it the MAC and address, and
+routes every Subnet's cidrBlock through the join gateway.  It is level
+triggered: any Node or Subnet event wakes one loop that converges the whole
+state, so a missed or repeated event is harmless.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+
+from pyroute2 import IPRoute
+
+from pacific import names
+from pacific.ovn.base import Owner
+
+log = logging.getLogger(__name__)
+RT_PROTO_STATIC = 4
+
+
+class MgmtPort:
+    def __init__(self, ovs, node_name: str, nodes, subnets, mtu: int,
+                 bridge: str = names.INTEGRATION_BRIDGE, ifname: str = names.MGMT_PORT):
+        self.ovs, self.node_name, self.nodes, self.subnets = ovs, node_name, nodes, subnets
+        self.mtu, self.bridge, self.ifname = mtu, bridge, ifname
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.converged = threading.Event()
+
+    def kick(self, *_args) -> None:
+        self._kick.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="mgmt-port", daemon=True)
+        self._thread.start()
+        self.kick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kick.set()
+        if self._thread:
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            self._kick.wait()
+            self._kick.clear()
+            if self._stop.is_set():
+                return
+            try:
+                if self.reconcile():
+                    self.converged.set()
+                backoff = 0.5
+            except Exception as e:  # noqa: BLE001 - retry with backoff
+                log.warning("%s: reconcile failed (%s); retrying in %.1f s", self.ifname, e,
+                            backoff)
+                self.converged.clear()
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10)
+                self._kick.set()
+
+    def reconcile(self) -> bool:
+        """Converge ovn0; False if the node is not annotated yet."""
+        node = self.nodes.get(self.node_name)
+        ann = ((node or {}).get("metadata") or {}).get("annotations") or {}
+        ip_cidr, mac = ann.get(names.ANN_NODE_JOIN_IP), ann.get(names.ANN_NODE_JOIN_MAC)
+        gw, lsp = ann.get(names.ANN_NODE_JOIN_GW), ann.get(names.ANN_NODE_LSP)
+        if not (ip_cidr and mac and gw and lsp):
+            log.debug("%s: node %s not annotated yet", self.ifname, self.node_name)
+            return False
+        iface_ip = ipaddress.ip_interface(ip_cidr)
+        gateway = ipaddress.ip_address(gw)
+        want_routes = set()
+        for sub in self.subnets.list():
+            cidr = (sub.get("spec") or {}).get("cidrBlock")
+            try:
+                net = ipaddress.ip_network(cidr, strict=False)
+            except (TypeError, ValueError):
+                log.warning("subnet %s has an invalid cidrBlock %r; no route for it",
+                            sub["metadata"].get("name"), cidr)
+                continue
+            if net.version == gateway.version and net != iface_ip.network:
+                want_routes.add(str(net))
+
+        iface = self.ovs.get_interface(self.ifname)
+        ids = {names.OVS_IFACE_ID: lsp, names.OVS_ATTACHED_MAC: mac.lower()}
+        if iface is None or any(iface.external_ids.get(k) != v for k, v in ids.items()) \
+                or iface.mac != [mac.lower()]:
+            self.ovs.commit(self.ovs.add_interface_port(
+                self.bridge, self.ifname, type="internal", external_ids=ids,
+                mtu_request=self.mtu, owner=Owner(names.OWNER_KIND_NODE, self.node_name)))
+            self.ovs.commit(self.ovs.db_set("Interface", self.ifname, ("mac", mac.lower())))
+            log.info("%s: OVS internal port bound to %s, MAC %s", self.ifname, lsp, mac)
+        with IPRoute() as ipr:
+            found = ipr.link_lookup(ifname=self.ifname)
+            if not found:
+                raise RuntimeError(f"{self.ifname} not created by ovs-vswitchd yet")
+            idx = found[0]
+            link = ipr.link("get", index=idx)[0]
+            if (link.get_attr("IFLA_ADDRESS") or "").lower() != mac.lower():
+                ipr.link("set", index=idx, address=mac.lower())
+            if not link["flags"] & 1:
+                ipr.link("set", index=idx, state="up")
+            have = {(a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ipr.addr("dump", index=idx)
+                    if a["family"] == (2 if iface_ip.version == 4 else 10)}
+            want = (str(iface_ip.ip), iface_ip.network.prefixlen)
+            for addr, plen in have - {want}:
+                ipr.addr("del", index=idx, address=addr, prefixlen=plen)
+            if want not in have:
+                ipr.addr("add", index=idx, address=want[0], prefixlen=want[1])
+            current = {}
+            for r in ipr.route("dump"):
+                if r.get_attr("RTA_OIF") == idx and r["proto"] == RT_PROTO_STATIC \
+                        and r["dst_len"] > 0:
+                    current[f"{r.get_attr('RTA_DST')}/{r['dst_len']}"] = r.get_attr("RTA_GATEWAY")
+            for dst in sorted(want_routes):
+                if current.get(dst) != str(gateway):
+                    ipr.route("replace", dst=dst, gateway=str(gateway), oif=idx,
+                              proto=RT_PROTO_STATIC)
+                    log.info("%s: route %s via %s", self.ifname, dst, gateway)
+            for dst in set(current) - want_routes:
+                ipr.route("del", dst=dst, oif=idx, proto=RT_PROTO_STATIC)
+                log.info("%s: removed route %s (no such subnet any more)", self.ifname, dst)
+        return True

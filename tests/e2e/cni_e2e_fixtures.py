@@ -1,0 +1,86 @@
+"""End-to-end fixtures for the CNI plugin and node daemon.
+
+`cni_cluster` is a 2-node sandbox with the API emulator and one pacific-node per
+node, plus `FakeController`: a stand-in for pacific-controller that watches pods
+and, for each new one, creates a real logical switch port in OVN NB and writes
+the allocation annotations through the API (the real NB rows and real packets
+are what the tests check; only the IPAM decision is trivial here).
+"""
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import logging
+import threading
+
+from pacific import names
+from pacific.kube import resources as kr
+from pacific.kube.informer import Informer
+from pacific.ovn.base import Owner
+from pacific.ovn.nb import NorthboundAPI
+
+log = logging.getLogger(__name__)
+SWITCH = "cni-test"
+CIDR = "10.77.0.0/16"
+GATEWAY = "10.77.0.1"
+
+
+class FakeController:
+    def __init__(self, sb, api, hold: set | None = None):
+        self.sb, self.api = sb, api
+        self.nb = NorthboundAPI(sb.nb_remote, created_by="cni-test-fake-controller")
+        self.nb.commit(self.nb.add_switch(SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
+        self.net = ipaddress.ip_network(CIDR)
+        self._next = itertools.count(10)
+        self._mu = threading.Lock()
+        self.allocated: dict[str, str] = {}
+        self.hold = hold if hold is not None else set()   # pod keys not to allocate (yet)
+        self.informer = Informer(api, kr.PODS, on_add=self._on_pod, on_update=lambda o, n:
+                                 self._on_pod(n), on_delete=self._on_delete)
+        self.informer.start()
+        assert self.informer.wait_synced(20)
+
+    def _on_pod(self, pod: dict) -> None:
+        key = kr.object_key(pod)
+        ann = pod["metadata"].get("annotations") or {}
+        if key in self.hold or ann.get(names.ANN_ALLOCATED) == "true":
+            return
+        threading.Thread(target=self.allocate, args=(pod,), daemon=True).start()
+
+    def allocate(self, pod: dict) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        key = f"{ns}/{name}"
+        with self._mu:
+            if key in self.allocated:
+                return
+            n = next(self._next)
+            ip = str(self.net[n])
+            self.allocated[key] = ip
+        mac = "0a:58:%02x:%02x:%02x:%02x" % tuple(ipaddress.ip_address(ip).packed)
+        lsp = names.pod_lsp_name(ns, name)
+        self.nb.commit(self.nb.add_switch_port(
+            SWITCH, lsp, owner=Owner(names.OWNER_KIND_POD, key),
+            addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
+        kr.patch_merge(self.api, kr.PODS, name, {"metadata": {"annotations": {
+            names.ANN_ALLOCATED: "true", names.ANN_IP_ADDRESS: ip, names.ANN_MAC_ADDRESS: mac,
+            names.ANN_CIDR: CIDR, names.ANN_GATEWAY: GATEWAY, names.ANN_LOGICAL_SWITCH: SWITCH,
+            names.ANN_LSP: lsp}}}, namespace=ns)
+        log.info("fake controller: %s -> %s %s", key, ip, mac)
+
+    def refuse(self, ns: str, name: str, why: str) -> None:
+        kr.patch_merge(self.api, kr.PODS, name, {"metadata": {"annotations": {
+            names.ANN_ALLOCATION_ERROR: why}}}, namespace=ns)
+
+    def _on_delete(self, pod: dict) -> None:
+        key = kr.object_key(pod)
+        with self._mu:
+            self.allocated.pop(key, None)
+        lsp = names.pod_lsp_name(pod["metadata"]["namespace"], pod["metadata"]["name"])
+        try:
+            self.nb.commit(self.nb.lsp_del(lsp, if_exists=True))
+        except Exception:  # noqa: BLE001 - best effort in a test helper
+            log.exception("fake controller: deleting %s", lsp)
+
+    def close(self) -> None:
+        self.informer.stop()
+        self.nb.close()
