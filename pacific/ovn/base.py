@@ -118,6 +118,13 @@ class _Predicate(ovsdbapp_event.WaitEvent):
         self._predicate = predicate
         self.row = None
 
+    # ovsdbapp events compare equal by (class, table, events): two waiters on
+    # one table would collapse into one entry of the handler's set.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
     def match_fn(self, event, row, old):
         return bool(self._predicate(row))
 

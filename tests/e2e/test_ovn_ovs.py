@@ -126,3 +126,20 @@ def test_nb_and_ovs_apis_in_one_process_keep_their_own_connection(tmp_path,
         if nb is not None:
             nb.close()
         nbsrv.stop()
+
+
+def test_concurrent_waiters_on_one_table_each_wake(ovsdb, ovs):
+    ovs.commit(ovs.add_br(BR))
+    names_ = [f"veth{i}" for i in range(4)]
+    results = {}
+
+    def waiter(n):
+        results[n] = ovs.wait_interface(n, lambda r: True, timeout=5)
+
+    threads = [threading.Thread(target=waiter, args=(n,)) for n in names_]
+    for t in threads:
+        t.start()
+    ovs.commit(*[ovs.add_interface_port(BR, n) for n in names_])
+    for t in threads:
+        t.join(10)
+    assert sorted(n for n, row in results.items() if row is not None) == names_
