@@ -117,14 +117,20 @@ class Sandbox:
         as is; leftovers of a crashed one are cleaned first.  `services` are
         callables `f(sandbox)` run in order once the network is ready (the hook to
         start the API emulator, controller, node daemons); None means
-        `pacific.sandbox.services.DEFAULT_SERVICES`.  On failure the half-built
+        `pacific.sandbox.services.DEFAULT_SERVICES` (not run again when the sandbox
+        was already up; a failing service raises SandboxError).  On failure the half-built
         sandbox is left for inspection: its logs are under `self.dir`, and `down()`
         (or the next `up()`) removes it."""
         if self.healthy():
             log.info("sandbox %s is already up (%s)", self.name, self.dir)
             return self
         if self._leftovers():
-            log.info("sandbox %s: cleaning leftovers of an earlier run", self.name)
+            saved = self.state.read()
+            if saved.get("ready") and saved.get("nodes") != len(self.nodes):
+                log.info("sandbox %s has %s nodes, %d wanted: rebuilding it", self.name,
+                         saved.get("nodes"), len(self.nodes))
+            else:
+                log.info("sandbox %s: cleaning leftovers of an earlier run", self.name)
             self.down()
         bringup.check_paths(self)
         t0 = time.monotonic()
@@ -151,9 +157,15 @@ class Sandbox:
             from pacific.sandbox.services import DEFAULT_SERVICES
             services = DEFAULT_SERVICES
         for svc in services:
-            log.info("sandbox %s: starting service %s", self.name,
-                     getattr(svc, "__name__", repr(svc)))
-            svc(self)
+            svc_name = getattr(svc, "__name__", repr(svc))
+            log.info("sandbox %s: starting service %s", self.name, svc_name)
+            try:
+                svc(self)
+            except SandboxError:
+                raise
+            except Exception as e:
+                raise SandboxError(f"sandbox {self.name}: service {svc_name} failed to start: "
+                                   f"{e}; logs under {self.dir}/services") from e
         return self
 
     def healthy(self) -> bool:

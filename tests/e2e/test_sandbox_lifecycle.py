@@ -158,3 +158,22 @@ def test_cli_up_status_down_from_separate_processes(sandbox_factory):  # (skips 
     assert netns.list_with_prefix(f"pac-{name}-") == []
     st = subprocess.run(cli + ["status", "--name", name], capture_output=True, text=True)
     assert st.returncode == 3 and "not up" in st.stdout
+
+
+def test_services_hook_runs_after_the_network_is_ready(sandbox_factory):
+    seen = []
+
+    def start_sleeper(sb):
+        seen.append(sb.healthy())
+        sb.spawn("svc-sleeper", ["sleep", "600"], netns=sb.central_netns)
+
+    def broken(sb):
+        raise RuntimeError("no config")
+
+    sb = sandbox_factory(nodes=1, services=[start_sleeper])
+    assert seen == [True] and sb.daemon_pid("svc-sleeper")
+    sb.up(services=[start_sleeper])  # healthy: left as is, services not run twice
+    assert seen == [True]
+    sb.down()
+    with pytest.raises(SandboxError, match="service broken failed to start: no config"):
+        sandbox_factory(nodes=1, services=[broken])
