@@ -43,10 +43,12 @@ current-context: pacific
 
 
 class ControlPlane:
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, nb_remote: str | None = None):
+        """nb_remote: use this NB (e.g. a sandbox's) instead of a private ovsdb-server."""
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.nbdb = OvsdbServer(self.dir / "nb", NB_SCHEMA)
+        self.nbdb = None if nb_remote else OvsdbServer(self.dir / "nb", NB_SCHEMA)
+        self.nb_remote = nb_remote or self.nbdb.remote
         self.apiserver = None
         self.kubeconfig = self.dir / "kubeconfig"
         self.controllers: dict[str, subprocess.Popen] = {}
@@ -59,7 +61,8 @@ class ControlPlane:
         from pacific.ovn import NorthboundAPI
         from pacific.sandbox.apiserver.server import ApiServer
         try:
-            self.nbdb.start()
+            if self.nbdb is not None:
+                self.nbdb.start()
             token = secrets.token_hex(16)
             self.apiserver = ApiServer(["127.0.0.1:0"], token=token, history=200000)
             self.apiserver.load_crds(str(CRD_DIR))
@@ -67,7 +70,7 @@ class ControlPlane:
             port = self.apiserver.addresses[0]["port"]
             write_kubeconfig(self.kubeconfig, f"http://127.0.0.1:{port}", token)
             self.kube = client.load(str(self.kubeconfig))
-            self.nb = NorthboundAPI(self.nbdb.remote, timeout=20, created_by="test")
+            self.nb = NorthboundAPI(self.nb_remote, timeout=20, created_by="test")
         except BaseException:
             self.close()
             raise
@@ -82,7 +85,8 @@ class ControlPlane:
         if self.apiserver is not None:
             self.apiserver.stop()
             self.apiserver = None
-        self.nbdb.stop()
+        if self.nbdb is not None:
+            self.nbdb.stop()
 
     def __enter__(self) -> "ControlPlane":
         return self.start()
@@ -93,7 +97,7 @@ class ControlPlane:
     # -- controllers -----------------------------------------------------------------
     def start_controller(self, tag: str = "c1", leader_elect: bool = True, extra=()) -> subprocess.Popen:
         argv = [sys.executable, "-m", "pacific.controller.main", "--kubeconfig", str(self.kubeconfig),
-                "--nb-remote", self.nbdb.remote, "--identity", tag, "--gc-interval", "30",
+                "--nb-remote", self.nb_remote, "--identity", tag, "--gc-interval", "30",
                 "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5",
                 "--log-file", str(self.dir / f"{tag}.log"), *extra]
         if not leader_elect:
@@ -135,8 +139,3 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.05, what: str = 
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
 
-
-def env_ok() -> str | None:
-    if os.geteuid() != 0:
-        return None
-    return None
