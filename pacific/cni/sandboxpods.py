@@ -75,6 +75,7 @@ def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None =
     """Create the Pod, its netns, and run CNI ADD on `node`.  On failure nothing is
     left behind (DEL is run, the netns and the Pod object are removed)."""
     from pacific.kube import resources as kr
+    from pacific.kube.errors import AlreadyExists
     from pacific.sandbox import netns as sbnetns
     for what, v in (("namespace", namespace), ("pod name", name)):
         if not _NAME.match(v):
@@ -90,15 +91,17 @@ def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None =
             "spec": {"nodeName": nd.name,
                      "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9"}]}}
     if kr.get(api, kr.NAMESPACES, namespace) is None:
-        kr.create(api, kr.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                       "metadata": {"name": namespace}})
+        try:
+            kr.create(api, kr.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                           "metadata": {"name": namespace}})
+        except AlreadyExists:
+            pass  # created concurrently
     pod = kr.create(api, kr.PODS, body, namespace=namespace)
     cid = runtime.new_container_id()
     made_ns = False
     try:
         sbnetns.create(ns_name)
-        made_ns = True
-        sb._record_netns(ns_name)
+        made_ns = True  # down() removes every pac-<sandbox>-* namespace, pods' too
         rec = SandboxPod(namespace, name, nd.name, pod["metadata"]["uid"], cid, ns_name, {})
         _save(sb, rec)
         p = launch.paths(nd)
