@@ -77,3 +77,6 @@ def ensure_default_subnet(ctl) -> None:
         LOG.info("created default Subnet %s (%s)", cfg.default_subnet, cfg.default_cidr)
     except kerr.AlreadyExists:
         pass
+    # the IPAM rebuild that follows must see it (IP objects may already use it)
+    if ctl.inf_subnets.wait_for(cfg.default_subnet, lambda o: True, 30) is None:
+        raise RuntimeError(f"default Subnet {cfg.default_subnet} never appeared in the watch")
