@@ -87,10 +87,12 @@ def stop(sandbox, node, kill: bool = False) -> None:
     sandbox.stop(tag(node))
 
 
-def restart(sandbox, node, kubeconfig: str | None = None, kill: bool = False) -> int:
+def restart(sandbox, node, kubeconfig: str | None = None, kill: bool = False,
+            extra=()) -> int:
+    """Stop (SIGKILL if kill) and start again; `extra` are more pacific-node flags."""
     kubeconfig = kubeconfig or os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)
     stop(sandbox, node, kill=kill)
-    return start(sandbox, node, kubeconfig)
+    return start(sandbox, node, kubeconfig, extra=extra)
 
 
 def wait_ready(sandbox, node, timeout: float = 30.0) -> None:

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 SWITCH = "cni-test"
 CIDR = "10.77.0.0/16"
 GATEWAY = "10.77.0.1"
+ROUTER = "cni-test-router"
+JOIN = "cni-test-join"
+JOIN_CIDR = "100.64.0.0/16"
+JOIN_GW = "100.64.0.1"
 
 
 class FakeController:
@@ -66,6 +70,43 @@ class FakeController:
             names.ANN_CIDR: CIDR, names.ANN_GATEWAY: GATEWAY, names.ANN_LOGICAL_SWITCH: SWITCH,
             names.ANN_LSP: lsp}}}, namespace=ns)
         log.info("fake controller: %s -> %s %s", key, ip, mac)
+
+    def add_router_and_join(self) -> None:
+        """Router between the pod switch and a join switch, as the controller builds
+        the cluster router; the node management ports sit on the join switch."""
+        owner = Owner(names.OWNER_KIND_CLUSTER, ROUTER)
+        with self.nb.transaction() as txn:
+            txn.add(self.nb.add_router(ROUTER, owner=owner))
+            txn.add(self.nb.add_switch(JOIN, owner=owner))
+            for c in self.nb.link_router_switch(ROUTER, SWITCH, "0a:58:0a:4d:00:01",
+                                                f"{GATEWAY}/16", owner=owner):
+                txn.add(c)
+            for c in self.nb.link_router_switch(ROUTER, JOIN, "0a:58:64:40:00:01",
+                                                f"{JOIN_GW}/16", owner=owner):
+                txn.add(c)
+
+    def annotate_node(self, node: str, index: int) -> str:
+        """Node object with the join-port annotations and its LSP on the join switch;
+        returns the join IP."""
+        ip = f"100.64.0.{index + 1}"
+        mac = f"0a:58:64:40:00:{index + 1:02x}"
+        lsp = names.node_lsp_name(node)
+        self.nb.commit(self.nb.add_switch_port(
+            JOIN, lsp, owner=Owner(names.OWNER_KIND_NODE, node),
+            addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
+        ann = {names.ANN_NODE_JOIN_IP: f"{ip}/16", names.ANN_NODE_JOIN_MAC: mac,
+               names.ANN_NODE_JOIN_GW: JOIN_GW, names.ANN_NODE_LSP: lsp}
+        if kr.get(self.api, kr.NODES, node) is None:
+            kr.create(self.api, kr.NODES, {"apiVersion": "v1", "kind": "Node",
+                                           "metadata": {"name": node, "annotations": ann}})
+        else:
+            kr.patch_merge(self.api, kr.NODES, node, {"metadata": {"annotations": ann}})
+        return ip
+
+    def add_subnet_object(self) -> None:
+        kr.create(self.api, kr.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                         "metadata": {"name": SWITCH},
+                                         "spec": {"cidrBlock": CIDR, "gateway": GATEWAY}})
 
     def refuse(self, ns: str, name: str, why: str) -> None:
         kr.patch_merge(self.api, kr.PODS, name, {"metadata": {"annotations": {

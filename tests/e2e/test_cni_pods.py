@@ -111,3 +111,139 @@ def test_daemon_kill9_restart_keeps_pods_and_serves_next_add(cluster):
     finally:
         for n in ("keep-a", "keep-b", "keep-c"):
             sandboxpods.delete_pod(sb, "default", n, api=api)
+
+
+def _conf(sb, node):
+    p = launch.paths(sb.node(node))
+    conflist = runtime.load_conflist(p.conflist)
+    return runtime._plugin_conf(conflist, conflist["plugins"][0], None), [p.bin_dir]
+
+
+def _att(pod, container_id=None, netns=None):
+    return runtime.Attachment(container_id or pod.container_id,
+                              pod.netns_path if netns is None else netns, "eth0",
+                              runtime.k8s_args(pod.namespace, pod.name, pod.uid,
+                                               container_id or pod.container_id))
+
+
+def test_del_is_idempotent_and_survives_restart(cluster):
+    sb, api, ctl = cluster
+    pod = sandboxpods.add_pod(sb, "default", "del-a", "node2", api=api)
+    conf, bins = _conf(sb, "node2")
+    host = pod.container_id[:12] + "_h"
+    assert host in ovs_ports(sb, "node2")
+    try:
+        for netns in (pod.netns_path, pod.netns_path, ""):
+            runtime.exec_plugin(bins, "pacific", "DEL", conf, _att(pod, netns=netns))
+        runtime.exec_plugin(bins, "pacific", "DEL", conf, _att(pod, container_id="f" * 64))
+        assert host not in ovs_ports(sb, "node2")
+        assert host not in host_links(sb, "node2")
+        # DEL after the daemon restarted (it keeps no memory but OVS)
+        pod2 = sandboxpods.add_pod(sb, "default", "del-b", "node2", api=api)
+        launch.restart(sb, "node2")
+        runtime.exec_plugin(bins, "pacific", "DEL", conf, _att(pod2))
+        assert pod2.container_id[:12] + "_h" not in ovs_ports(sb, "node2")
+    finally:
+        sandboxpods.delete_pod(sb, "default", "del-a", api=api)
+        sandboxpods.delete_pod(sb, "default", "del-b", api=api)
+
+
+def test_check_reports_what_differs(cluster):
+    sb, api, ctl = cluster
+    pod = sandboxpods.add_pod(sb, "default", "check-a", "node1", api=api)
+    conf, bins = _conf(sb, "node1")
+    try:
+        conf = dict(conf, prevResult=pod.result)
+        runtime.exec_plugin(bins, "pacific", "CHECK", conf, _att(pod))  # all fine
+        sandboxpods.exec_pod(sb, "default", "check-a", ["ip", "addr", "flush", "dev", "eth0"],
+                             check=True)
+        with pytest.raises(runtime.CniCallError) as e:
+            runtime.exec_plugin(bins, "pacific", "CHECK", conf, _att(pod))
+        assert e.value.code == 104 and f"lacks address {pod.ip}/16" in str(e.value)
+        with pytest.raises(runtime.CniCallError) as e:
+            runtime.exec_plugin(bins, "pacific", "CHECK", conf, _att(pod, container_id="a" * 64))
+        assert e.value.code == 3
+    finally:
+        sandboxpods.delete_pod(sb, "default", "check-a", api=api)
+
+
+def test_gc_removes_attachments_not_listed(cluster):
+    sb, api, ctl = cluster
+    keep = sandboxpods.add_pod(sb, "default", "gc-keep", "node1", api=api)
+    drop = sandboxpods.add_pod(sb, "default", "gc-drop", "node1", api=api)
+    peer = sandboxpods.add_pod(sb, "default", "gc-peer", "node2", api=api)
+    conf, bins = _conf(sb, "node1")
+    try:
+        gc_conf = dict(conf, cniVersion="1.1.0", **{"cni.dev/valid-attachments": [
+            {"containerID": keep.container_id, "ifname": "eth0"}]})
+        runtime.exec_plugin(bins, "pacific", "GC", gc_conf, None)
+        ports = ovs_ports(sb, "node1")
+        assert keep.container_id[:12] + "_h" in ports
+        assert drop.container_id[:12] + "_h" not in ports
+        assert drop.container_id[:12] + "_h" not in host_links(sb, "node1")
+        assert ping(sb, "default", "gc-peer", keep.ip)
+        assert not ping(sb, "default", "gc-peer", drop.ip, wait=1)
+        status = dict(conf, cniVersion="1.1.0")
+        runtime.exec_plugin(bins, "pacific", "STATUS", status, None)  # ready
+    finally:
+        for n in ("gc-keep", "gc-drop", "gc-peer"):
+            sandboxpods.delete_pod(sb, "default", n, api=api)
+
+
+def test_add_waits_for_allocation_and_reports_refusal(cluster):
+    sb, api, ctl = cluster
+    ctl.hold.update({"default/wait-a", "default/refused"})
+    with concurrent.futures.ThreadPoolExecutor(1) as ex:
+        fut = ex.submit(sandboxpods.add_pod, sb, "default", "wait-a", "node1", api=api)
+        time.sleep(1.0)
+        assert not fut.done()  # blocked on the watch, not failed
+        ctl.allocate(ctl.informer.wait_for("default/wait-a", lambda p: True, 10))
+        pod = fut.result(timeout=30)
+    try:
+        assert pod.ip == ctl.allocated["default/wait-a"]
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            fut = ex.submit(sandboxpods.add_pod, sb, "default", "refused", "node1", api=api)
+            ctl.informer.wait_for("default/refused", lambda p: True, 10)
+            ctl.refuse("default", "refused", "subnet cni-test is full")
+            with pytest.raises(PodError, match="code 101.*subnet cni-test is full"):
+                fut.result(timeout=30)
+        assert sandboxpods.load(sb, "default", "refused") is None  # nothing left behind
+        assert not os.path.exists(f"/run/netns/{sb.netns_prefix}pod-default-refused")
+    finally:
+        sandboxpods.delete_pod(sb, "default", "wait-a", api=api)
+
+
+def test_no_allocation_is_try_again(cluster):
+    sb, api, ctl = cluster
+    ctl.hold.add("default/never")
+    launch.restart(sb, "node2", extra=["--allocation-timeout", "1"])
+    try:
+        with pytest.raises(PodError, match="code 11: the controller has not allocated"):
+            sandboxpods.add_pod(sb, "default", "never", "node2", api=api)
+    finally:
+        launch.restart(sb, "node2")
+
+
+def test_management_port_routes_host_to_pods(cluster):
+    sb, api, ctl = cluster
+    ctl.add_router_and_join()
+    join_ip = ctl.annotate_node("node1", 1)
+    ctl.add_subnet_object()
+    pod = sandboxpods.add_pod(sb, "default", "mgmt-target", "node2", api=api)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            routes = subprocess.run(["ip", "-n", sb.node("node1").netns, "route", "show", "dev",
+                                     names.MGMT_PORT], capture_output=True, text=True).stdout
+            if "10.77.0.0/16 via 100.64.0.1" in routes:
+                break
+            time.sleep(0.1)
+        assert "10.77.0.0/16 via 100.64.0.1" in routes
+        addrs = subprocess.run(["ip", "-n", sb.node("node1").netns, "addr", "show", "dev",
+                                names.MGMT_PORT], capture_output=True, text=True).stdout
+        assert f"{join_ip}/16" in addrs
+        p = subprocess.run(["ip", "netns", "exec", sb.node("node1").netns, "ping", "-c", "3",
+                            "-i", "0.2", "-W", "2", pod.ip], capture_output=True, text=True)
+        assert " 0% packet loss" in p.stdout or ", 0% packet loss" in p.stdout, p.stdout
+    finally:
+        sandboxpods.delete_pod(sb, "default", "mgmt-target", api=api)
