@@ -60,7 +60,7 @@ def _services(kube_holder: dict):
         _ensure_nodes(sb, kube_holder["kubeconfig"])
 
     def controllers(sb):
-        controller_launch.start_for_sandbox(sb, kube_holder["kubeconfig"], replicas=2)
+        controller_launch.service(sb)
 
     def node_daemons(sb):
         missing = [n for n in sb.nodes if sb.daemon_pid(node_launch.tag(n)) is None]

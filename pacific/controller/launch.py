@@ -65,3 +65,10 @@ def wait_for_leader(kubeconfig: str, timeout: float = 60.0) -> str:
             raise TimeoutError(f"no pacific-controller became leader within {timeout:.0f}s "
                                "(see the controller logs under the sandbox's services/ dir)")
         time.sleep(0.2)
+
+
+def service(sandbox) -> None:
+    """Sandbox service hook entry (after the API emulator, before the node daemons):
+    two replicas on the sandbox's root-namespace kubeconfig."""
+    import os
+    start_for_sandbox(sandbox, os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG), replicas=2)
