@@ -1,5 +1,122 @@
-"""`pacific sandbox pod add|delete` and `pacific sandbox exec` (real CNI path)."""
+"""`pacific sandbox pod add|delete` and `pacific sandbox exec` (real CNI path).
+
+The pod commands need the sandbox up with its API emulator, a pacific-node on
+the node, and something that allocates (pacific-controller)."""
+import argparse
+import json
+import subprocess
+import sys
+
+from pacific import names
+
+_ADD_DESCRIPTION = """\
+Create Pod NS/NAME in the sandbox's API (spec.nodeName = NODE, as the scheduler
+would), a network namespace for it, and run the node's CNI conflist through the
+`pacific` plugin binary exactly as containerd does (CNI_* environment, config on
+stdin, exit code, result on stdout).  ADD returns once the pod can talk: the
+controller allocated its address and ovn-controller installed its port.  The
+CNI result is printed as JSON."""
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    ns, sep, name = ref.partition("/")
+    if not sep:
+        ns, name = "default", ref
+    return ns, name
+
+
+def _kv(items, what) -> dict:
+    out = {}
+    for item in items or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise SystemExit(f"error: --{what} expects KEY=VALUE, got {item!r}")
+        out[k] = v
+    return out
+
+
+def _sandbox(args):
+    from pacific.sandbox.cluster import Sandbox
+    return Sandbox(args.name)
+
+
+def cmd_pod_add(args) -> int:
+    from pacific.cni import sandboxpods
+    ns, name = _split_ref(args.pod)
+    try:
+        pod = sandboxpods.add_pod(_sandbox(args), ns, name, args.node,
+                                  annotations=_kv(args.annotation, "annotation"),
+                                  labels=_kv(args.label, "label"), timeout=args.timeout)
+    except Exception as e:  # noqa: BLE001 - one clear line for the user
+        print(f"error: pod {ns}/{name}: {e}", file=sys.stderr)
+        return 1
+    json.dump(pod.result, sys.stdout, indent=2)
+    print(f"\n# pod {ns}/{name} on {pod.node}: {pod.ip}, netns {pod.netns}", file=sys.stderr)
+    return 0
+
+
+def cmd_pod_delete(args) -> int:
+    from pacific.cni import sandboxpods
+    ns, name = _split_ref(args.pod)
+    try:
+        found = sandboxpods.delete_pod(_sandbox(args), ns, name)
+    except Exception as e:  # noqa: BLE001
+        print(f"error: pod {ns}/{name}: {e}", file=sys.stderr)
+        return 1
+    print(f"pod {ns}/{name} {'deleted' if found else 'was not there'}")
+    return 0
+
+
+def cmd_exec(args) -> int:
+    from pacific.cni import sandboxpods
+    ns, name = _split_ref(args.pod)
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        print("error: no command given (pacific sandbox exec NS/NAME -- CMD...)",
+              file=sys.stderr)
+        return 2
+    try:
+        return sandboxpods.exec_pod(_sandbox(args), ns, name, argv).returncode
+    except (sandboxpods.PodError, OSError, subprocess.SubprocessError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
 
 
 def register(sp):
-    pass
+    name_help = f"sandbox name (default {names.SANDBOX_DEFAULT_NAME!r})"
+    pod = sp.add_parser("pod", help="pods through the real CNI plugin and node daemon",
+                        description="Sandbox pods: a Pod object plus a network namespace "
+                        "plumbed by the real `pacific` CNI plugin.")
+    psp = pod.add_subparsers(dest="pod_command", metavar="SUBCOMMAND", required=True)
+
+    add = psp.add_parser("add", help="create a pod and run CNI ADD for it",
+                         description=_ADD_DESCRIPTION,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    add.add_argument("pod", metavar="NS/NAME", help="pod reference (namespace 'default' "
+                     "if no NS/)")
+    add.add_argument("--node", required=True, help="node to run on (node1..nodeN)")
+    add.add_argument("--annotation", action="append", metavar="K=V",
+                     help=f"pod annotation, e.g. {names.ANN_IP_ADDRESS}=10.16.0.50 "
+                     "(repeatable)")
+    add.add_argument("--label", action="append", metavar="K=V", help="pod label (repeatable)")
+    add.add_argument("--timeout", type=float, default=120, metavar="S",
+                     help="seconds to wait for the plugin (default 120)")
+    add.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=name_help)
+    add.set_defaults(func=cmd_pod_add)
+
+    dl = psp.add_parser("delete", help="run CNI DEL, remove the netns and the Pod",
+                        description="Run CNI DEL for the pod (with its netns, then again "
+                        "without, as containerd does), delete its network namespace and the "
+                        "Pod object.  Idempotent.")
+    dl.add_argument("pod", metavar="NS/NAME")
+    dl.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=name_help)
+    dl.set_defaults(func=cmd_pod_delete)
+
+    ex = sp.add_parser("exec", help="run a command in a pod's network namespace",
+                       description="Run CMD inside the pod's network namespace, e.g. "
+                       "`pacific sandbox exec default/web-0 -- ping -c1 10.16.0.7`. "
+                       "Exit status is the command's.")
+    ex.add_argument("pod", metavar="NS/NAME")
+    ex.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=name_help)
+    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD...")
+    ex.set_defaults(func=cmd_exec)
