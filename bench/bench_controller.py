@@ -162,7 +162,8 @@ def memory(workdir: Path, n: int) -> None:
     with ControlPlane(workdir) as cp:
         fill_store(cp, n, with_pods=True)
         t0 = time.perf_counter()
-        p = cp.start_controller("c1", leader_elect=False, extra=("--default-cidr", BIG_CIDR))
+        p = cp.start_controller("c1", leader_elect=False, extra=("--default-cidr", BIG_CIDR,
+                                                                     "--gc-interval", "3600"))
         wait_until(lambda: "controller ready" in cp.log("c1"), 600, interval=0.2, what="controller ready")
         t1 = time.perf_counter()
         wait_until(lambda: len(cp.nb.lookup("Logical_Switch", names.DEFAULT_SUBNET).ports) >= n + 1,

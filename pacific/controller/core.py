@@ -99,6 +99,17 @@ class Controller:
         for key in self.pods.refused_keys():
             self.pod_q.add(key)
 
+    def _wait_subnets_settled(self, stop: threading.Event, timeout: float = 30.0) -> None:
+        """Let every Subnet get its switch (or its refusal) before pods are
+        reconciled, so a big restart does not park thousands of pods in retry."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set() and time.monotonic() < deadline:
+            names_ = [model.meta(s).get("name") for s in self.inf_subnets.list()]
+            if all(self.subnets.spec(n) or self.subnets.is_refused(n) for n in names_):
+                return
+            time.sleep(0.05)
+        LOG.warning("subnets not all settled after %.0fs; starting pod workers anyway", timeout)
+
     # -- life cycle ---------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         t0 = time.monotonic()
@@ -120,6 +131,7 @@ class Controller:
             n = self.cfg.workers
             threads += run_workers(self.subnet_q, self.subnets.reconcile, max(1, n // 4), name="subnet")
             threads += run_workers(self.node_q, self.nodes.reconcile, max(1, n // 4), name="node")
+            self._wait_subnets_settled(stop)
             threads += run_workers(self.pod_q, self.pods.reconcile, n, name="pod")
             self.ready.set()
             LOG.info("controller ready in %.2fs (%d workers)", time.monotonic() - t0, n)
