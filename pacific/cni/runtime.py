@@ -8,6 +8,7 @@ configuration on stdin, the result or error JSON read from stdout.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -54,9 +55,26 @@ def _cni_args(args: dict) -> str:
     return ";".join(f"{k}={v}" for k, v in items)
 
 
+_setns = ctypes.CDLL(None, use_errno=True).setns  # resolved before any fork
+
+
+def _enter_netns(path: str):
+    """preexec_fn: move the child (after fork, before exec) into network namespace
+    `path`.  Only async-signal-safe calls, no Python locks: safe with threads."""
+    def enter():
+        fd = os.open(path, os.O_RDONLY)
+        if _setns(fd, 0x40000000) != 0:
+            os._exit(121)
+        os.close(fd)
+    return enter
+
+
 def exec_plugin(bin_dirs: list[str], plugin_type: str, command: str, conf: dict,
-                att: Attachment | None, timeout: float = 240.0) -> dict | None:
+                att: Attachment | None, timeout: float = 240.0,
+                run_in_netns: str | None = None) -> dict | None:
     """Run one plugin binary; returns its parsed stdout (None if empty).
+    run_in_netns: path of the network namespace the plugin itself runs in (the
+    runtime's "host" namespace; default: the caller's).
     Raises CniCallError on a non-zero exit."""
     path = next((os.path.join(d, plugin_type) for d in bin_dirs
                  if os.access(os.path.join(d, plugin_type), os.X_OK)), None)
@@ -69,7 +87,8 @@ def exec_plugin(bin_dirs: list[str], plugin_type: str, command: str, conf: dict,
         env.update(CNI_CONTAINERID=att.container_id, CNI_NETNS=att.netns,
                    CNI_IFNAME=att.ifname, CNI_ARGS=_cni_args(att.args))
     p = subprocess.run([path], input=json.dumps(conf).encode(), env=env,
-                       capture_output=True, timeout=timeout)
+                       capture_output=True, timeout=timeout,
+                       preexec_fn=_enter_netns(run_in_netns) if run_in_netns else None)
     out = None
     if p.stdout.strip():
         try:
@@ -99,20 +118,23 @@ def _plugin_conf(conflist: dict, plugin: dict, prev: dict | None) -> dict:
     return conf
 
 
-def add(conflist: dict, bin_dirs: list[str], att: Attachment, timeout: float = 240.0) -> dict:
+def add(conflist: dict, bin_dirs: list[str], att: Attachment, timeout: float = 240.0,
+        run_in_netns: str | None = None) -> dict:
     """ADD through every plugin of the conflist; returns the last result."""
     result = None
     for plugin in conflist["plugins"]:
         result = exec_plugin(bin_dirs, plugin["type"], "ADD",
-                             _plugin_conf(conflist, plugin, result), att, timeout)
+                             _plugin_conf(conflist, plugin, result), att, timeout,
+                             run_in_netns)
     return result or {}
 
 
-def delete(conflist: dict, bin_dirs: list[str], att: Attachment, timeout: float = 240.0) -> None:
+def delete(conflist: dict, bin_dirs: list[str], att: Attachment, timeout: float = 240.0,
+           run_in_netns: str | None = None) -> None:
     """DEL through every plugin in reverse order."""
     for plugin in reversed(conflist["plugins"]):
         exec_plugin(bin_dirs, plugin["type"], "DEL", _plugin_conf(conflist, plugin, None),
-                    att, timeout)
+                    att, timeout, run_in_netns)
 
 
 def timed(fn, *args, **kw) -> tuple[float, object]:

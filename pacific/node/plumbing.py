@@ -97,7 +97,7 @@ class Plumber:
                                f"{att.ifname} failed: {e}") from None
             raise
         t1 = time.monotonic()
-        log.debug("plumbed %s: veth+port %.1f ms, pod side %.1f ms, ovn-installed %.1f ms",
+        log.info("plumbed %s: veth+port %.1f ms, pod side %.1f ms, ovn-installed %.1f ms",
                   host, (t_ovs - t0) * 1e3, (t_pod - t_ovs) * 1e3, (t1 - t_pod) * 1e3)
         return att.result(host_mac)
 
@@ -123,7 +123,7 @@ class Plumber:
         """A repeated ADD for the same container replaces what the first one made."""
         if self.ovs.get_interface(host) is not None:
             log.info("ADD: replacing existing OVS port %s", host)
-            self.ovs.commit(self.ovs.del_port(host, if_exists=True))
+            self._del_ports([host])
         if ipr.link_lookup(ifname=host):
             log.info("ADD: replacing existing veth %s", host)
             _link_del(ipr, host)
@@ -131,7 +131,7 @@ class Plumber:
     def _rollback(self, host: str, made_veth: bool, made_port: bool) -> None:
         try:
             if made_port:
-                self.ovs.commit(self.ovs.del_port(host, if_exists=True))
+                self._del_ports([host])
             if made_veth:
                 with IPRoute() as ipr:
                     _link_del(ipr, host)
@@ -149,13 +149,19 @@ class Plumber:
         for iface in self.ovs.find_interfaces({names.OVS_CONTAINER_ID: container_id}):
             if iface.external_ids.get(names.OVS_IFNAME, ifname) == ifname:
                 ports.add(iface.name)
-        for port in ports:
-            if self.ovs.get_interface(port) is not None:
-                self.ovs.commit(self.ovs.del_port(port, if_exists=True))
-                found = True
+        present = [p for p in ports if self.ovs.get_interface(p) is not None]
+        if present:
+            self._del_ports(present)
+            found = True
         with IPRoute() as ipr:
             found |= _link_del(ipr, host)
         return found
+
+    def _del_ports(self, ports: list[str]) -> None:
+        # No wait for ovs-vswitchd: nothing after a removal depends on it.
+        with self.ovs.transaction(wait_vswitchd=False) as txn:
+            for port in ports:
+                txn.add(self.ovs.del_port(port, if_exists=True))
 
     # ------------------------------------------------------------------ CHECK
     def check(self, att: PodAttachment, prev_result: dict | None = None) -> None:

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""CNI ADD/DEL latency: Pacific against Debian's reference bridge + host-local.
+
+Both run through the same runtime code (pacific.cni.runtime, which executes a
+conflist exactly as libcni does), in the same run, on the same machine, inside a
+1-node sandbox:
+
+- pacific: the `pacific` plugin -> pacific-node (veth, br-int port, wait for
+  ovn-installed).  The allocation exists before ADD (pods are pre-created with
+  the controller's annotations and their logical switch ports), as the goal
+  "ADD p99 within 1.5x of the reference once the allocation exists" asks.
+- reference: /usr/lib/cni/bridge + host-local (veth into a Linux bridge, IPAM
+  from a file store), run inside the node's network namespace.
+
+Each pod gets its own fresh network namespace (not timed).  Measured: ADD and DEL
+latency, one pod at a time (--single N) and in bursts of 20 concurrent pods
+(--bursts B); p50/p99 per plugin, rounds interleaved so machine noise hits both.
+
+    .venv/bin/python bench/bench_cni.py [--single 40] [--bursts 3]
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import ipaddress
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from pacific import names
+from pacific.cni import runtime
+from pacific.kube import client as kclient
+from pacific.kube import resources as kr
+from pacific.node import launch
+from pacific.ovn.base import Owner
+from pacific.ovn.nb import NorthboundAPI
+from pacific.sandbox.apiserver import kubeconfig_path, start_for_sandbox
+from pacific.sandbox.cluster import Sandbox
+
+REF_BIN = "/usr/lib/cni"
+SWITCH, CIDR, GW = "bench-cni", "10.78.0.0/16", "10.78.0.1"
+BURST = 20
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+class Bench:
+    def __init__(self, sb: Sandbox, tmp: str):
+        self.sb, self.tmp = sb, tmp
+        self.node = sb.nodes[0]
+        self.api = kclient.load(kubeconfig_path(sb))
+        self.nb = NorthboundAPI(sb.nb_remote, created_by="bench-cni")
+        self.nb.commit(self.nb.add_switch(SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
+        self.net = ipaddress.ip_network(CIDR)
+        self.n = 10
+        p = launch.paths(self.node)
+        self.pac_conf, self.pac_bins = runtime.load_conflist(p.conflist), [p.bin_dir]
+        self.ref_conf = {"cniVersion": "1.0.0", "name": "refnet", "plugins": [{
+            "type": "bridge", "bridge": "cnibr0", "isGateway": True, "ipMasq": False,
+            "mtu": self.node.mtu,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.79.0.0/16"}]],
+                     "routes": [{"dst": "0.0.0.0/0"}], "dataDir": os.path.join(tmp, "ipam")}}]}
+        self.node_ns = f"/run/netns/{self.node.netns}"
+        self.seq = 0
+        self.cids: dict[tuple[str, str], str] = {}
+
+    # --- pods -----------------------------------------------------------------
+    def make_pods(self, count: int, allocate: bool) -> list[tuple[str, str, str]]:
+        """(pod name, netns name, uid) with fresh namespaces; Pacific pods also get
+        their LSP and allocation annotations up front."""
+        out = []
+        cmds = []
+        for _ in range(count):
+            self.seq += 1
+            name = f"b{self.seq}"
+            ns_name = f"{self.sb.netns_prefix}bench-{name}"
+            subprocess.run(["ip", "netns", "add", ns_name], check=True)
+            uid = ""
+            if allocate:
+                self.n += 1
+                ip = str(self.net[self.n])
+                mac = "0a:58:%02x:%02x:%02x:%02x" % tuple(ipaddress.ip_address(ip).packed)
+                lsp = names.pod_lsp_name("bench", name)
+                cmds.append(self.nb.add_switch_port(
+                    SWITCH, lsp, owner=Owner(names.OWNER_KIND_POD, f"bench/{name}"),
+                    addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
+                pod = kr.create(self.api, kr.PODS, {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": "bench", "annotations": {
+                        names.ANN_ALLOCATED: "true", names.ANN_IP_ADDRESS: ip,
+                        names.ANN_MAC_ADDRESS: mac, names.ANN_CIDR: CIDR,
+                        names.ANN_GATEWAY: GW, names.ANN_LSP: lsp}},
+                    "spec": {"nodeName": self.node.name,
+                             "containers": [{"name": "c", "image": "pause"}]}},
+                    namespace="bench")
+                uid = pod["metadata"]["uid"]
+            out.append((name, ns_name, uid))
+        if cmds:
+            with self.nb.transaction() as txn:
+                for c in cmds:
+                    txn.add(c)
+            time.sleep(0.5)  # let the node daemon's informer see the pods
+        return out
+
+    def drop_pods(self, pods, allocate: bool) -> None:
+        for name, ns_name, _ in pods:
+            subprocess.run(["ip", "netns", "del", ns_name], check=False)
+            if allocate:
+                kr.delete(self.api, kr.PODS, name, namespace="bench")
+                self.nb.commit(self.nb.lsp_del(names.pod_lsp_name("bench", name),
+                                               if_exists=True))
+
+    # --- one ADD / DEL --------------------------------------------------------
+    def call(self, which: str, cmd: str, pod) -> float:
+        name, ns_name, uid = pod
+        cid = self.cids.setdefault((which, name), runtime.new_container_id())
+        att = runtime.Attachment(cid, f"/run/netns/{ns_name}", "eth0",
+                                 runtime.k8s_args("bench", name, uid, cid))
+        if which == "pacific":
+            conf, bins, where = self.pac_conf, self.pac_bins, None
+        else:
+            conf, bins, where = self.ref_conf, [REF_BIN], self.node_ns
+        fn = runtime.add if cmd == "ADD" else runtime.delete
+        t0 = time.perf_counter()
+        fn(conf, bins, att, run_in_netns=where)
+        return time.perf_counter() - t0
+
+    def round(self, which: str, count: int, parallel: int) -> tuple[list, list, float]:
+        allocate = which == "pacific"
+        pods = self.make_pods(count, allocate)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(parallel) as ex:
+                t0 = time.perf_counter()
+                adds = list(ex.map(lambda p: self.call(which, "ADD", p), pods))
+                wall = time.perf_counter() - t0
+                dels = list(ex.map(lambda p: self.call(which, "DEL", p), pods))
+        finally:
+            self.drop_pods(pods, allocate)
+        return adds, dels, wall
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--single", type=int, default=40, help="sequential pods per plugin")
+    ap.add_argument("--bursts", type=int, default=3, help="bursts of 20 per plugin")
+    ap.add_argument("--keep", action="store_true", help="leave the sandbox up")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    for tool in ("bridge", "host-local"):
+        if not os.access(os.path.join(REF_BIN, tool), os.X_OK):
+            print(f"missing {REF_BIN}/{tool} (Debian containernetworking-plugins)")
+            return 1
+    sb = Sandbox("benchcni", nodes=1)
+    tmp = tempfile.mkdtemp(prefix="bench-cni-")
+    try:
+        sb.down()  # the bench's own sandbox: start from scratch (e.g. after --keep)
+        sb.up(services=())
+        start_for_sandbox(sb)
+        launch.start_for_sandbox(sb)
+        b = Bench(sb, tmp)
+        kr.create(b.api, kr.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                         "metadata": {"name": "bench"}})
+        res = {w: {"single_add": [], "single_del": [], "burst_add": [], "burst_del": [],
+                   "burst_wall": []} for w in ("pacific", "reference")}
+        for w in ("reference", "pacific"):  # warm-up (page cache, first ovn-controller run)
+            b.round(w, 3, 1)
+        for _ in range(max(1, args.single // 10)):
+            for w in ("reference", "pacific"):
+                adds, dels, _ = b.round(w, 10, 1)
+                res[w]["single_add"] += adds
+                res[w]["single_del"] += dels
+        for _ in range(args.bursts):
+            for w in ("reference", "pacific"):
+                adds, dels, wall = b.round(w, BURST, BURST)
+                res[w]["burst_add"] += adds
+                res[w]["burst_del"] += dels
+                res[w]["burst_wall"].append(wall)
+        print(f"# CNI ADD/DEL latency, {platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
+        print(f"# single: {len(res['pacific']['single_add'])} pods one at a time; bursts: "
+              f"{args.bursts} x {BURST} concurrent")
+        print(f"| measure | pacific p50 | pacific p99 | reference p50 | reference p99 | "
+              f"ratio p99 |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for key, label in (("single_add", "ADD, 1 at a time"), ("single_del", "DEL, 1 at a time"),
+                           ("burst_add", f"ADD, bursts of {BURST}"),
+                           ("burst_del", f"DEL, bursts of {BURST}")):
+            p, r = res["pacific"][key], res["reference"][key]
+            print(f"| {label} | {pct(p, 50)*1e3:.1f} ms | {pct(p, 99)*1e3:.1f} ms | "
+                  f"{pct(r, 50)*1e3:.1f} ms | {pct(r, 99)*1e3:.1f} ms | "
+                  f"{pct(p, 99) / pct(r, 99):.2f}x |")
+        pw, rw = res["pacific"]["burst_wall"], res["reference"]["burst_wall"]
+        print(f"| burst of {BURST} wall time (median) | {statistics.median(pw)*1e3:.0f} ms | | "
+              f"{statistics.median(rw)*1e3:.0f} ms | | |")
+    finally:
+        if not args.keep:
+            sb.down()
+        subprocess.run(["rm", "-rf", tmp], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
