@@ -166,8 +166,10 @@ def memory(workdir: Path, n: int) -> None:
                                                                      "--gc-interval", "3600"))
         wait_until(lambda: "controller ready" in cp.log("c1"), 600, interval=0.2, what="controller ready")
         t1 = time.perf_counter()
-        wait_until(lambda: len(cp.nb.lookup("Logical_Switch", names.DEFAULT_SUBNET).ports) >= n + 1,
-                   900, interval=0.5, what="all ports programmed")
+        def ports() -> int:
+            with cp.nb.ovsdb_connection.lock:   # the IDL thread updates the rows
+                return len(cp.nb.lookup("Logical_Switch", names.DEFAULT_SUBNET).ports)
+        wait_until(lambda: ports() >= n + 1, 900, interval=0.5, what="all ports programmed")
         t2 = time.perf_counter()
         time.sleep(1)
         rss = rss_mib(p.pid)
