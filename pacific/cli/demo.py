@@ -10,15 +10,11 @@ only adds what is missing.
 """
 from __future__ import annotations
 
-import logging
 import os
-import subprocess
-import sys
 import time
 
 from pacific import names
 
-LOG = logging.getLogger("pacific.demo")
 
 SUBNETS = {  # subnet -> (cidr, namespace)
     "blue": ("10.17.0.0/24", "demo-blue"),
@@ -46,45 +42,6 @@ def register(sub):
     p.set_defaults(func=run)
 
 
-# -- services --------------------------------------------------------------------
-
-def _services(kube_holder: dict):
-    from pacific.controller import launch as controller_launch
-    from pacific.node import launch as node_launch
-    from pacific.sandbox.apiserver import sandbox as api_launch
-
-    def apiserver(sb):
-        if sb.daemon_pid(names.SANDBOX_APISERVER_TAG) is None:
-            api_launch.start_for_sandbox(sb)
-        kube_holder["kubeconfig"] = api_launch.kubeconfig_path(sb)
-        _ensure_nodes(sb, kube_holder["kubeconfig"])
-
-    def controllers(sb):
-        controller_launch.service(sb)
-
-    def node_daemons(sb):
-        missing = [n for n in sb.nodes if sb.daemon_pid(node_launch.tag(n)) is None]
-        for n in missing:
-            node_launch.start(sb, n, os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY), wait=False)
-        for n in missing:
-            node_launch.wait_ready(sb, n)
-
-    return [apiserver, controllers, node_daemons]
-
-
-def _ensure_nodes(sb, kubeconfig: str) -> None:
-    """Node objects (a real cluster's kubelets register them)."""
-    from pacific.kube import client, errors
-    from pacific.kube import resources as r
-    api = client.load(kubeconfig)
-    for n in sb.nodes:
-        try:
-            if r.get(api, r.NODES, n.name) is None:
-                r.create(api, r.NODES, {"metadata": {"name": n.name}})
-        except errors.AlreadyExists:
-            pass
-
-
 # -- objects -----------------------------------------------------------------------
 
 def _ensure_objects(api) -> None:
@@ -102,25 +59,19 @@ def _ensure_objects(api) -> None:
                 pass
 
 
-def _cli(*args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pacific.cli.main", *args]
-    return subprocess.run(cmd, check=check, text=True, capture_output=quiet, timeout=120)
-
-
-def _add_pods(api, sandbox_name: str) -> None:
+def _add_pods(sb, api) -> None:
+    from pacific.cni import sandboxpods
     from pacific.kube import resources as r
     for ns, name, node, ann in PODS:
         pod = r.get(api, r.PODS, name, ns)
-        if pod is not None and (pod["metadata"].get("annotations") or {}).get(names.ANN_ALLOCATED) == "true":
+        if pod is not None and sandboxpods.load(sb, ns, name) is not None and \
+                (pod["metadata"].get("annotations") or {}).get(names.ANN_ALLOCATED) == "true":
             continue
         if pod is not None:   # half-made by an interrupted run: start over
-            _cli("sandbox", "pod", "delete", f"{ns}/{name}", "--name", sandbox_name, check=False, quiet=True)
-        argv = ["sandbox", "pod", "add", f"{ns}/{name}", "--node", node, "--name", sandbox_name]
-        for k, v in ann.items():
-            argv += ["--annotation", f"{k}={v}"]
+            sandboxpods.delete_pod(sb, ns, name, api=api)
         print(f"  pod {ns}/{name} on {node}" + (f" (fixed address {ann[names.ANN_IP_ADDRESS]})"
                                                 if names.ANN_IP_ADDRESS in ann else ""), flush=True)
-        _cli(*argv, quiet=True)
+        sandboxpods.add_pod(sb, ns, name, node, annotations=ann, api=api)
 
 
 def _targets(api) -> list[tuple[str, str]]:
@@ -135,22 +86,33 @@ def _targets(api) -> list[tuple[str, str]]:
     return out
 
 
-def _matrix(sandbox_name: str, targets: list[tuple[str, str]]) -> int:
+def _matrix(sb, targets: list[tuple[str, str]]) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pacific.cni import sandboxpods
     sources = [t for t in targets if not t[0].endswith("/ovn0")]
+
+    def ping(src: str, ip: str) -> bool:
+        ns, name = src.split("/")
+        return sandboxpods.exec_pod(sb, ns, name, ["ping", "-c1", "-W2", ip],
+                                    capture_output=True).returncode == 0
+
+    with ThreadPoolExecutor(8) as pool:
+        results = {(s, d): pool.submit(ping, s, ip)
+                   for s, _ in sources for d, ip in targets if d != s}
     width = max(len(t[0]) for t in targets) + 2
-    failures = 0
     print("\nconnectivity (ping from row to column; ok = reply, -- = no reply):\n")
     print(" " * width + "".join(f"{i + 1:>5}" for i in range(len(targets))))
+    failures = 0
     for src, _ in sources:
         cells = []
-        for dst, ip in targets:
+        for dst, _ in targets:
             if dst == src:
                 cells.append("    .")
                 continue
-            r = _cli("sandbox", "exec", src, "--name", sandbox_name, "--", "ping", "-c1", "-W2", ip,
-                     check=False, quiet=True)
-            cells.append("   ok" if r.returncode == 0 else "   --")
-            failures += r.returncode != 0
+            ok = results[(src, dst)].result()
+            cells.append("   ok" if ok else "   --")
+            failures += not ok
         print(f"{src:<{width}}" + "".join(cells), flush=True)
     print("\ncolumns: " + "  ".join(f"{i + 1}={name} ({ip})" for i, (name, ip) in enumerate(targets)))
     return failures
@@ -159,24 +121,23 @@ def _matrix(sandbox_name: str, targets: list[tuple[str, str]]) -> int:
 def run(args) -> int:
     from pacific.kube import client
     from pacific.sandbox.cluster import Sandbox
+    from pacific.sandbox.services import DEFAULT_SERVICES
     t0 = time.monotonic()
-    holder: dict = {}
     sb = Sandbox(args.name, nodes=None if os.path.isdir(os.path.join(
         os.environ.get(names.SANDBOX_DIR_ENV) or names.SANDBOX_DIR, args.name)) else args.nodes)
-    services = _services(holder)
     if os.path.exists(f"/run/netns/{sb.central_netns}"):
         print(f"sandbox {sb.name} is up: checking its services", flush=True)
-        for svc in services:
+        for svc in DEFAULT_SERVICES:   # each starts only what is not running
             svc(sb)
     else:
         print(f"bringing up sandbox {sb.name} ({len(sb.nodes)} nodes) ...", flush=True)
-        sb.up(services=services)
-    api = client.load(holder["kubeconfig"])
+        sb.up()
+    kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
+    api = client.load(kc)
     _ensure_objects(api)
     print("pods (real CNI path through each node's pacific-node):", flush=True)
-    _add_pods(api, sb.name)
-    failures = _matrix(sb.name, _targets(api))
-    kc = holder["kubeconfig"]
+    _add_pods(sb, api)
+    failures = _matrix(sb, _targets(api))
     print(f"""
 ready in {time.monotonic() - t0:.0f} s.  Explore the sandbox's Kubernetes API:
 

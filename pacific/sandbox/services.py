@@ -3,22 +3,59 @@
 `Sandbox.up(services=None)` runs, in order, every callable in DEFAULT_SERVICES once
 the network is ready (chassis registered, tunnels warm).  Each callable receives
 the sandbox and should start its daemon with `sandbox.spawn(tag, argv, netns=...)`
-(so `down()` stops it) and wait until it answers.  To add a component to the
-sandbox (API emulator, controller, node daemons), append its starter here:
-
-    def start_apiserver(sb):
-        sb.spawn("apiserver", [sys.executable, "-m", "pacific.sandbox.apiserver", ...],
-                 netns=sb.central_netns)
-
-    DEFAULT_SERVICES.append(start_apiserver)
+(so `down()` stops it) and wait until it answers.  The default stack, in
+order: the Kubernetes API emulator, the Node objects (what kubelets would
+register), two leader-elected controller replicas, one pacific-node per node.
+Every starter is idempotent: a daemon that already runs is left alone.
 
 Tests that want the bare network pass `services=()`.
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Callable
+
+from pacific import names
 
 if TYPE_CHECKING:
     from pacific.sandbox.cluster import Sandbox
 
-DEFAULT_SERVICES: list[Callable[["Sandbox"], None]] = []
+
+def apiserver(sb: "Sandbox") -> None:
+    from pacific.sandbox.apiserver import sandbox as api_launch
+    if sb.daemon_pid(names.SANDBOX_APISERVER_TAG) is None:
+        api_launch.start_for_sandbox(sb)
+
+
+def register_nodes(sb: "Sandbox") -> None:
+    """Create a Node object per sandbox node, as each node's kubelet would."""
+    from pacific.kube import client, errors
+    from pacific.kube import resources as r
+    api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
+    for n in sb.nodes:
+        body = {"metadata": {"name": n.name, "labels": {"kubernetes.io/hostname": n.name}},
+                "status": {"addresses": [{"type": "InternalIP", "address": n.underlay_ip},
+                                         {"type": "Hostname", "address": n.name}]}}
+        try:
+            r.create(api, r.NODES, body)
+        except errors.AlreadyExists:
+            pass
+
+
+def controllers(sb: "Sandbox") -> None:
+    from pacific.controller import launch as controller_launch
+    controller_launch.service(sb)
+
+
+def node_daemons(sb: "Sandbox") -> None:
+    from pacific.node import launch as node_launch
+    kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)
+    missing = [n for n in sb.nodes if sb.daemon_pid(node_launch.tag(n)) is None]
+    for n in missing:
+        node_launch.start(sb, n, kubeconfig, wait=False)
+    for n in missing:
+        node_launch.wait_ready(sb, n)
+
+
+DEFAULT_SERVICES: list[Callable[["Sandbox"], None]] = [
+    apiserver, register_nodes, controllers, node_daemons]
