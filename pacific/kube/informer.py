@@ -168,11 +168,12 @@ class Informer:
                 log.info("%s: resourceVersion %s expired, re-listing", self._what, self._rv)
                 need_list = True
                 continue
-            except (errors.ApiError, urllib3.exceptions.HTTPError, OSError, ValueError) as e:
+            except Exception as e:  # noqa: BLE001 - the informer must outlive any failure
                 if self._stop.is_set():
-                    break
-                log.warning("%s: list/watch failed (%s); retrying in %.1fs",
-                            self._what, e, backoff)
+                    break   # stop() closed the stream under us: expected
+                known = (errors.ApiError, urllib3.exceptions.HTTPError, OSError, ValueError)
+                log.warning("%s: list/watch failed (%s); retrying in %.1fs", self._what, e,
+                            backoff, exc_info=not isinstance(e, known))
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF_MAX)
             if next_resync is not None and time.monotonic() >= next_resync:
