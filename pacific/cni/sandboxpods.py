@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import subprocess
+import time
 from dataclasses import asdict, dataclass
 
 from pacific.cni import runtime
@@ -71,9 +72,11 @@ def load(sb, namespace: str, name: str) -> SandboxPod | None:
 
 
 def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None = None,
-            labels: dict | None = None, api=None, timeout: float = 120.0) -> SandboxPod:
-    """Create the Pod, its netns, and run CNI ADD on `node`.  On failure nothing is
-    left behind (DEL is run, the netns and the Pod object are removed)."""
+            labels: dict | None = None, api=None, timeout: float = 120.0,
+            owner_references: list | None = None) -> SandboxPod:
+    """Create the Pod, its netns, and run CNI ADD on `node`; then report the pod
+    Running with its IP in status, as the node's kubelet would.  On failure nothing
+    is left behind (DEL is run, the netns and the Pod object are removed)."""
     from pacific.kube import resources as kr
     from pacific.kube.errors import AlreadyExists
     from pacific.sandbox import netns as sbnetns
@@ -87,7 +90,8 @@ def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None =
     ns_name = f"{sb.netns_prefix}pod-{namespace}-{name}"
     body = {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace,
-                         "labels": dict(labels or {}), "annotations": dict(annotations or {})},
+                         "labels": dict(labels or {}), "annotations": dict(annotations or {}),
+                         "ownerReferences": list(owner_references or [])},
             "spec": {"nodeName": nd.name,
                      "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9"}]}}
     if kr.get(api, kr.NAMESPACES, namespace) is None:
@@ -109,6 +113,8 @@ def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None =
                                  runtime.k8s_args(namespace, name, rec.uid, cid))
         rec.result = runtime.add(runtime.load_conflist(p.conflist), [p.bin_dir], att, timeout)
         _save(sb, rec)
+        kr.patch_merge(api, kr.PODS, name, _running_status(nd, rec), namespace=namespace,
+                       subresource="status")
         log.info("pod %s/%s on %s: %s", namespace, name, nd.name,
                  rec.result.get("ips", [{}])[0].get("address"))
         return rec
@@ -118,6 +124,22 @@ def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None =
         if isinstance(e, runtime.CniCallError):
             raise PodError(str(e)) from None
         raise
+
+
+def _running_status(nd, rec: SandboxPod) -> dict:
+    """The status a kubelet reports once the sandbox and its network are up."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    ips = [i["address"].split("/")[0] for i in rec.result.get("ips", [])]
+    ready = [{"type": t, "status": "True", "lastTransitionTime": now}
+             for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")]
+    return {"status": {
+        "phase": "Running", "hostIP": nd.underlay_ip, "startTime": now,
+        "podIP": ips[0] if ips else None, "podIPs": [{"ip": ip} for ip in ips],
+        "conditions": ready,
+        "containerStatuses": [{"name": "app", "image": "registry.k8s.io/pause:3.9",
+                               "imageID": "", "ready": True, "started": True, "restartCount": 0,
+                               "containerID": f"sandbox://{rec.container_id}",
+                               "state": {"running": {"startedAt": now}}}]}}
 
 
 def delete_pod(sb, namespace: str, name: str, api=None) -> bool:

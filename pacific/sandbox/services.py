@@ -28,18 +28,29 @@ def apiserver(sb: "Sandbox") -> None:
 
 
 def register_nodes(sb: "Sandbox") -> None:
-    """Create a Node object per sandbox node, as each node's kubelet would."""
+    """Create a Node object per sandbox node and report it Ready, as its kubelet would."""
+    import time
+
     from pacific.kube import client, errors
     from pacific.kube import resources as r
     api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for n in sb.nodes:
-        body = {"metadata": {"name": n.name, "labels": {"kubernetes.io/hostname": n.name}},
-                "status": {"addresses": [{"type": "InternalIP", "address": n.underlay_ip},
-                                         {"type": "Hostname", "address": n.name}]}}
         try:
-            r.create(api, r.NODES, body)
+            r.create(api, r.NODES, {"metadata": {
+                "name": n.name, "labels": {"kubernetes.io/hostname": n.name,
+                                           "kubernetes.io/os": "linux"}}})
         except errors.AlreadyExists:
             pass
+        r.patch_merge(api, r.NODES, n.name, {"status": {
+            "addresses": [{"type": "InternalIP", "address": n.underlay_ip},
+                          {"type": "Hostname", "address": n.name}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "sandbox node is up", "lastHeartbeatTime": now,
+                            "lastTransitionTime": now}],
+            "nodeInfo": {"kubeletVersion": "v1.32.0-pacific-sandbox", "operatingSystem": "linux",
+                         "architecture": "amd64", "containerRuntimeVersion": "pacific-sandbox"}}},
+            subresource="status")
 
 
 def controllers(sb: "Sandbox") -> None:

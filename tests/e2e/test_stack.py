@@ -1,0 +1,122 @@
+"""The whole stack in the sandbox: `pacific sandbox up`'s default services (API
+emulator, Node objects, two controllers, a pacific-node per node) and pods made
+through `pacific sandbox pod add` (the real CNI plugin), checked with real packets.
+"""
+import itertools
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pacific import names
+from pacific.kube import client
+from pacific.kube import resources as r
+
+pytestmark = pytest.mark.e2e
+
+SUBNETS = {"stack-a": ("10.41.0.0/24", "team-a"), "stack-b": ("10.42.0.0/24", "team-b")}
+FIXED = "10.42.0.77"
+
+
+def cli(sb, *args, check=True):
+    return subprocess.run([sys.executable, "-m", "pacific.cli.main", *args], check=check,
+                          capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def stack(sandbox):
+    api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
+    for subnet, (cidr, ns) in SUBNETS.items():
+        r.create(api, r.NAMESPACES, {"metadata": {"name": ns}})
+        r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                  "metadata": {"name": subnet},
+                                  "spec": {"cidrBlock": cidr, "namespaces": [ns]}})
+    return sandbox, api
+
+
+def pod_ip(api, ns, name):
+    return r.get(api, r.PODS, name, ns)["metadata"]["annotations"][names.ANN_IP_ADDRESS]
+
+
+def ping(sb, netns, ip):
+    return sb.exec(netns, ["ping", "-c1", "-W2", ip], check=False).returncode == 0
+
+
+def add(sb, ns_name, node, *extra):
+    out = cli(sb, "sandbox", "pod", "add", ns_name, "--node", node, "--name", sb.name, *extra,
+              check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def pod_netns(sb, ns, name):
+    return f"{sb.netns_prefix}pod-{ns}-{name}"
+
+
+def test_pods_on_three_nodes_in_two_subnets_reach_each_other_and_every_node(stack):
+    sb, api = stack
+    pods = [("team-a", "a1", "node1"), ("team-a", "a2", "node2"), ("team-b", "b1", "node3"),
+            ("team-b", "b2", "node1")]
+    for ns, name, node in pods:
+        add(sb, f"{ns}/{name}", node)
+    add(sb, "team-b/fixed", "node2", "--annotation", f"{names.ANN_IP_ADDRESS}={FIXED}")
+    pods.append(("team-b", "fixed", "node2"))
+
+    assert pod_ip(api, "team-b", "fixed") == FIXED
+    ips = {(ns, n): pod_ip(api, ns, n) for ns, n, _ in pods}
+    for (ns, n), ip in ips.items():
+        cidr = SUBNETS["stack-a" if ns == "team-a" else "stack-b"][0]
+        assert ip.startswith(cidr.rsplit(".", 2)[0]), (ns, n, ip, cidr)
+        pod = r.get(api, r.PODS, n, ns)      # reported by the sandbox's "kubelet"
+        assert pod["status"]["phase"] == "Running" and pod["status"]["podIP"] == ip
+
+    joins = [r.get(api, r.NODES, n.name)["metadata"]["annotations"][names.ANN_NODE_JOIN_IP]
+             .split("/")[0] for n in sb.nodes]
+    checks = [(pod_netns(sb, ns, n), ip) for (ns, n), (ns2, n2) in
+              itertools.permutations(ips, 2) for ip in [ips[(ns2, n2)]]]
+    checks += [(pod_netns(sb, ns, n), j) for (ns, n) in ips for j in joins]      # pod -> ovn0
+    checks += [(node.netns, ip) for node in sb.nodes for ip in ips.values()]     # node -> pod
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda c: (c, ping(sb, *c)), checks))
+    failed = [c for c, ok in results if not ok]
+    assert not failed, f"{len(failed)}/{len(checks)} pings failed: {failed}"
+
+
+def test_statefulset_pod_keeps_its_address_on_another_node(stack):
+    sb, api = stack
+    sts = r.create(api, r.STATEFULSETS, {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "team-a"},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}},
+                              "spec": {"containers": [{"name": "db", "image": "db"}]}}}},
+        namespace="team-a")
+    owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+              "uid": sts["metadata"]["uid"], "controller": True}]
+    from pacific.cni import sandboxpods
+    sandboxpods.add_pod(sb, "team-a", "db-0", "node1", labels={"app": "db"}, api=api,
+                        owner_references=owner)
+    sandboxpods.add_pod(sb, "team-a", "client", "node2", api=api)
+    first = pod_ip(api, "team-a", "db-0")
+    assert ping(sb, pod_netns(sb, "team-a", "client"), first)
+
+    out = cli(sb, "sandbox", "pod", "delete", "team-a/db-0", "--name", sb.name, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    sandboxpods.add_pod(sb, "team-a", "db-0", "node3", labels={"app": "db"}, api=api,
+                        owner_references=owner)
+    assert pod_ip(api, "team-a", "db-0") == first
+    assert ping(sb, pod_netns(sb, "team-a", "client"), first)
+    assert ping(sb, sb.node("node1").netns, first)
+
+
+def test_bad_fixed_address_is_refused_and_nothing_else_breaks(stack):
+    sb, api = stack
+    out = cli(sb, "sandbox", "pod", "add", "team-a/outside", "--node", "node1", "--name",
+              sb.name, "--annotation", f"{names.ANN_IP_ADDRESS}=192.0.2.9", check=False)
+    assert out.returncode != 0
+    assert "192.0.2.9" in out.stderr + out.stdout
+    assert r.get(api, r.PODS, "outside", "team-a") is None   # rolled back
+    # the cluster still serves: a new pod gets an address and talks
+    add(sb, "team-a/after", "node3")
+    assert ping(sb, pod_netns(sb, "team-a", "after"), pod_ip(api, "team-a", "a1"))
