@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/python3 -IS
 """`pacific`: the CNI plugin executable (CNI spec 1.1.0; answers 0.3.1 to 1.1.0).
 
 Standard library only: this file is copied as-is into a CNI bin directory and
@@ -6,8 +6,7 @@ run by the container runtime with the system Python, so it must not import
 anything from Pacific or its virtualenv.  It parses the runtime's request
 (environment + network configuration on stdin), forwards it as JSON over HTTP
 on the node daemon's root-only unix socket (`server_socket` in the network
-configuration; a minimal HTTP/1.0 client, as importing http.client alone would
-double the plugin's run time) and prints the daemon's answer converted to the configuration's
+configuration) and prints the daemon's answer converted to the configuration's
 cniVersion.
 
 Output contract (what libcni expects): the result or the error JSON on stdout,
@@ -15,11 +14,29 @@ exit code 0 on success and 1 on error, logs on stderr only.
 
 The node daemon imports this module for the protocol helpers (error codes,
 CNI_ARGS parsing, result conversion), so both sides share one definition.
+
+Start-up cost is the plugin's whole budget (a pod ADD is ~10 ms of daemon
+work), so: `-I -S` (no site, no environment, no user site: ~3 ms), no `json`
+or `socket` package (importing them costs ~10 ms, mostly compiling json's
+regular expressions and socket's enums) but their C halves `_json` and
+`_socket`, which are what `json` and `socket` run on anyway, with a fallback to
+the packages where those are missing, and a 30-line HTTP/1.0 client instead of
+`http.client` (another ~30 ms).
 """
-import json
 import os
-import socket
 import sys
+
+try:
+    import _socket
+except ImportError:  # pragma: no cover - every CPython has it
+    import socket as _socket
+
+try:
+    from _json import encode_basestring_ascii as _json_str
+    from _json import make_encoder as _json_encoder
+    from _json import make_scanner as _json_scanner
+except ImportError:  # pragma: no cover - non-CPython: the json package
+    _json_str = _json_encoder = _json_scanner = None
 
 # --- protocol constants (shared with pacific.node.cniserver) -------------------
 SPEC_VERSION = "1.1.0"
@@ -66,6 +83,59 @@ REQUIRED_ENV = {
 MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
 
 
+# --- JSON through the C accelerator (what json.dumps/json.loads run) ----------
+_JSON_WS = " \t\n\r"
+
+
+class _ScanContext:
+    """What json.scanner.make_scanner reads from a JSONDecoder: json.loads'
+    defaults (strict strings, NaN/Infinity accepted, int and float numbers)."""
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                      "NaN": float("nan")}.__getitem__
+
+
+def _not_serializable(o):
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def json_dumps(obj) -> str:
+    """json.dumps(obj, separators=(",", ":")): same encoder, without importing json."""
+    if _json_encoder is None:
+        import json
+        return json.dumps(obj, separators=(",", ":"))
+    # A fresh encoder per call (as json does): its circular-reference markers
+    # are per call, so concurrent callers in the daemon never share them.
+    enc = _json_encoder({}, _not_serializable, _json_str, None, ":", ",",
+                        False, False, True)
+    return "".join(enc(obj, 0))
+
+
+def json_loads(data):
+    """json.loads(data) for str or UTF-8 bytes; raises ValueError
+    (json.JSONDecodeError) on malformed input, as json.loads does."""
+    if isinstance(data, (bytes, bytearray)):
+        data = data.decode("utf-8")
+    if _json_scanner is not None:
+        idx = len(data) - len(data.lstrip(_JSON_WS))
+        try:
+            obj, end = _json_scanner(_ScanContext)(data, idx)
+        except (StopIteration, ValueError, SystemError):
+            # Malformed.  The C scanner raises json.decoder.JSONDecodeError, which
+            # Python 3.11 finds only once json is imported (else SystemError):
+            # let json itself parse it again and raise the proper error.
+            pass
+        else:
+            if not data[end:].lstrip(_JSON_WS):
+                return obj
+    import json  # error path (or no C accelerator)
+    return json.loads(data)
+
+
 class CniError(Exception):
     """A CNI error: printed as {"cniVersion", "code", "msg", "details"}."""
 
@@ -109,8 +179,8 @@ def parse_cni_args(raw: str) -> dict:
 def parse_config(data: bytes) -> dict:
     """Decode and validate the network configuration from stdin."""
     try:
-        conf = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        conf = json_loads(data)
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CniError(ERR_DECODE, "cannot decode the network configuration on stdin",
                        str(e)) from None
     if not isinstance(conf, dict):
@@ -183,7 +253,7 @@ def _http(sock_path: str, method: str, path: str, body: bytes, timeout: float) -
 
     Deliberately not http.client: importing it (email parser, ssl) costs ~30 ms
     per plugin run, more than the daemon needs to plumb a pod."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
         sock.connect(sock_path)
@@ -214,14 +284,14 @@ def call_daemon(sock_path: str, path: str, body: dict | None, timeout: float,
     cannot be reached."""
     try:
         status, raw = _http(sock_path, "GET" if body is None else "POST", path,
-                            b"" if body is None else json.dumps(body).encode(), timeout)
+                            b"" if body is None else json_dumps(body).encode(), timeout)
     except (FileNotFoundError, ConnectionRefusedError) as e:
         raise CniError(unavailable_code, f"pacific-node is not running: cannot connect "
                        f"to {sock_path}", str(e)) from None
     except PermissionError as e:
         raise CniError(ERR_IO, f"permission denied on {sock_path} (the socket is "
                        "root-only)", str(e)) from None
-    except socket.timeout:
+    except _socket.timeout:
         raise CniError(ERR_TRY_AGAIN, f"pacific-node at {sock_path} did not answer "
                        f"within {timeout:g} s") from None
     except OSError as e:
@@ -231,7 +301,7 @@ def call_daemon(sock_path: str, path: str, body: dict | None, timeout: float,
         raise CniError(ERR_PROTOCOL, f"pacific-node at {sock_path} answered garbage",
                        str(e)) from None
     try:
-        answer = json.loads(raw)
+        answer = json_loads(raw)
     except ValueError:
         raise CniError(ERR_PROTOCOL, f"pacific-node answered HTTP {status} with "
                        "a body that is not JSON", raw[:200].decode("utf-8", "replace")) from None
@@ -321,7 +391,7 @@ def main() -> int:
         log(f"cannot read stdin: {e}")
     code, out = run(dict(os.environ), data)
     if out is not None:
-        sys.stdout.write(json.dumps(out))
+        sys.stdout.write(json_dumps(out))
         sys.stdout.flush()
     return code
 
