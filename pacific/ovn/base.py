@@ -37,6 +37,7 @@ from ovsdbapp.backend.ovs_idl import transaction as ovsdbapp_txn
 from ovsdbapp import exceptions as ovsdbapp_exc
 
 from pacific import names
+from pacific.ovn import cjson
 from pacific.ovn.errors import (OvnConnectionError, OvnTimeoutError,
                                 OvnTransactionError)
 
@@ -352,6 +353,7 @@ class ApiBase:
         self.remote = remote
         self.created_by = created_by
         self._conn = None
+        cjson.enable()   # the C JSON parser if the system has one (see cjson.py)
         helper = fetch_schema_helper(remote, self.schema, timeout)
         available = helper.schema_json["tables"]
         wanted = list(dict.fromkeys(list(self.TABLES) + list(tables or ())))
