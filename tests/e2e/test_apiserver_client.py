@@ -152,14 +152,18 @@ def test_custom_resources_from_crd_dir_and_api(emu, ns):
                         "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
                         "versions": [{"name": "v1", "served": True, "storage": True,
                                       "subresources": {"status": {}},
-                                      "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+                                      "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                                          "spec": {"type": "object", "properties": {
+                                              "size": {"type": "integer", "minimum": 1}}},
+                                          "status": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields": True}}}}}]}}
         ext.create_custom_resource_definition(crd)
         est = ext.read_custom_resource_definition("gadgets.test.pacific.io")
         assert any(c.type == "Established" and c.status == "True" for c in est.status.conditions)
         g = co.create_namespaced_custom_object("test.pacific.io", "v1", ns, "gadgets", {
             "apiVersion": "test.pacific.io/v1", "kind": "Gadget", "metadata": {"name": "g1"},
-            "spec": {"size": 1}, "status": {"ignored": True}})
-        assert "status" not in g and g["metadata"]["generation"] == 1
+            "spec": {"size": 1, "undeclared": "pruned"}, "status": {"ignored": True}})
+        assert "status" not in g and g["metadata"]["generation"] == 1 and g["spec"] == {"size": 1}
         g = co.patch_namespaced_custom_object("test.pacific.io", "v1", ns, "gadgets", "g1",
                                               {"spec": {"size": 2}, "status": {"ignored": True}})
         assert g["spec"]["size"] == 2 and g["metadata"]["generation"] == 2 and "status" not in g

@@ -136,7 +136,7 @@ def test_kubectl_custom_resource_by_plural(emu):
     kubectl(emu, "apply", "-f", "-", input="apiVersion: example.com/v1\nkind: Widget\n"
                                            "metadata: {name: w1}\nspec: {size: 7}\n")
     out = kubectl(emu, "get", "widgets").stdout.splitlines()
-    assert out[0].split() == ["NAME", "SIZE", "AGE"] and out[1].split()[:2] == ["w1", "7"]
+    assert out[0].split() == ["NAME", "SIZE"] and out[1].split()[:2] == ["w1", "7"]
     assert "w1" in kubectl(emu, "get", "wdg", "-o", "name").stdout
     kubectl(emu, "delete", "widget", "w1")
     assert "No resources found" in kubectl(emu, "get", "widgets").stderr

@@ -59,7 +59,9 @@ def conflict(group: str, plural: str, name: str, why: str) -> ApiError:
 def invalid(group: str, kind: str, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     """422 Invalid. causes: (reason, field, message) triples, e.g.
     ("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")."""
-    text = ", ".join(f"{field}: {msg}" for _, field, msg in causes)
+    parts = [f"{field}: {msg}" if field else msg for _, field, msg in causes]
+    # apimachinery's aggregate: one error as is, several as "[a, b]"
+    text = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
     shown = name or ""
     details = _details(name, group, kind)
     details["causes"] = [{"reason": r, "message": m, "field": f} for r, f, m in causes]

@@ -11,7 +11,7 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 
-from pacific.sandbox.apiserver import discovery, errors, rest, tables
+from pacific.sandbox.apiserver import discovery, errors, reqctx, rest, tables
 from pacific.sandbox.apiserver.resources import NAMESPACE_KEY, ResourceType
 from pacific.sandbox.apiserver.store import encode
 from pacific.sandbox.apiserver.watch import Watcher
@@ -48,6 +48,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-cache, private")
+        for w in reqctx.take_warnings():
+            self.send_header("Warning", '299 - "%s"' % w.replace("\\", "\\\\").replace('"', '\\"'))
         self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
             self._headers_buffer.append(body)
@@ -106,9 +108,12 @@ class Handler(BaseHTTPRequestHandler):
         path = url.path.rstrip("/") or "/"
         t0 = time.monotonic()
         try:
+            reqctx.begin(None)
             raw = self._body() if self.command in ("POST", "PUT", "PATCH", "DELETE") else b""
             if not self._authorized(path):
                 raise errors.unauthorized()
+            if self.command in ("POST", "PUT", "PATCH"):
+                reqctx.begin(q.get("fieldValidation"))
             self._route(path, q, raw)
         except errors.ApiError as e:
             if e.code >= 500:

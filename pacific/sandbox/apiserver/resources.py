@@ -35,6 +35,7 @@ class ResourceType:
     served_versions: tuple[str, ...] = ()
     categories: list[str] = field(default_factory=list)
     storage_version: str = ""
+    schema: dict | None = None      # a custom resource's openAPIV3Schema for this version
 
     def __post_init__(self):
         if not self.singular:
@@ -141,8 +142,8 @@ def from_crd(crd: dict) -> list[ResourceType]:
         for c in v.get("additionalPrinterColumns") or []:
             cols.append(Column(c["name"], c.get("jsonPath", "").lstrip("."), c.get("type", "string"),
                                c.get("priority", 0)))
-        if not any(c.name == "Age" for c in cols):
-            cols.append(Column("Age", ""))
+        if not cols:      # kube-apiserver's default when a CRD declares no columns
+            cols.append(Column("Age", "metadata.creationTimestamp", "date"))
         out.append(ResourceType(
             group=group, version=v["name"], plural=names["plural"], kind=names["kind"],
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
@@ -151,7 +152,7 @@ def from_crd(crd: dict) -> list[ResourceType]:
             status_subresource="status" in ((v.get("subresources") or {})),
             field_selectors=sel, columns=cols, crd=crd["metadata"]["name"],
             served_versions=served, categories=list(names.get("categories") or []),
-            storage_version=storage,
+            storage_version=storage, schema=(v.get("schema") or {}).get("openAPIV3Schema"),
         ))
     return out
 

@@ -4,18 +4,14 @@ nodePort allocation, namespace phase, CRD acceptance, status reset on create,
 immutable fields, generation bumps.
 """
 import ipaddress
-import re
 import secrets
 
 
 from pacific import names
+from pacific.sandbox.apiserver import kindrules, metavalidation, reqctx, schema
 from pacific.sandbox.apiserver.errors import ApiError, invalid
 from pacific.sandbox.apiserver.resources import ResourceType
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# kinds whose names must be DNS-1123 labels rather than subdomains
-_LABEL_NAMED = {"Namespace", "Service"}
 # PUT of a missing object creates it (AllowCreateOnUpdate in kube-apiserver)
 CREATE_ON_UPDATE = {("", "endpoints"), ("", "events"), ("coordination.k8s.io", "leases"),
                     ("discovery.k8s.io", "endpointslices")}
@@ -26,69 +22,29 @@ def generate_suffix() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(5))
 
 
-def validate_meta(rt: ResourceType, obj: dict) -> None:
-    meta = obj.get("metadata")
-    name = meta.get("name", "")
-    causes = []
-    if not name:
-        causes.append(("FieldValueRequired", "metadata.name",
-                       "Required value: name or generateName is required"))
-    else:
-        pattern = _DNS1123_LABEL if rt.kind in _LABEL_NAMED else _DNS1123_SUBDOMAIN
-        limit = 63 if rt.kind in _LABEL_NAMED else 253
-        if len(name) > limit or not pattern.match(name):
-            what = "RFC 1123 label" if rt.kind in _LABEL_NAMED else "RFC 1123 subdomain"
-            causes.append(("FieldValueInvalid", "metadata.name",
-                           f'Invalid value: "{name}": a lowercase {what} must consist of lower case '
-                           "alphanumeric characters, '-' or '.', and must start and end with an "
-                           "alphanumeric character"))
-    for field in ("labels", "annotations"):
-        v = meta.get(field)
-        if v is not None and (not isinstance(v, dict) or
-                              not all(isinstance(x, str) for x in v.values())):
-            causes.append(("FieldValueInvalid", f"metadata.{field}",
-                           "Invalid value: must be a map of string keys to string values"))
+def validate_meta(rt: ResourceType, obj: dict) -> list:
+    """ObjectMeta causes (names per kind, labels, annotations, finalizers, owners)."""
+    return metavalidation.validate_object_meta(rt.kind, obj.get("metadata") or {})
+
+
+def admit_fields(rt: ResourceType, obj: dict, old: dict | None = None) -> list:
+    """Prune unknown fields (reported as fieldValidation asks), apply CRD defaults,
+    return the schema causes of a custom resource (none for built-ins)."""
+    unknown, causes = schema.admit(obj, rt.schema, old)
+    reqctx.unknown_fields(rt.kind, rt.version, unknown)
+    return causes
+
+
+def _raise(rt: ResourceType, obj: dict, causes: list) -> None:
     if causes:
-        raise invalid(rt.group, rt.kind, name, causes)
+        raise invalid(rt.group, rt.kind, (obj.get("metadata") or {}).get("name", ""), causes)
 
 
-def _validate_pod(rt, obj):
-    spec = obj.get("spec")
-    name = obj["metadata"].get("name", "")
-    causes = []
-    containers = (spec or {}).get("containers") if isinstance(spec, dict) else None
-    if not containers:
-        causes.append(("FieldValueRequired", "spec.containers", "Required value"))
-    else:
-        for i, c in enumerate(containers):
-            if not isinstance(c, dict) or not c.get("name"):
-                causes.append(("FieldValueRequired", f"spec.containers[{i}].name", "Required value"))
-            if not isinstance(c, dict) or not c.get("image"):
-                causes.append(("FieldValueRequired", f"spec.containers[{i}].image", "Required value"))
-    if causes:
-        raise invalid(rt.group, rt.kind, name, causes)
-
-
-def _default_pod(obj):
-    spec = obj["spec"]
-    spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("dnsPolicy", "ClusterFirst")
-    spec.setdefault("schedulerName", "default-scheduler")
-    spec.setdefault("terminationGracePeriodSeconds", 30)
-    spec.setdefault("securityContext", {})
-    for c in spec["containers"]:
-        c.setdefault("terminationMessagePath", "/dev/termination-log")
-        c.setdefault("terminationMessagePolicy", "File")
-        c.setdefault("imagePullPolicy", "Always" if c["image"].endswith(":latest")
-                     or ":" not in c["image"].rsplit("/", 1)[-1] else "IfNotPresent")
-        c.setdefault("resources", {})
-
-
-def _validate_service(rt, obj, used_ips, used_ports):
+def _validate_service(rt, obj, used_ips, used_ports, causes):
     spec = obj.setdefault("spec", {})
     name = obj["metadata"].get("name", "")
     stype = spec.setdefault("type", "ClusterIP")
-    causes = []
+    causes = causes + kindrules.validate_service_spec(spec)
     ports = spec.get("ports") or []
     if stype != "ExternalName" and not ports and spec.get("clusterIP") != "None":
         causes.append(("FieldValueRequired", "spec.ports", "Required value"))
@@ -143,11 +99,11 @@ def _validate_service(rt, obj, used_ips, used_ports):
     obj["status"] = {"loadBalancer": {}}
 
 
-def validate_crd(rt, obj):
+def validate_crd(rt, obj, causes=()):
     spec = obj.get("spec") or {}
     name = obj["metadata"].get("name", "")
     n = spec.get("names") or {}
-    causes = []
+    causes = list(causes)
     if not spec.get("group"):
         causes.append(("FieldValueRequired", "spec.group", "Required value"))
     if not n.get("plural"):
@@ -163,6 +119,13 @@ def validate_crd(rt, obj):
     elif sum(1 for v in versions if v.get("storage")) != 1:
         causes.append(("FieldValueInvalid", "spec.versions",
                        "Invalid value: must have exactly one version marked as storage version"))
+    for i, v in enumerate(versions):
+        path = f"spec.versions[{i}].schema.openAPIV3Schema"
+        sch = (v.get("schema") or {}).get("openAPIV3Schema") if isinstance(v, dict) else None
+        if sch is None:
+            causes.append(("FieldValueRequired", path, "Required value: schemas are required"))
+        else:
+            causes += schema.check_structural(sch, path)
     if not causes and name != f"{n['plural']}.{spec['group']}":
         causes.append(("FieldValueInvalid", "metadata.name",
                        f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group'))
@@ -193,61 +156,78 @@ def crd_status(obj, now: str) -> dict:
 
 def prepare_create(rt: ResourceType, obj: dict, store) -> None:
     """Validate and default a new object in place (metadata already set)."""
-    validate_meta(rt, obj)
     if rt.status_subresource and not rt.status_on_create:
         obj.pop("status", None)
+    causes = validate_meta(rt, obj) + admit_fields(rt, obj)
     if rt.key == ("", "pods"):
-        _validate_pod(rt, obj)
-        _default_pod(obj)
+        causes += kindrules.validate_pod(obj)
+        _raise(rt, obj, causes)
+        kindrules.default_pod(obj)
         obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
     elif rt.key == ("", "services"):
         used_ips, used_ports = store.service_allocations()
-        _validate_service(rt, obj, used_ips, used_ports)
+        _validate_service(rt, obj, used_ips, used_ports, causes)
     elif rt.key == ("", "namespaces"):
+        _raise(rt, obj, causes)
         obj["spec"] = {"finalizers": ["kubernetes"]}
         obj["status"] = {"phase": "Active"}
         obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
     elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
-        validate_crd(rt, obj)
+        validate_crd(rt, obj, causes)
         obj["status"] = crd_status(obj, obj["metadata"]["creationTimestamp"])
+    elif rt.key == ("", "events"):
+        _raise(rt, obj, causes + kindrules.validate_event(obj))
+    elif rt.key == ("coordination.k8s.io", "leases"):
+        _raise(rt, obj, causes + kindrules.validate_lease(obj))
+    else:
+        _raise(rt, obj, causes)
 
 
 def prepare_update(rt: ResourceType, old: dict, new: dict) -> None:
     """Validate an update of the main resource (not a subresource)."""
-    validate_meta(rt, new)
+    causes = validate_meta(rt, new) + admit_fields(rt, new, old)
     name = new["metadata"]["name"]
     if rt.key == ("", "pods"):
-        _validate_pod(rt, new)
-        _default_pod(new)      # defaults apply on every write, as decoding does in kube-apiserver
-        old_node = (old.get("spec") or {}).get("nodeName")
-        if old_node and (new.get("spec") or {}).get("nodeName") != old_node:
-            raise invalid(rt.group, rt.kind, name, [("FieldValueForbidden", "spec",
-                          "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
-                          "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
-                          "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
-                          "(allow it to be set to 1 if it was previously negative)")])
+        causes += kindrules.validate_pod(new)
+        _raise(rt, new, causes)
+        kindrules.default_pod(new)      # defaults apply on every write, as decoding does in kube-apiserver
+        _raise(rt, new, kindrules.validate_pod_update(old, new))
     elif rt.key == ("", "services"):
         spec, ospec = new.setdefault("spec", {}), old.get("spec") or {}
+        causes += kindrules.validate_service_spec(spec)
         if spec.get("clusterIP") in (None, "") and ospec.get("clusterIP"):
             spec["clusterIP"] = ospec["clusterIP"]
             spec["clusterIPs"] = ospec.get("clusterIPs") or [ospec["clusterIP"]]
         elif spec.get("clusterIP") != ospec.get("clusterIP"):
-            raise invalid(rt.group, rt.kind, name, [("FieldValueInvalid", "spec.clusterIPs[0]",
-                          "Invalid value: field is immutable")])
+            causes.append(("FieldValueInvalid", "spec.clusterIPs[0]", "Invalid value: field is immutable"))
+        _raise(rt, new, causes)
         for p in spec.get("ports") or []:
             if isinstance(p, dict) and "port" in p:
                 p.setdefault("protocol", "TCP")
                 p.setdefault("targetPort", p["port"])
     elif rt.key == ("", "namespaces"):
+        _raise(rt, new, causes)
         new["spec"] = old.get("spec")
     elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
-        validate_crd(rt, new)
+        validate_crd(rt, new, causes)
         if new["spec"].get("group") != old["spec"].get("group") or \
                 new["spec"]["names"].get("plural") != old["spec"]["names"].get("plural"):
             raise invalid(rt.group, rt.kind, name, [("FieldValueInvalid", "spec.group",
                                                      "Invalid value: field is immutable")])
         new["status"] = crd_status(new, (old.get("status") or {}).get("conditions", [{}])[0]
                                    .get("lastTransitionTime", new["metadata"]["creationTimestamp"]))
+    elif rt.key == ("", "events"):
+        _raise(rt, new, causes + kindrules.validate_event(new))
+    elif rt.key == ("coordination.k8s.io", "leases"):
+        _raise(rt, new, causes + kindrules.validate_lease(new))
+    else:
+        _raise(rt, new, causes)
+
+
+def prepare_status_update(rt: ResourceType, old: dict, new: dict) -> None:
+    """Validate a write through the status subresource (only status changed):
+    custom resources against their schema (status included), metadata as ever."""
+    _raise(rt, new, validate_meta(rt, new) + admit_fields(rt, new, old))
 
 
 def spec_changed(old: dict, new: dict) -> bool:
@@ -256,4 +236,4 @@ def spec_changed(old: dict, new: dict) -> bool:
     return any(old.get(k) != new.get(k) for k in keys)
 
 
-__all__ = ["prepare_create", "prepare_update", "spec_changed", "generate_suffix"]
+__all__ = ["prepare_create", "prepare_update", "prepare_status_update", "spec_changed", "generate_suffix"]

@@ -14,6 +14,7 @@ import threading
 import uuid
 
 from pacific.sandbox.apiserver import errors, semantics
+from pacific.sandbox.apiserver.metavalidation import GENERATED_NAME_BASE_MAX
 from pacific.sandbox.apiserver.resources import CRD_KEY, NAMESPACE_KEY, Registry, ResourceType, from_crd
 from pacific.sandbox.apiserver.watch import Event, Watcher
 
@@ -133,8 +134,9 @@ class Store:
             else:
                 meta.pop("namespace", None)
             if not meta.get("name") and meta.get("generateName"):
+                base = meta["generateName"][:GENERATED_NAME_BASE_MAX]
                 for _ in range(20):
-                    cand = meta["generateName"] + semantics.generate_suffix()
+                    cand = base + semantics.generate_suffix()
                     if (ns, cand) not in self.objects[rt.key]:
                         meta["name"] = cand
                         break
@@ -199,11 +201,13 @@ class Store:
     def _replace(self, rt, ns, name, cur: Entry, obj: dict, subresource: str, dry_run: bool) -> Entry:
         old = cur.obj
         if subresource == "status":
-            new = dict(old)
+            # a schema may default or prune in place: never inside the stored object
+            new = copy.deepcopy(old) if rt.schema else dict(old)
             new["status"] = obj.get("status")
             if new["status"] is None:
                 new.pop("status")
-            new["metadata"] = dict(old["metadata"])
+            new["metadata"] = copy.deepcopy(old["metadata"])
+            semantics.prepare_status_update(rt, old, new)
         else:
             new = obj
             new["apiVersion"] = old.get("apiVersion", new.get("apiVersion"))
@@ -217,7 +221,7 @@ class Store:
                     meta.pop(k, None)
             if rt.status_subresource:
                 if "status" in old:
-                    new["status"] = old["status"]
+                    new["status"] = copy.deepcopy(old["status"]) if rt.schema else old["status"]
                 else:
                     new.pop("status", None)
             semantics.prepare_update(rt, old, new)
