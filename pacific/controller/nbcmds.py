@@ -15,6 +15,8 @@ remembered on the transaction object so later commands find them by name.
 """
 from __future__ import annotations
 
+from ovs.db import data as ovs_data
+from ovs.db import types as ovs_types
 from ovsdbapp.backend.ovs_idl import command as ovs_cmd
 from ovsdbapp.backend.ovs_idl import idlutils
 
@@ -54,6 +56,51 @@ def _set_if_changed(row, column: str, value) -> None:
     # a row inserted in this transaction has no value yet: getattr raises
     if getattr(row, column, None) != value:
         setattr(row, column, value)
+
+
+def has_ref(parent, column: str, child) -> bool:
+    """Is `child` in the reference set `parent.<column>` (e.g. a port in a
+    switch's ports), counting this transaction's addvalue/delvalue?
+
+    Reading ``parent.ports`` makes the ovs IDL build (and sort) a list of every
+    referenced Row, O(ports) per read, and after an addvalue in the same
+    transaction several times over: with 10,000 pods on one switch that was most
+    of the controller's CPU.  This checks the committed datum and the pending
+    mutations directly, O(1).  Falls back to the attribute when the column was
+    replaced wholesale in this transaction."""
+    changes = parent._changes
+    if changes and column in changes:
+        return child in getattr(parent, column)
+    mutations = parent._mutations or {}
+    if child in mutations.get("_removes", {}).get(column, ()):
+        return False
+    if child in mutations.get("_inserts", {}).get(column, ()):
+        return True
+    committed = parent._data
+    if not committed or column not in committed:
+        return False
+    return ovs_data.Atom(ovs_types.UuidType, child.uuid) in committed[column].values
+
+
+def referrers(api, table: str, column: str, child) -> list:
+    """Rows of `table` whose reference set `column` holds `child`."""
+    return [r for r in list(api.tables[table].rows.values()) if has_ref(r, column, child)]
+
+
+def port_is(api, switch: str, name: str, addresses: list[str], port_security: list[str],
+            external_ids: dict, type: str = "", options: dict | None = None) -> bool:
+    """Does the local replica already hold exactly this switch port?  A
+    lock-free read from a worker thread, used to skip a no-op NB submission;
+    any doubt (row changing under us, missing row) answers False, and the
+    caller then submits EnsurePort as usual."""
+    try:
+        row = api.lookup(LSP, name)
+        ls = api.lookup(LS, switch)
+        return (has_ref(ls, "ports", row) and row.addresses == list(addresses)
+                and row.port_security == list(port_security) and row.type == type
+                and row.options == dict(options or {}) and row.external_ids == dict(external_ids))
+    except Exception:   # noqa: BLE001 - not found, or changed while we looked
+        return False
 
 
 def _ids(row) -> dict:
@@ -125,9 +172,9 @@ class EnsurePort(_Base):
         if row is None:
             row = _insert(self.api, txn, LSP, self.name)
             ls.addvalue("ports", row)
-        elif row not in ls.ports:
-            for other in self.api.tables[LS].rows.values():
-                if other is not ls and row in other.ports:
+        elif not has_ref(ls, "ports", row):
+            for other in referrers(self.api, LS, "ports", row):
+                if other is not ls:
                     other.delvalue("ports", row)
             ls.addvalue("ports", row)
         _set_if_changed(row, "addresses", self.addresses)
@@ -178,10 +225,10 @@ class DeletePort(_Base):
             return
         parents = []
         ls = find(self.api, txn, LS, self.switch) if self.switch else None
-        if ls is not None and row in ls.ports:
+        if ls is not None and has_ref(ls, "ports", row):
             parents = [ls]
         else:
-            parents = [s for s in self.api.tables[LS].rows.values() if row in s.ports]
+            parents = referrers(self.api, LS, "ports", row)
         for p in parents:
             p.delvalue("ports", row)
         row.delete()
@@ -200,9 +247,8 @@ class DeleteRouterPort(_Base):
         row = find(self.api, txn, LRP, self.name)
         if row is None:
             return
-        for lr in self.api.tables[LR].rows.values():
-            if row in lr.ports:
-                lr.delvalue("ports", row)
+        for lr in referrers(self.api, LR, "ports", row):
+            lr.delvalue("ports", row)
         row.delete()
 
 

@@ -117,8 +117,9 @@ class PodReconciler:
         self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
         addr = f"{alloc.mac} {alloc.ip}"
         ids = pod_ids(ns, name, alloc.subnet)
-        ctl.writer.run([lambda api: nbcmds.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids)],
-                       what=f"pod port {lsp}")
+        if not nbcmds.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids):
+            ctl.writer.run([lambda api: nbcmds.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids)],
+                           what=f"pod port {lsp}")
         want = model.pod_annotations(alloc.ip, alloc.mac, alloc.cidr, alloc.gateway, alloc.subnet, lsp)
         if any(ann.get(k) != v for k, v in want.items()):
             try:
