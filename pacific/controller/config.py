@@ -23,7 +23,7 @@ class Config:
     workers: int = 8
     batch: bool = True
     batch_max: int = 500
-    batch_delay: float = 0.005
+    batch_delay: float = 0.001
     gc_interval: float = 300.0
     status_interval: float = 1.0
 

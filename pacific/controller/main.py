@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pod reconcile workers (nodes and subnets get a quarter each) [PACIFIC_WORKERS]")
     g.add_argument("--batch-max", type=int, default=int(_env("PACIFIC_BATCH_MAX", "500")),
                    help="most reconciles per NB transaction [PACIFIC_BATCH_MAX]")
-    g.add_argument("--batch-delay-ms", type=float, default=float(_env("PACIFIC_BATCH_DELAY_MS", "5")),
+    g.add_argument("--batch-delay-ms", type=float, default=float(_env("PACIFIC_BATCH_DELAY_MS", "1")),
                    help="how long a batch waits for more work after its first item "
                         "[PACIFIC_BATCH_DELAY_MS]")
     g.add_argument("--no-batch", action="store_true", help="one NB transaction per reconcile")

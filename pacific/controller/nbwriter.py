@@ -4,7 +4,7 @@ Every reconciler that needs to change the NB database hands the writer a list
 of *command builders* (callables ``build(api) -> ovsdbapp command``) and waits
 for the result::
 
-    writer = NBWriter(nb_api, max_batch=500, max_delay=0.005)
+    writer = NBWriter(nb_api, max_batch=500, max_delay=0.001)
     writer.start()
     writer.run([lambda api: api.ls_add("s1", may_exist=True)], what="subnet s1")
     writer.stop()
@@ -52,7 +52,7 @@ class _Submission:
 class NBWriter:
     """Collects NB command builders from many threads into batched transactions."""
 
-    def __init__(self, api, max_batch: int = 500, max_delay: float = 0.005,
+    def __init__(self, api, max_batch: int = 500, max_delay: float = 0.001,
                  batch: bool = True, txn_timeout: float = 60.0):
         self.api = api
         self.max_batch = max(1, int(max_batch)) if batch else 1
