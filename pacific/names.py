@@ -98,6 +98,8 @@ CNI_SOCKET = "/run/pacific/cni.sock"
 CNI_CONF_NAME = "10-pacific.conflist"
 CNI_NETWORK_NAME = "pacific"
 CNI_TYPE = "pacific"
+CNI_PLUGIN_LIBDIR = "pacific.d"      # next to the plugin in the CNI bin dir: its module
+CNI_PLUGIN_MODULE = "pacific_cni"    # (imported, so Python caches its bytecode)
 
 # --- Sandbox (single-machine cluster network, pacific.sandbox) ----------------
 SANDBOX_DIR = "/run/pacific-sandbox"          # parent of <name>/ state dirs

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import subprocess
 import tempfile
 
 from pacific import names
@@ -73,10 +75,57 @@ def write_conflist(conf_dir: str, socket_path: str) -> str:
     return path
 
 
-def install_plugin(bin_dir: str) -> str:
+# The installed `pacific` executable: a launcher that imports the plugin from
+# <bin dir>/pacific.d/, so Python caches its bytecode there (run as a script, it
+# was compiled on every ADD: ~4 ms of a ~14 ms plugin run).  The directory is
+# found from the launcher's own path, which also holds when the daemon sees the
+# bin dir under another mount point than the runtime does.
+LAUNCHER = f'''#!/usr/bin/python3 -IS
+"""`{names.CNI_TYPE}`: the Pacific CNI plugin, installed by pacific-node.  The plugin
+is {names.CNI_PLUGIN_LIBDIR}/{names.CNI_PLUGIN_MODULE}.py next to this file; it is
+imported rather than run so that Python keeps its compiled bytecode."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "{names.CNI_PLUGIN_LIBDIR}"))
+from {names.CNI_PLUGIN_MODULE} import main  # noqa: E402
+
+sys.exit(main())
+'''
+
+
+def install_plugin(bin_dir: str, verify: bool = True) -> str:
+    """Install the launcher `<bin_dir>/pacific` and the plugin module under
+    `<bin_dir>/pacific.d/`; returns the launcher's path.  verify: run it once
+    (VERSION) with the interpreter the runtime will use, which also compiles
+    and caches the module; a failure is logged as an error naming the cause."""
     path = os.path.join(bin_dir, names.CNI_TYPE)
+    lib = os.path.join(bin_dir, names.CNI_PLUGIN_LIBDIR)
     with open(PLUGIN_SOURCE, "rb") as f:
         data = f.read()
-    if _write_atomic(path, data, 0o755):
+    if _write_atomic(os.path.join(lib, names.CNI_PLUGIN_MODULE + ".py"), data, 0o644):
+        # Bytecode of an older plugin must not survive (Python checks the
+        # source's mtime in seconds and its size, not its content).
+        shutil.rmtree(os.path.join(lib, "__pycache__"), ignore_errors=True)
+        log.info("installed CNI plugin module in %s", lib)
+    if _write_atomic(path, LAUNCHER.encode(), 0o755):
         log.info("installed CNI plugin %s", path)
+    if verify:
+        verify_plugin(path)
     return path
+
+
+def verify_plugin(path: str) -> bool:
+    """Run the installed plugin's VERSION as a runtime would; log what is wrong."""
+    try:
+        p = subprocess.run([path], input=b"", capture_output=True, timeout=30,
+                           env={"CNI_COMMAND": "VERSION", "PATH": os.defpath})
+        ok = p.returncode == 0 and b"supportedVersions" in p.stdout
+        why = (p.stderr or p.stdout).decode(errors="replace").strip()[-500:]
+    except (OSError, subprocess.SubprocessError) as e:
+        ok, why = False, str(e)
+    if not ok:
+        log.error("the installed CNI plugin %s does not run (its interpreter is "
+                  "/usr/bin/python3, 3.10 or later): %s", path, why)
+    return ok

@@ -75,7 +75,13 @@ def start_server(tmp_path, backend=None):
 
 
 def install_plugin(tmp_path) -> str:
-    """Copy the plugin into a bin dir, as the node daemon installs it."""
+    """Install the plugin into a bin dir exactly as the node daemon does."""
+    from pacific.node import bootstrap
+    return bootstrap.install_plugin(str(tmp_path / "bin"), verify=False)
+
+
+def copy_plugin_file(tmp_path) -> str:
+    """plugin.py copied alone as the executable (it also runs as a script)."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     dst = str(bindir / "pacific")
