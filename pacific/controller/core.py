@@ -49,15 +49,18 @@ class Controller:
         self.subnets = SubnetReconciler(self)
         self.nodes = NodeReconciler(self)
         self.pods = PodReconciler(self)
+        # pods and IP objects number in the 100,000s: cache only what is read
         self.inf_pods = Informer(kube_api, r.PODS, on_add=self._pod_event,
-                                 on_update=lambda o, n: self._pod_event(n), on_delete=self._pod_event)
+                                 on_update=self._pod_update, on_delete=self._pod_event,
+                                 transform=model.slim_pod)
         self.inf_nodes = Informer(kube_api, r.NODES, on_add=self._node_event,
                                   on_update=lambda o, n: self._node_event(n), on_delete=self._node_event)
         self.inf_subnets = Informer(kube_api, r.SUBNETS, on_add=self._subnet_event,
                                     on_update=lambda o, n: self._subnet_event(n),
                                     on_delete=self._subnet_event)
         self.inf_ips = Informer(kube_api, r.IPS, on_add=self._ip_event,
-                                on_update=lambda o, n: None, on_delete=self._ip_event)
+                                on_update=lambda o, n: None, on_delete=self._ip_event,
+                                transform=model.slim_ip)
         self.inf_namespaces = Informer(kube_api, r.NAMESPACES)
         self.inf_sts = Informer(kube_api, r.STATEFULSETS, on_add=self._sts_event,
                                 on_update=lambda o, n: self._sts_event(n), on_delete=self._sts_event)
@@ -69,6 +72,13 @@ class Controller:
     def _pod_event(self, pod: dict) -> None:
         m = pod.get("metadata") or {}
         self.pod_q.add(model.pod_key(m.get("namespace", "default"), m.get("name", "")))
+
+    def _pod_update(self, old: dict, new: dict) -> None:
+        # the cached pods are trimmed to what the reconciler reads (slim_pod), so
+        # an update that changed none of it (status conditions, container
+        # states, other annotations...) needs no reconcile
+        if old is new or not model.same_but_version(old, new):
+            self._pod_event(new)
 
     def _node_event(self, node: dict) -> None:
         self.node_q.add((node.get("metadata") or {}).get("name", ""))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import sys
 from dataclasses import dataclass, field
 
 from pacific import names
@@ -97,6 +98,73 @@ def choose_subnet(pod: dict, namespace: dict | None, ns_binding: dict[str, str],
     if ns in ns_binding:
         return ns_binding[ns], f"Subnet {ns_binding[ns]} lists namespace {ns}"
     return default_subnet, "default subnet"
+
+
+# --- informer cache trimming ----------------------------------------------------
+# The controller caches every Pod and IP object of the cluster; whole Pod
+# objects (containers, volumes, status, managedFields) cost ~10 KiB each in
+# Python dicts.  These transforms keep exactly what the reconcilers and Events
+# read, with repeated strings (namespace, node, subnet, phase...) interned so
+# 100,000 pods share one copy of each.  Keep them in step with the readers:
+# needs_network, statefulset_of, choose_subnet, pod_allocated_matches, the
+# annotations the pod reconciler compares, and r.create_event's involvedObject.
+
+_intern = sys.intern
+_SHARED_ANN = frozenset((names.ANN_LOGICAL_SWITCH, names.ANN_CIDR, names.ANN_GATEWAY, names.ANN_ALLOCATED))
+_SHARED_IP_SPEC = frozenset(("namespace", "subnet", "nodeName", "ownerKind"))
+
+
+def _slim_meta(m: dict, annotations_too: bool) -> dict:
+    out = {"name": m.get("name"), "uid": m.get("uid"), "resourceVersion": m.get("resourceVersion")}
+    if m.get("namespace") is not None:
+        out["namespace"] = _intern(m["namespace"])
+    if m.get("deletionTimestamp"):
+        out["deletionTimestamp"] = m["deletionTimestamp"]
+    if annotations_too:
+        ann = {_intern(k): (_intern(v) if k in _SHARED_ANN and isinstance(v, str) else v)
+               for k, v in (m.get("annotations") or {}).items() if k.startswith(names.ANN_PREFIX)}
+        if ann:
+            out["annotations"] = ann
+    return out
+
+
+def slim_pod(pod: dict) -> dict:
+    """The part of a Pod the controller reads (informer transform)."""
+    m = pod.get("metadata") or {}
+    meta_ = _slim_meta(m, annotations_too=True)
+    refs = [{"kind": OWNER_KIND_STATEFULSET, "name": r.get("name"), "controller": r.get("controller", True)}
+            for r in m.get("ownerReferences") or [] if r.get("kind") == OWNER_KIND_STATEFULSET]
+    if refs:
+        meta_["ownerReferences"] = refs
+    spec = pod.get("spec") or {}
+    out = {"kind": _intern(pod.get("kind") or "Pod"), "apiVersion": _intern(pod.get("apiVersion") or "v1"),
+           "metadata": meta_, "spec": {}}
+    if spec.get("nodeName"):
+        out["spec"]["nodeName"] = _intern(spec["nodeName"])
+    if spec.get("hostNetwork"):
+        out["spec"]["hostNetwork"] = True
+    phase = (pod.get("status") or {}).get("phase")
+    if phase:
+        out["status"] = {"phase": _intern(phase)}
+    return out
+
+
+def slim_ip(ip: dict) -> dict:
+    """The part of an IP object the controller reads: name, version and spec."""
+    spec = {k: (_intern(v) if k in _SHARED_IP_SPEC and isinstance(v, str) else v)
+            for k, v in (ip.get("spec") or {}).items()}
+    return {"kind": _intern(ip.get("kind") or "IP"), "apiVersion": _intern(ip.get("apiVersion") or ""),
+            "metadata": _slim_meta(ip.get("metadata") or {}, annotations_too=False), "spec": spec}
+
+
+def same_but_version(a: dict, b: dict) -> bool:
+    """Equal apart from metadata.resourceVersion (an update of fields a
+    trimmed cache does not keep)."""
+    ma, mb = meta(a), meta(b)
+    if {k: v for k, v in a.items() if k != "metadata"} != {k: v for k, v in b.items() if k != "metadata"}:
+        return False
+    return ({k: v for k, v in ma.items() if k != "resourceVersion"}
+            == {k: v for k, v in mb.items() if k != "resourceVersion"})
 
 
 # --- Subnet spec ----------------------------------------------------------------

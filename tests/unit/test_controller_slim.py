@@ -1,0 +1,91 @@
+"""Trimmed informer caches (model.slim_pod / slim_ip): every decision the
+controller takes gives the same answer on the trimmed object as on the whole
+one, and what is dropped is really not read."""
+from __future__ import annotations
+
+import copy
+import itertools
+
+from pacific import names
+from pacific.controller import model
+
+
+def full_pod(name="web-0", ns="default", node="node1", ann=None, owner=None, host=False, phase="Running"):
+    p = {"kind": "Pod", "apiVersion": "v1",
+         "metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": "17",
+                      "labels": {"app": "web"}, "creationTimestamp": "2024-01-01T00:00:00Z",
+                      "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{...}" * 50,
+                                      **(ann or {})},
+                      "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]},
+         "spec": {"nodeName": node, "hostNetwork": host, "containers": [
+             {"name": "c", "image": "nginx", "env": [{"name": "X", "value": "y" * 100}]}],
+             "volumes": [{"name": "v", "emptyDir": {}}]},
+         "status": {"phase": phase, "podIP": "10.16.0.5", "conditions": [{"type": "Ready"}]}}
+    if owner:
+        p["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": "u", "controller": True},
+            {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "v"}]
+    return p
+
+
+ALLOCATED = model.pod_annotations("10.16.0.5", "0a:58:0a:10:00:05", "10.16.0.0/16", "10.16.0.1",
+                                  "ovn-default", "web-0.default")
+VARIANTS = list(itertools.product(
+    (None, "node2"), (False, True), ("Running", "Succeeded", None),
+    (None, ("StatefulSet", "web"), ("ReplicaSet", "web-abc")),
+    ({}, {names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: "10.17.0.9"},
+     {k: v for k, v in ALLOCATED.items() if v is not None})))
+
+
+def test_decisions_are_the_same_on_trimmed_pods():
+    ns_obj = {"metadata": {"name": "default", "annotations": {names.ANN_LOGICAL_SWITCH: "green"}}}
+    for node, host, phase, owner, ann in VARIANTS:
+        full = full_pod(node=node, host=host, phase=phase, owner=owner, ann=ann)
+        before = copy.deepcopy(full)
+        slim = model.slim_pod(full)
+        assert full == before, "the transform must not change its input"
+        assert model.needs_network(slim) == model.needs_network(full)
+        assert model.statefulset_of(slim) == model.statefulset_of(full)
+        for ns in (None, ns_obj):
+            assert model.choose_subnet(slim, ns, {"default": "red"}, "ovn-default") == \
+                model.choose_subnet(full, ns, {"default": "red"}, "ovn-default")
+        assert model.pod_allocated_matches(slim, "10.16.0.5", "0a:58:0a:10:00:05", "ovn-default") == \
+            model.pod_allocated_matches(full, "10.16.0.5", "0a:58:0a:10:00:05", "ovn-default")
+        assert model.annotations(slim) == {k: v for k, v in model.annotations(full).items()
+                                           if k.startswith(names.ANN_PREFIX)}
+        # what an Event's involvedObject needs
+        for k in ("name", "namespace", "uid", "resourceVersion"):
+            assert model.meta(slim)[k] == model.meta(full)[k]
+        assert (slim["kind"], slim["apiVersion"]) == ("Pod", "v1")
+        assert (slim.get("spec") or {}).get("nodeName") == full["spec"]["nodeName"]
+
+
+def test_trimmed_pod_drops_the_bulk_and_shares_repeated_strings():
+    full_a = full_pod("a", ns="".join(["team", "-x"]), ann={k: v for k, v in ALLOCATED.items() if v})
+    a = model.slim_pod(full_a)
+    b = model.slim_pod(full_pod("b", ns="".join(["team", "-x"]), ann={k: v for k, v in ALLOCATED.items() if v}))
+    assert "containers" not in a["spec"] and "labels" not in a["metadata"]
+    assert "managedFields" not in a["metadata"] and "conditions" not in a.get("status", {})
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["spec"]["nodeName"] is b["spec"]["nodeName"]
+    assert a["metadata"]["annotations"][names.ANN_CIDR] is b["metadata"]["annotations"][names.ANN_CIDR]
+    assert len(repr(a)) < len(repr(full_a)) / 2
+
+
+def test_trimmed_ip_keeps_spec_and_identity():
+    ip = model.ip_object("default", "web-0", "ovn-default", "10.16.0.5", "0a:58:0a:10:00:05", "node1", "web")
+    ip["metadata"].update(uid="u1", resourceVersion="9", managedFields=[{"manager": "x"}])
+    slim = model.slim_ip(ip)
+    assert slim["spec"] == ip["spec"]
+    assert slim["metadata"] == {"name": "web-0.default", "uid": "u1", "resourceVersion": "9"}
+
+
+def test_same_but_version():
+    a = model.slim_pod(full_pod())
+    b = model.slim_pod({**full_pod(), "metadata": {**full_pod()["metadata"], "resourceVersion": "18",
+                                                    "labels": {"app": "changed"}}})
+    assert model.same_but_version(a, b)           # only fields the controller does not keep changed
+    c = model.slim_pod(full_pod(phase="Succeeded"))
+    assert not model.same_but_version(a, c)
+    d = model.slim_pod(full_pod(ann={names.ANN_IP_ADDRESS: "10.16.0.9"}))
+    assert not model.same_but_version(a, d)
