@@ -391,10 +391,26 @@ def main() -> int:
         log(f"cannot read stdin: {e}")
     code, out = run(dict(os.environ), data)
     if out is not None:
-        sys.stdout.write(json_dumps(out))
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(json_dumps(out))
+            sys.stdout.flush()
+        except OSError as e:
+            log(f"cannot write the answer to stdout: {e}")
+            return 1
     return code
 
 
+def exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown (finalizing every module and
+    object costs ~3 ms, a fifth of a plugin run).  Nothing is pending but the
+    standard streams, which are flushed first."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # the runtime closed the pipe: nothing more to tell it
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
