@@ -96,9 +96,11 @@ def restart(sandbox, node, kubeconfig: str | None = None, kill: bool = False,
 
 
 def wait_ready(sandbox, node, timeout: float = 30.0) -> None:
-    """Until the daemon's CNI STATUS says ready (raises RuntimeError with the log)."""
+    """Until the daemon's CNI STATUS says ready and its conflist is written
+    (raises RuntimeError with the log)."""
     node = sandbox.node(node)
     sock = paths(node).socket
+    conflist = paths(node).conflist
     deadline = time.monotonic() + timeout
     last = "socket not there yet"
     while time.monotonic() < deadline:
@@ -108,7 +110,9 @@ def wait_ready(sandbox, node, timeout: float = 30.0) -> None:
         if os.path.exists(sock):
             try:
                 proto.call_daemon(sock, proto.PATH_STATUS, None, 5.0)
-                return
+                if os.path.exists(conflist):
+                    return
+                last = f"{conflist} not written yet"
             except proto.CniError as e:
                 last = e.msg
             except (OSError, ValueError, json.JSONDecodeError, socket.error) as e:

@@ -132,10 +132,12 @@ class NodeDaemon:
         readiness = Readiness(self.ovs, a.ovn_rundir)
         handler = CniHandler(plumber, pods, mtu, readiness.check,
                              allocation_timeout=a.allocation_timeout)
-        self.server = CniServer(a.cni_socket, handler)
-        self.server.start()
+        # Plugin first, the conflist last: a runtime that sees the conflist finds
+        # the plugin and the socket behind it.
         if a.cni_bin_dir:
             bootstrap.install_plugin(a.cni_bin_dir)
+        self.server = CniServer(a.cni_socket, handler)
+        self.server.start()
         if a.cni_conf_dir:
             bootstrap.write_conflist(a.cni_conf_dir, a.cni_socket)
         for inf in self.informers:
