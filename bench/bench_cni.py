@@ -13,19 +13,24 @@ conflist exactly as libcni does), in the same run, on the same machine, inside a
   from a file store), run inside the node's network namespace.
 
 Each pod gets its own fresh network namespace (not timed).  Measured: ADD and DEL
-latency, one pod at a time (--single N) and in bursts of 20 concurrent pods
-(--bursts B); p50/p99 per plugin, rounds interleaved so machine noise hits both.
+latency, one pod at a time (--single N; the two plugins alternate pod by pod, so
+machine noise hits both) and in bursts of 20 concurrent pods (--bursts B; rounds
+alternate); p50/p90/p99 per plugin.  Also: the daemon's own ADD steps (from its
+"plumbed" log lines) and the bare process start of each plugin (VERSION), which
+is the part of ADD a Python plugin cannot win.
 
-    .venv/bin/python bench/bench_cni.py [--single 40] [--bursts 3]
+    .venv/bin/python bench/bench_cni.py [--single 100] [--bursts 3]
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
 import ipaddress
+import json
 import logging
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -146,12 +151,59 @@ class Bench:
             self.drop_pods(pods, allocate)
         return adds, dels, wall
 
+    def alternating(self, count: int) -> dict[str, tuple[list, list]]:
+        """`count` pods per plugin, one at a time, the plugins taking turns pod
+        by pod (and who goes first alternating too)."""
+        pods = {"pacific": self.make_pods(count, True), "reference": self.make_pods(count, False)}
+        out = {w: ([], []) for w in pods}
+        try:
+            for cmd, slot in (("ADD", 0), ("DEL", 1)):
+                for i in range(count):
+                    order = ("pacific", "reference") if i % 2 else ("reference", "pacific")
+                    for w in order:
+                        out[w][slot].append(self.call(w, cmd, pods[w][i]))
+        finally:
+            self.drop_pods(pods["pacific"], True)
+            self.drop_pods(pods["reference"], False)
+        return out
+
+    def exec_time(self, argv: list[str], n: int = 30) -> list[float]:
+        """Wall time of running `argv` as CNI VERSION (process start + exit)."""
+        env = {"CNI_COMMAND": "VERSION", "PATH": os.defpath}
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            subprocess.run(argv, input=b'{"cniVersion":"1.0.0"}', env=env,
+                           capture_output=True, check=True)
+            out.append(time.perf_counter() - t0)
+        return out
+
+
+_STEP = re.compile(r"([\[\]a-z -]+) ([0-9.]+)")
+
+
+def daemon_steps(log_path: str, start: int, end: int) -> dict[str, list[float]]:
+    """Per-step durations (ms) of the "plumbed" lines in log bytes [start, end)."""
+    steps: dict[str, list[float]] = {}
+    with open(log_path, "rb") as f:
+        f.seek(start)
+        text = f.read(end - start).decode(errors="replace")
+    for line in text.splitlines():
+        m = re.search(r"plumbed \S+ in ([0-9.]+) ms \((.*)\)", line)
+        if not m:
+            continue
+        steps.setdefault("total", []).append(float(m.group(1)))
+        for name, ms in _STEP.findall(m.group(2)):
+            steps.setdefault(name.strip(), []).append(float(ms))
+    return steps
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--single", type=int, default=40, help="sequential pods per plugin")
+    ap.add_argument("--single", type=int, default=100, help="sequential pods per plugin")
     ap.add_argument("--bursts", type=int, default=3, help="bursts of 20 per plugin")
     ap.add_argument("--keep", action="store_true", help="leave the sandbox up")
+    ap.add_argument("--json", help="also write the raw figures (seconds) to this file")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     for tool in ("bridge", "host-local"):
@@ -166,45 +218,76 @@ def main() -> int:
         start_for_sandbox(sb)
         launch.start_for_sandbox(sb)
         b = Bench(sb, tmp)
+        daemon_log = os.path.join(sb.dir, "services", launch.tag(b.node) + ".log")
         kr.create(b.api, kr.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                          "metadata": {"name": "bench"}})
         res = {w: {"single_add": [], "single_del": [], "burst_add": [], "burst_del": [],
                    "burst_wall": []} for w in ("pacific", "reference")}
-        for w in ("reference", "pacific"):  # warm-up (page cache, first ovn-controller run)
-            b.round(w, 3, 1)
-        for _ in range(max(1, args.single // 10)):
-            for w in ("reference", "pacific"):
-                adds, dels, _ = b.round(w, 10, 1)
+        b.alternating(3)  # warm-up (page cache, first ovn-controller run)
+        log_start = os.path.getsize(daemon_log)
+        for _ in range(max(1, args.single // 20)):
+            for w, (adds, dels) in b.alternating(min(20, args.single)).items():
                 res[w]["single_add"] += adds
                 res[w]["single_del"] += dels
-        for _ in range(args.bursts):
-            for w in ("reference", "pacific"):
+        steps = daemon_steps(daemon_log, log_start, os.path.getsize(daemon_log))
+        for i in range(args.bursts):
+            for w in (("reference", "pacific") if i % 2 == 0 else ("pacific", "reference")):
                 adds, dels, wall = b.round(w, BURST, BURST)
                 res[w]["burst_add"] += adds
                 res[w]["burst_del"] += dels
                 res[w]["burst_wall"].append(wall)
-        print(f"# CNI ADD/DEL latency, {platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} CPUs, Python {platform.python_version()}")
-        print(f"# single: {len(res['pacific']['single_add'])} pods one at a time; bursts: "
-              f"{args.bursts} x {BURST} concurrent")
-        print(f"| measure | pacific p50 | pacific p99 | reference p50 | reference p99 | "
-              f"ratio p99 |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for key, label in (("single_add", "ADD, 1 at a time"), ("single_del", "DEL, 1 at a time"),
-                           ("burst_add", f"ADD, bursts of {BURST}"),
-                           ("burst_del", f"DEL, bursts of {BURST}")):
-            p, r = res["pacific"][key], res["reference"][key]
-            print(f"| {label} | {pct(p, 50)*1e3:.1f} ms | {pct(p, 99)*1e3:.1f} ms | "
-                  f"{pct(r, 50)*1e3:.1f} ms | {pct(r, 99)*1e3:.1f} ms | "
-                  f"{pct(p, 99) / pct(r, 99):.2f}x |")
-        pw, rw = res["pacific"]["burst_wall"], res["reference"]["burst_wall"]
-        print(f"| burst of {BURST} wall time (median) | {statistics.median(pw)*1e3:.0f} ms | | "
-              f"{statistics.median(rw)*1e3:.0f} ms | | |")
+        starts = {}
+        for _ in range(2):  # interleaved
+            for label, argv in (("pacific", [launch.paths(b.node).plugin]),
+                                ("host-local", [os.path.join(REF_BIN, "host-local")]),
+                                ("python3 -IS -c pass", ["/usr/bin/python3", "-IS", "-c",
+                                                         "pass"])):
+                starts.setdefault(label, []).extend(b.exec_time(argv, 15))
+        report(args, res, steps, starts)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"results": res, "daemon_steps_ms": steps,
+                           "exec_s": starts}, f)
     finally:
         if not args.keep:
             sb.down()
         subprocess.run(["rm", "-rf", tmp], check=False)
     return 0
+
+
+def report(args, res, steps, starts) -> None:
+    print(f"# CNI ADD/DEL latency, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print(f"# single: {len(res['pacific']['single_add'])} pods per plugin one at a time "
+          f"(alternating); bursts: {args.bursts} x {BURST} concurrent")
+    print("| measure | pacific p50 | p90 | p99 | reference p50 | p90 | p99 | ratio p50 | "
+          "ratio p99 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key, label in (("single_add", "ADD, 1 at a time"), ("single_del", "DEL, 1 at a time"),
+                       ("burst_add", f"ADD, bursts of {BURST}"),
+                       ("burst_del", f"DEL, bursts of {BURST}")):
+        p, r = res["pacific"][key], res["reference"][key]
+        if not p or not r:
+            continue
+        print(f"| {label} | " + " | ".join(f"{pct(x, q)*1e3:.1f} ms" for x in (p, r)
+                                            for q in (50, 90, 99))
+              + f" | {pct(p, 50) / pct(r, 50):.2f}x | {pct(p, 99) / pct(r, 99):.2f}x |")
+    pw, rw = res["pacific"]["burst_wall"], res["reference"]["burst_wall"]
+    if pw and rw:
+        print(f"| burst of {BURST} wall time (median) | {statistics.median(pw)*1e3:.0f} ms "
+              f"| | | {statistics.median(rw)*1e3:.0f} ms | | | "
+              f"{statistics.median(pw) / statistics.median(rw):.2f}x | |")
+    if steps:
+        print("\n# pacific-node ADD steps, single ADDs (ms; [..] ran concurrently with "
+              "ovs-port)")
+        print("| step | p50 | p90 | p99 |\n|---|---:|---:|---:|")
+        for name, xs in steps.items():
+            print(f"| {name} | {pct(xs, 50):.1f} | {pct(xs, 90):.1f} | {pct(xs, 99):.1f} |")
+    print("\n# process start + exit, CNI VERSION (ms)")
+    print("| executable | p50 | p90 |\n|---|---:|---:|")
+    for label, xs in starts.items():
+        print(f"| {label} | {pct(xs, 50)*1e3:.1f} | {pct(xs, 90)*1e3:.1f} |")
 
 
 if __name__ == "__main__":
