@@ -10,10 +10,13 @@ from dataclasses import dataclass, field
 
 @dataclass
 class Column:
+    """A CRD additionalPrinterColumn (built-in kinds print through printers.py)."""
     name: str
-    path: str            # dotted path into the object ("" for special columns)
+    path: str            # JSONPath, e.g. .status.conditions[?(@.type=="Ready")].status
     type: str = "string"
     priority: int = 0
+    format: str = ""
+    description: str = ""
 
 
 @dataclass
@@ -70,56 +73,39 @@ def _b(group, version, plural, kind, namespaced, **kw) -> ResourceType:
     return ResourceType(group, version, plural, kind, namespaced, **kw)
 
 
-POD_COLUMNS = [Column("Ready", "", "string"), Column("Status", "status.phase"),
-               Column("Restarts", "", "string"), Column("Age", "", "string"),
-               Column("IP", "status.podIP", priority=1), Column("Node", "spec.nodeName", priority=1)]
-
 BUILTINS: list[ResourceType] = [
     _b("", "v1", "namespaces", "Namespace", False, short_names=["ns"], status_subresource=True,
-       field_selectors=("status.phase",),
-       columns=[Column("Status", "status.phase"), Column("Age", "")]),
+       field_selectors=("status.phase",)),
     _b("", "v1", "pods", "Pod", True, short_names=["po"], status_subresource=True,
        field_selectors=("spec.nodeName", "status.phase", "spec.restartPolicy", "spec.schedulerName",
                         "spec.serviceAccountName", "status.podIP", "status.nominatedNodeName",
-                        "spec.hostNetwork"),
-       columns=POD_COLUMNS, categories=["all"]),
+                        "spec.hostNetwork"), categories=["all"]),
     _b("", "v1", "nodes", "Node", False, short_names=["no"], status_subresource=True,
-       status_on_create=True, field_selectors=("spec.unschedulable",),
-       columns=[Column("Status", ""), Column("Age", ""), Column("Version", "status.nodeInfo.kubeletVersion")]),
+       status_on_create=True, field_selectors=("spec.unschedulable",)),
     _b("", "v1", "services", "Service", True, short_names=["svc"], status_subresource=True,
-       field_selectors=("spec.clusterIP", "spec.type"),
-       columns=[Column("Type", "spec.type"), Column("Cluster-IP", "spec.clusterIP"),
-                Column("Ports", ""), Column("Age", "")], categories=["all"]),
-    _b("", "v1", "endpoints", "Endpoints", True, short_names=["ep"],
-       columns=[Column("Age", "")]),
+       field_selectors=("spec.clusterIP", "spec.type"), categories=["all"]),
+    _b("", "v1", "endpoints", "Endpoints", True, short_names=["ep"]),
     _b("", "v1", "events", "Event", True, short_names=["ev"],
        field_selectors=("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
                         "involvedObject.uid", "involvedObject.apiVersion",
                         "involvedObject.resourceVersion", "involvedObject.fieldPath",
-                        "reason", "reportingComponent", "source", "type"),
-       columns=[Column("Type", "type"), Column("Reason", "reason"), Column("Message", "message")]),
-    _b("", "v1", "configmaps", "ConfigMap", True, short_names=["cm"], columns=[Column("Age", "")]),
-    _b("", "v1", "secrets", "Secret", True, field_selectors=("type",),
-       columns=[Column("Type", "type"), Column("Age", "")]),
-    _b("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=["sa"],
-       columns=[Column("Age", "")]),
-    _b("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True,
-       columns=[Column("AddressType", "addressType"), Column("Age", "")]),
-    _b("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=["netpol"],
-       columns=[Column("Age", "")]),
-    _b("coordination.k8s.io", "v1", "leases", "Lease", True,
-       columns=[Column("Holder", "spec.holderIdentity"), Column("Age", "")]),
+                        "reason", "reportingComponent", "source", "type")),
+    _b("", "v1", "configmaps", "ConfigMap", True, short_names=["cm"]),
+    _b("", "v1", "secrets", "Secret", True, field_selectors=("type",)),
+    _b("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=["sa"]),
+    _b("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
+    _b("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, short_names=["netpol"]),
+    _b("coordination.k8s.io", "v1", "leases", "Lease", True),
     _b("apps", "v1", "deployments", "Deployment", True, short_names=["deploy"],
-       status_subresource=True, columns=[Column("Age", "")], categories=["all"]),
+       status_subresource=True, categories=["all"]),
     _b("apps", "v1", "statefulsets", "StatefulSet", True, short_names=["sts"],
-       status_subresource=True, columns=[Column("Age", "")], categories=["all"]),
+       status_subresource=True, categories=["all"]),
     _b("apps", "v1", "daemonsets", "DaemonSet", True, short_names=["ds"],
-       status_subresource=True, columns=[Column("Age", "")], categories=["all"]),
+       status_subresource=True, categories=["all"]),
     _b("apps", "v1", "replicasets", "ReplicaSet", True, short_names=["rs"],
-       status_subresource=True, columns=[Column("Age", "")], categories=["all"]),
+       status_subresource=True, categories=["all"]),
     _b("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
-       short_names=["crd", "crds"], status_subresource=True,
-       columns=[Column("Created At", "metadata.creationTimestamp")]),
+       short_names=["crd", "crds"], status_subresource=True),
 ]
 
 # Kinds that need no body.kind check (sub-resource bodies)
@@ -140,10 +126,10 @@ def from_crd(crd: dict) -> list[ResourceType]:
         sel = tuple(s.get("jsonPath", "").lstrip(".") for s in v.get("selectableFields") or [])
         cols = []
         for c in v.get("additionalPrinterColumns") or []:
-            cols.append(Column(c["name"], c.get("jsonPath", "").lstrip("."), c.get("type", "string"),
-                               c.get("priority", 0)))
+            cols.append(Column(c["name"], c.get("jsonPath", ""), c.get("type", "string"),
+                               c.get("priority", 0), c.get("format", ""), c.get("description", "")))
         if not cols:      # kube-apiserver's default when a CRD declares no columns
-            cols.append(Column("Age", "metadata.creationTimestamp", "date"))
+            cols.append(Column("Age", ".metadata.creationTimestamp", "date"))
         out.append(ResourceType(
             group=group, version=v["name"], plural=names["plural"], kind=names["kind"],
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",

@@ -2,6 +2,7 @@
 store, shape answers (objects, lists, tables, Status) the way kube-apiserver does."""
 import base64
 import json
+import time
 
 import yaml
 
@@ -62,8 +63,53 @@ def _continue_token(rv: int, after: tuple[str, str]) -> str:
     return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": list(after)}).encode()).decode()
 
 
+TOO_LARGE_RV_WAIT = 3.0      # kube-apiserver waits this long for its cache to catch up
+
+
+def list_options(store: Store, q: dict) -> str:
+    """Check resourceVersion / resourceVersionMatch / continue as kube-apiserver does.
+    Returns the requested resourceVersion ("" or "0": any, i.e. the current state)."""
+    rv, match, cont = q.get("resourceVersion", ""), q.get("resourceVersionMatch", ""), q.get("continue")
+    causes = []
+    if match and match not in ("Exact", "NotOlderThan"):
+        causes.append(("FieldValueNotSupported", "resourceVersionMatch",
+                       f'Unsupported value: "{match}": supported values: "Exact", "NotOlderThan"'))
+    elif match and not rv:
+        causes.append(("FieldValueForbidden", "resourceVersionMatch",
+                       "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided"))
+    elif match and cont:
+        causes.append(("FieldValueForbidden", "resourceVersionMatch",
+                       "Forbidden: resourceVersionMatch is forbidden when continue is provided"))
+    elif match == "Exact" and rv == "0":
+        causes.append(("FieldValueForbidden", "resourceVersionMatch",
+                       'Forbidden: resourceVersionMatch "exact" is forbidden for resourceVersion "0"'))
+    if causes:
+        raise errors.invalid("meta.k8s.io", "ListOptions", "", causes)
+    if rv in ("", "0"):
+        return rv
+    if cont:
+        raise errors.bad_request("specifying resource version is not allowed when using continue")
+    try:
+        want = int(rv)
+    except ValueError:
+        raise errors.bad_request(f"invalid resource version: {rv!r} is not an integer")
+    deadline = time.monotonic() + TOO_LARGE_RV_WAIT
+    while store.rv < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if store.rv < want:
+        raise errors.ApiError(504, "Timeout", f"Too large resource version: {want}, current: {store.rv}",
+                              {"causes": [{"reason": "ResourceVersionTooLarge",
+                                           "message": "Too large resource version"}],
+                               "retryAfterSeconds": 1})
+    if match == "Exact" and want != store.rv:
+        # no history of object states is kept: an older exact list cannot be served
+        raise errors.gone("The resourceVersion for the provided list is too old.")
+    return rv
+
+
 def list_body(store: Store, rt: ResourceType, ns: str | None, q: dict, accept: str) -> bytes:
     ls, fs = selectors(rt, q)
+    asked = list_options(store, q)
     rv, entries = store.list(rt, ns, ls, fs)
     meta = {"resourceVersion": str(rv)}
     # pagination: limit/continue (kubectl get asks limit=500)
@@ -77,7 +123,8 @@ def list_body(store: Store, rt: ResourceType, ns: str | None, q: dict, accept: s
             raise errors.bad_request("invalid continue token")
         entries = [e for e in entries
                    if (e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"]) > start]
-    limit = q.get("limit")
+    # resourceVersion=0 is served from kube-apiserver's watch cache, which ignores limit
+    limit = q.get("limit") if asked != "0" else None
     if limit:
         try:
             n = int(limit)

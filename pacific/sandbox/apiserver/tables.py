@@ -1,9 +1,28 @@
 """Server-side printing: `meta.k8s.io/v1 Table` answers, which `kubectl get` asks
-for (Accept: application/json;as=Table;g=meta.k8s.io;v=v1)."""
-import datetime
+for (Accept: application/json;as=Table;g=meta.k8s.io;v=v1).
 
+Built-in kinds print through printers.py; custom resources through their CRD's
+additionalPrinterColumns (JSONPath, filters included), cells converted as
+kube-apiserver's tableconvertor does: `string` columns print the first match
+(objects and lists as JSON), `integer`/`number`/`boolean` keep the JSON value when
+it has that type (else no value), `date` columns become an age ("5s", "3m",
+"2d4h")."""
+import json
+import logging
+
+from pacific.sandbox.apiserver import jsonpath, printers
 from pacific.sandbox.apiserver.resources import ResourceType
-from pacific.sandbox.apiserver.selectors import get_path
+from pacific.sandbox.apiserver.schema import fmt_number
+
+log = logging.getLogger(__name__)
+NAME_COLUMN = {"name": "Name", "type": "string", "format": "name", "priority": 0,
+               "description": "Name must be unique within a namespace. Is required when creating resources, "
+                              "although some resources may allow a client to request the generation of an "
+                              "appropriate name automatically. Name is primarily intended for creation "
+                              "idempotence and configuration definition. Cannot be updated. More info: "
+                              "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"}
+DEFAULT_COLUMNS = ([("Age", "string", 0)], lambda o: [o["metadata"]["name"], printers.age(
+    o["metadata"].get("creationTimestamp"))])
 
 
 def wants_table(accept: str) -> bool:
@@ -11,71 +30,63 @@ def wants_table(accept: str) -> bool:
     return "as=Table" in first and "g=meta.k8s.io" in first
 
 
-def _age(ts: str | None) -> str:
-    if not ts:
-        return "<unknown>"
+def _print_string(v) -> str:
+    """client-go jsonpath's text printing of one value."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return fmt_number(v)
+    return json.dumps(v, separators=(",", ":"))
+
+
+def crd_cell(col_type: str, path: str, obj: dict):
     try:
-        t = datetime.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.timezone.utc)
-    except ValueError:
-        return "<invalid>"
-    s = int((datetime.datetime.now(datetime.timezone.utc) - t).total_seconds())
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    m = s // 60
-    if m < 10:
-        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    h = m // 60
-    if h < 48:
-        return f"{h}h"
-    return f"{h // 24}d"
-
-
-def _special(rt: ResourceType, name: str, obj: dict):
-    status = obj.get("status") or {}
-    if name == "Age":
-        return _age(obj["metadata"].get("creationTimestamp"))
-    if rt.kind == "Pod":
-        cs = status.get("containerStatuses") or []
-        total = len((obj.get("spec") or {}).get("containers") or [])
-        if name == "Ready":
-            return f"{sum(1 for c in cs if c.get('ready'))}/{total}"
-        if name == "Restarts":
-            return sum(int(c.get("restartCount", 0)) for c in cs)
-    if rt.kind == "Node" and name == "Status":
-        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-        return "Ready" if ready and ready.get("status") == "True" else "NotReady" if ready else "Unknown"
-    if rt.kind == "Service" and name == "Ports":
-        ports = (obj.get("spec") or {}).get("ports") or []
-        return ",".join(f"{p.get('port')}{':' + str(p['nodePort']) if p.get('nodePort') else ''}/"
-                        f"{p.get('protocol', 'TCP')}" for p in ports) or "<none>"
+        found = jsonpath.find(path, obj)
+    except jsonpath.JSONPathError as e:
+        log.debug("printer column %s: %s", path, e)
+        return None
+    if not found or found[0] is None:
+        return None
+    v = found[0]
+    if col_type == "string":
+        return _print_string(v)
+    if col_type == "integer":
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int):
+            return v
+        return int(v) if isinstance(v, float) else None
+    if col_type == "number":
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if col_type == "boolean":
+        return v if isinstance(v, bool) else None
+    if col_type == "date":
+        if not isinstance(v, str):
+            return None
+        return printers.age(v) if printers.parse_time(v) else "<invalid>"
     return None
 
 
-def _cell(rt: ResourceType, col, obj: dict):
-    if col.path:
-        v = get_path(obj, col.path)
-        if v is None:
-            return "<none>" if rt.crd is None else None
-        return v if isinstance(v, (int, float, bool)) else str(v) if not isinstance(v, (dict, list)) else v
-    return _special(rt, col.name, obj)
-
-
 def columns(rt: ResourceType) -> list[dict]:
-    cols = [{"name": "Name", "type": "string", "format": "name", "priority": 0,
-             "description": "Name must be unique within a namespace."}]
-    for c in rt.columns:
-        cols.append({"name": c.name, "type": c.type if c.type != "date" else "string", "format": "",
-                     "priority": c.priority, "description": ""})
-    return cols
+    if rt.crd is not None:
+        return [NAME_COLUMN] + [{"name": c.name, "type": c.type, "format": c.format, "priority": c.priority,
+                                 "description": c.description} for c in rt.columns]
+    cols, _ = printers.PRINTERS.get(rt.key, DEFAULT_COLUMNS)
+    head = [] if rt.key in printers.NO_NAME_COLUMN else [NAME_COLUMN]
+    return head + [{"name": n, "type": t, "format": "", "priority": p, "description": ""} for n, t, p in cols]
+
+
+def cells(rt: ResourceType, obj: dict) -> list:
+    if rt.crd is not None:
+        return [obj["metadata"]["name"]] + [crd_cell(c.type, c.path, obj) for c in rt.columns]
+    _, fn = printers.PRINTERS.get(rt.key, DEFAULT_COLUMNS)
+    return fn(obj)
 
 
 def row(rt: ResourceType, obj: dict, include: str) -> dict:
-    cells = [obj["metadata"]["name"]] + [_cell(rt, c, obj) for c in rt.columns]
-    r = {"cells": cells}
+    r = {"cells": cells(rt, obj)}
     if include == "Object":
         r["object"] = obj
     elif include != "None":
