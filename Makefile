@@ -3,7 +3,7 @@
 # when missing, the virtualenv only when pyproject.toml changed.
 SHELL := /bin/bash
 PY := .venv/bin/python
-APT_PKGS := openvswitch-switch ovn-central ovn-host iproute2 nftables iptables \
+APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2 nftables iptables \
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl
 
 .PHONY: setup system demo test test-unit test-e2e bench down clean
