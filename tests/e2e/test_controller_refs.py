@@ -91,3 +91,20 @@ def test_port_is_notices_every_difference(nb):
     assert not nbcmds.port_is(nb, "a", "p", ADDR, ADDR, IDS, type="router")
     assert not nbcmds.port_is(nb, "a", "nope", ADDR, ADDR, IDS)
     assert not nbcmds.port_is(nb, "nope", "p", ADDR, ADDR, IDS)
+
+
+def test_replica_shares_map_strings(nb):
+    """pacific.ovn.base interns the strings of new and changed rows' maps."""
+    nb.commit(nbcmds.EnsurePort(nb, "b", "q", ADDR, ADDR, {**IDS, "kind": "Pod"}),
+              nbcmds.EnsurePort(nb, "b", "r", ADDR, ADDR, {**IDS, "kind": "Pod"}))
+    q, r = nb.lookup("Logical_Switch_Port", "q"), nb.lookup("Logical_Switch_Port", "r")
+    kq = {k.value: k for k in q._data["external_ids"].values}
+    kr = {k.value: k for k in r._data["external_ids"].values}
+    assert kq["kind"].value is kr["kind"].value
+    assert q._data["external_ids"].values[kq["kind"]].value is r._data["external_ids"].values[kr["kind"]].value
+    # a changed map is interned too, and reads back equal
+    nb.commit(nbcmds.EnsurePort(nb, "b", "q", ADDR, ADDR, {**IDS, "kind": "Pod", "extra": "x"}))
+    q = nb.lookup("Logical_Switch_Port", "q")
+    assert q.external_ids == {**IDS, "kind": "Pod", "extra": "x"}
+    kq = {k.value: k for k in q._data["external_ids"].values}
+    assert kq["kind"].value is kr["kind"].value
