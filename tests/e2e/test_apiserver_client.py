@@ -245,6 +245,9 @@ def test_official_informer_relists_after_410():
                     time.sleep(0.1)
                 assert inf.cache.get_by_key("default/later29") is not None, emu.log_text()[-3000:]
             finally:
+                # the official informer's stop() joins a thread blocked reading an idle
+                # watch (no bookmarks asked): end the stream first
+                emu.stop()
                 inf.stop()
     finally:
         emu.stop()
