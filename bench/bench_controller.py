@@ -3,6 +3,10 @@
 
     .venv/bin/python bench/bench_controller.py            # full run (a few minutes)
     .venv/bin/python bench/bench_controller.py --quick    # smaller sizes
+    .venv/bin/python bench/bench_controller.py --baseline-rev 25cbc3a --only 1
+        # the same parts, then again with the controller (and everything it
+        # imports) of that git revision, extracted with `git archive`: a
+        # before/after comparison in one run on this noisy machine
 
 1. programming: pods allocated (IPAM) and programmed into NB (switch port with
    addresses + port security) per second by 16 concurrent reconcile workers
@@ -10,12 +14,14 @@
    baseline of one NB transaction per pod, same run, same ovsdb-server; 1,000
    and 10,000 pods.
 2. end to end: 1,000 pods created in the API emulator, time until the
-   controller (a real `pacific-controller` process) has annotated all of them.
+   controller (a real `pacific-controller` process) has annotated all of them,
+   and the controller's CPU time per pod (utime+stime: robust on a busy machine).
 3. rebuild: a new leader's restart work with N IP objects in the API
    emulator: list+watch sync of the IP objects plus IPAM restore, N = 10,000
    and 100,000 (what `rebuild.rebuild` does before workers start).
-4. memory: RSS of a `pacific-controller` process that has synced and
-   reconciled 100,000 allocated pods (pods, IP objects and NB ports present).
+4. memory: RSS of a `pacific-controller` process started against 100,000
+   allocated pods (pods and IP objects in the emulator, NB empty) once it has
+   re-programmed all their ports.
 Everything runs on loopback / unix sockets in a temporary directory.
 """
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,12 +37,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
+# --tree DIR: import pacific (and the test fixtures, which start the controller
+# from their own tree) from another checkout, for a baseline run
+TREE = Path(sys.argv[sys.argv.index("--tree") + 1]) if "--tree" in sys.argv else REPO
+sys.path.insert(0, str(TREE))
+sys.path.insert(0, str(TREE / "tests" / "e2e"))
 
 from controller_fixtures import ControlPlane, wait_until  # noqa: E402
 from pacific import names  # noqa: E402
 from pacific.controller import model, nbcmds, topology  # noqa: E402
+from pacific.controller.config import Config  # noqa: E402
 from pacific.controller.nbwriter import NBWriter  # noqa: E402
 from pacific.controller.pod import pod_ids  # noqa: E402
 from pacific.controller.subnet import subnet_ids  # noqa: E402
@@ -45,6 +56,18 @@ from pacific.kube.informer import Informer  # noqa: E402
 
 WORKERS = int(os.environ.get("BENCH_WORKERS", "16"))
 BIG_CIDR = "10.16.0.0/14"   # 262,144 addresses: room for 100,000 pods in one subnet
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of a process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def json_parser() -> str:
+    import ovs.json
+    return ovs.json.PARSER
 
 
 def rss_mib(pid: int) -> float:
@@ -60,7 +83,9 @@ def program(cp: ControlPlane, n: int, batch: bool, switch: str) -> float:
     ipam = IPAM()
     ipam.add_subnet(switch, "10.32.0.0/16")
     lock = threading.Lock()
-    w = NBWriter(cp.nb, batch=batch).start()
+    # the controller's own batching settings (Config defaults)
+    cfg = Config(nb_remote="")
+    w = NBWriter(cp.nb, batch=batch, max_batch=cfg.batch_max, max_delay=cfg.batch_delay).start()
     ids = subnet_ids(switch)
     w.run([lambda api: nbcmds.EnsureRouter(api, names.CLUSTER_ROUTER, topology.cluster_ids()),
            lambda api: nbcmds.EnsureSwitch(api, switch, ids),
@@ -77,19 +102,21 @@ def program(cp: ControlPlane, n: int, batch: bool, switch: str) -> float:
                                                  pod_ids("bench", f"p{i}", switch))], what=lsp)
 
     t0 = time.perf_counter()
+    c0 = time.process_time()
     ts = [threading.Thread(target=work, args=(k,)) for k in range(WORKERS)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
     dt = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     txns = w.transactions
     w.stop()
     assert len(cp.nb.lookup("Logical_Switch", switch).ports) == n + 1
     # clean up for the next round (one transaction)
     cp.nb.commit(nbcmds.DeleteSwitch(cp.nb, switch))
     print(f"  {n:>6} pods {'batched  ' if batch else 'unbatched'}: {dt:7.2f} s  "
-          f"{n / dt:8.0f} pods/s  ({txns} transactions)", flush=True)
+          f"{n / dt:8.0f} pods/s  ({txns} transactions, {cpu / n * 1000:.2f} ms CPU per pod)", flush=True)
     return n / dt
 
 
@@ -139,12 +166,13 @@ def rebuild_time(workdir: Path, n: int) -> tuple[float, float]:
 def end_to_end(workdir: Path, n: int) -> float:
     with ControlPlane(workdir) as cp:
         r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": "bench"}})
-        cp.start_controller("c1", leader_elect=False)
+        p = cp.start_controller("c1", leader_elect=False)
         wait_until(lambda: cp.nb.lookup("Logical_Switch", names.DEFAULT_SUBNET, default=None), 60,
                    what="default subnet")
         inf = Informer(cp.kube, r.PODS, namespace="bench").start()
         inf.wait_synced(30)
         t0 = time.perf_counter()
+        c0 = cpu_seconds(p.pid)
         for i in range(n):
             r.create(cp.kube, r.PODS, {"metadata": {"name": f"p{i}"}, "spec": {
                 "nodeName": "node1", "containers": [{"name": "c", "image": "pause"}]}}, "bench")
@@ -152,9 +180,11 @@ def end_to_end(workdir: Path, n: int) -> float:
         for i in range(n):
             inf.wait_for(f"bench/p{i}", lambda p: model.annotations(p).get(names.ANN_ALLOCATED) == "true", 300)
         t2 = time.perf_counter()
+        cpu = cpu_seconds(p.pid) - c0
         inf.stop()
     print(f"  {n:>6} pods via the API: created in {t1 - t0:.2f} s, all allocated+programmed+annotated "
-          f"after {t2 - t0:.2f} s: {n / (t2 - t0):.0f} pods/s end to end", flush=True)
+          f"after {t2 - t0:.2f} s: {n / (t2 - t0):.0f} pods/s end to end; controller CPU "
+          f"{cpu / n * 1000:.2f} ms per pod", flush=True)
     return n / (t2 - t0)
 
 
@@ -173,8 +203,10 @@ def memory(workdir: Path, n: int) -> None:
         t2 = time.perf_counter()
         time.sleep(1)
         rss = rss_mib(p.pid)
+        cpu = cpu_seconds(p.pid)
     print(f"  {n:>6} pods: restart to ready (caches synced, IPAM rebuilt) {t1 - t0:.1f} s, "
-          f"all {n} ports re-programmed after {t2 - t0:.1f} s; controller RSS {rss:.0f} MiB", flush=True)
+          f"all {n} ports re-programmed after {t2 - t0:.1f} s (controller CPU {cpu:.0f} s); "
+          f"controller RSS {rss:.0f} MiB", flush=True)
 
 
 def _emulator_nodelay() -> None:
@@ -188,22 +220,40 @@ def _emulator_nodelay() -> None:
         print("note: API emulator run with TCP_NODELAY (it waits ~40 ms per response without it)")
 
 
+def run_baseline(rev: str, argv: list[str]) -> int:
+    """Run this script again with pacific (and the test fixtures) taken from
+    git revision `rev`, extracted read-only into a temporary directory."""
+    tree = Path(tempfile.mkdtemp(prefix="bench-controller-baseline-"))
+    try:
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        print(f"\n=== baseline: controller of revision {rev} ===", flush=True)
+        return subprocess.run([sys.executable, __file__, *argv, "--tree", str(tree)]).returncode
+    finally:
+        shutil.rmtree(tree, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     ap.add_argument("--only", type=int, action="append", choices=(1, 2, 3, 4),
                     help="run only these parts (repeatable)")
+    ap.add_argument("--baseline-rev", metavar="REV",
+                    help="afterwards, run the same parts with the code of this git revision")
+    ap.add_argument("--tree", help=argparse.SUPPRESS)   # internal: code tree of a baseline run
     args = ap.parse_args()
     big = 10_000 if not args.quick else 2_000
     huge = 100_000 if not args.quick else 10_000
     _emulator_nodelay()
     tmp = Path(tempfile.mkdtemp(prefix="bench-controller-"))
     try:
-        print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; {WORKERS} workers")
+        print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; {WORKERS} workers; "
+              f"code: {TREE}")
         parts = set(args.only or (1, 2, 3, 4))
         if 1 in parts:
             print("1. IPAM + NB programming (pods/s), batched vs one transaction per pod:")
             with ControlPlane(tmp / "prog") as cp:
+                print(f"  (OVSDB JSON parser in this process: {json_parser()})")
                 for n in (1_000, big):
                     program(cp, n, True, f"b{n}")
                     program(cp, n, False, f"u{n}")
@@ -219,6 +269,16 @@ def main() -> int:
             memory(tmp / "mem", huge)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if args.baseline_rev:
+        again, skip = [], False
+        for a in sys.argv[1:]:
+            if skip or a.startswith("--baseline-rev="):
+                skip = False
+            elif a == "--baseline-rev":
+                skip = True
+            else:
+                again.append(a)
+        return run_baseline(args.baseline_rev, again)
     return 0
 
 
