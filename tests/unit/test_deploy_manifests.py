@@ -248,3 +248,49 @@ def test_readiness_probe_is_a_real_cni_status(tmp_path):
         assert "ovn-controller is not connected" in bad.stdout + bad.stderr
     finally:
         server.stop()
+
+
+# --- field names ------------------------------------------------------------------
+def _unknown_fields(value, typ: str, path: str) -> list[str]:
+    """Paths in `value` that the Kubernetes API type `typ` (the official
+    client's model) does not have: a misspelt field is dropped or refused by
+    the API server, and a dropped mountPropagation or toleration fails late."""
+    import datetime
+
+    import kubernetes.client as k
+    if typ.startswith("List["):
+        if not isinstance(value, list):
+            return [f"{path}: expected a list"]
+        return [e for i, v in enumerate(value) for e in _unknown_fields(v, typ[5:-1], f"{path}[{i}]")]
+    if typ.startswith("Dict["):
+        if not isinstance(value, dict):
+            return [f"{path}: expected a map"]
+        inner = typ[5:-1].split(", ", 1)[1]
+        return [e for kk, v in value.items() for e in _unknown_fields(v, inner, f"{path}.{kk}")]
+    prim = {"str": str, "int": int, "bool": bool, "float": (int, float),
+            "datetime": (str, datetime.datetime)}
+    if typ == "object":
+        return []
+    if typ in prim:
+        ok = isinstance(value, prim[typ]) and not (typ == "int" and isinstance(value, bool))
+        return [] if ok else [f"{path}: {value!r} is not {typ}"]
+    model = getattr(k, typ)
+    if not isinstance(value, dict):
+        return [f"{path}: expected a {typ} object"]
+    by_json = {j: attr for attr, j in model.attribute_map.items()}
+    out = []
+    for key, v in value.items():
+        if key not in by_json:
+            out.append(f"{path}.{key}: no such field in {typ}")
+        else:
+            out.extend(_unknown_fields(v, model.openapi_types[by_json[key]], f"{path}.{key}"))
+    return out
+
+
+def test_every_field_is_a_kubernetes_field():
+    import kubernetes.client as k
+    for doc in manifests():
+        model = f"V1{doc['kind']}"
+        assert hasattr(k, model), f"no API type for {doc['kind']}"
+        bad = _unknown_fields(doc, model, f"{doc['kind']}/{doc['metadata']['name']}")
+        assert not bad, "; ".join(bad)
