@@ -22,11 +22,14 @@ TOKEN = "pacific-apiserver-test-token"
 
 
 class Emulator:
-    """`python -m pacific.sandbox.apiserver` on a free loopback port (TLS)."""
+    """`python -m pacific.sandbox.apiserver` on a free loopback port (TLS unless
+    tls=False)."""
 
-    def __init__(self, workdir: str, history: int = 1000, port: int = 0, extra=()):
+    def __init__(self, workdir: str, history: int = 1000, port: int = 0, extra=(),
+                 tls: bool = True):
         self.workdir = workdir
         self.history = history
+        self.tls = tls
         self.extra = list(extra)
         self.state_file = os.path.join(workdir, "state.json")
         self.kubeconfig = os.path.join(workdir, "kubeconfig")
@@ -41,7 +44,8 @@ class Emulator:
         if os.path.exists(ready):
             os.remove(ready)
         argv = [sys.executable, "-m", "pacific.sandbox.apiserver", "--listen", f"127.0.0.1:{port}",
-                "--token", TOKEN, "--tls-dir", os.path.join(self.workdir, "tls"),
+                "--token", TOKEN,
+                *(["--tls-dir", os.path.join(self.workdir, "tls")] if self.tls else []),
                 "--kubeconfig", self.kubeconfig, "--ready-file", ready, "--state-file", self.state_file,
                 "--history", str(self.history), "--bookmark-interval", "1", *self.extra]
         self.log = open(os.path.join(self.workdir, "apiserver.log"), "ab")
@@ -62,7 +66,7 @@ class Emulator:
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -3,84 +3,36 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
-import time
-from pathlib import Path
 
 import kubernetes.client
 
-REPO = Path(__file__).resolve().parents[2]
+from apiserver_fixtures import TOKEN, Emulator
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class ApiServerProcess(Emulator):
+    """The emulator over plain HTTP with a small watch window (so a test can force
+    410 Gone) in its own temporary directory."""
 
-
-def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"API emulator exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
-
-
-class ApiServerProcess:
-    """`python -m pacific.sandbox.apiserver` on a free loopback port."""
-
-    TOKEN = "pacific-kube-test-token"
-    HISTORY = 200       # small watch window, so a test can force 410 Gone
+    TOKEN = TOKEN
+    HISTORY = 200
 
     def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = tempfile.TemporaryDirectory(prefix="pacific-kube-test-")
-        self.kubeconfig = os.path.join(self.dir.name, "kubeconfig")
-        self.log = open(os.path.join(self.dir.name, "apiserver.log"), "wb")
-        argv = [sys.executable, "-m", "pacific.sandbox.apiserver",
-                "--listen", f"127.0.0.1:{self.port}", "--token", self.TOKEN,
-                "--kubeconfig", self.kubeconfig, "--bookmark-interval", "1",
-                "--history", str(self.HISTORY)]
-        self.proc = subprocess.Popen(argv, cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self._tmp = tempfile.TemporaryDirectory(prefix="pacific-kube-test-")
         try:
-            wait_port(self.port, 20, self.proc)
-            deadline = time.monotonic() + 10
-            while not (os.path.exists(self.kubeconfig) and os.path.getsize(self.kubeconfig)) \
-                    and time.monotonic() < deadline:
-                time.sleep(0.05)
+            super().__init__(self._tmp.name, history=self.HISTORY, tls=False)
         except Exception:
-            self.stop()
+            self._tmp.cleanup()
             raise
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self.log.close()
-        self.dir.cleanup()
+        super().stop()
+        self._tmp.cleanup()
 
     def logs(self) -> str:
-        return Path(self.log.name).read_text(errors="replace")[-4000:]
+        return self.log_text()[-4000:]
 
 
 def api_client(url: str, token: str | None = ApiServerProcess.TOKEN) -> kubernetes.client.ApiClient:
