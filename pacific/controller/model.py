@@ -6,6 +6,7 @@ objects the controller writes.  Objects are plain dicts as the API returns them.
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 import sys
@@ -35,12 +36,22 @@ def node_owner_key(node: str) -> str:
     return f"node:{node}"
 
 
+MAX_OBJECT_NAME = 253   # a DNS-1123 subdomain
+
+
 def ip_object_name(namespace: str, name: str) -> str:
     """Name of the cluster-scoped IP object of a pod: '<pod>.<namespace>'.
 
     For a StatefulSet pod this is also the '<statefulset>-<ordinal>.<namespace>'
-    identity that outlives the pod, so a re-created pod finds its address."""
-    return names.pod_lsp_name(namespace, name)
+    identity that outlives the pod, so a re-created pod finds its address.  A name
+    longer than an object name may be (253) keeps a readable prefix and a hash of
+    the full identity, so it stays unique and deterministic."""
+    full = names.pod_lsp_name(namespace, name)
+    if len(full) <= MAX_OBJECT_NAME:
+        return full
+    digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:12]
+    room = MAX_OBJECT_NAME - len(namespace) - len(digest) - 2
+    return names.pod_lsp_name(namespace, f"{name[:room].rstrip('.-')}-{digest}")
 
 
 def needs_network(pod: dict) -> bool:

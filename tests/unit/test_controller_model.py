@@ -1,6 +1,8 @@
 """Pure decisions of the controller (pacific.controller.model)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pacific import names
@@ -109,3 +111,14 @@ def test_config_validation():
         Config(nb_remote="unix:/x", default_cidr="10.16.0.0/99").validate()
     with pytest.raises(ConfigError, match="overlaps"):
         Config(nb_remote="unix:/x", default_cidr="100.64.0.0/10").validate()
+
+
+def test_ip_object_name_stays_a_valid_object_name_for_long_pod_names():
+    ns = "n" * 63
+    long_a, long_b = "a" * 240 + "x", "a" * 240 + "y"
+    name_a = model.ip_object_name(ns, long_a)
+    assert len(name_a) <= 253 and name_a.endswith("." + ns)
+    assert name_a == model.ip_object_name(ns, long_a)          # deterministic
+    assert name_a != model.ip_object_name(ns, long_b)          # unique per pod
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name_a)
+    assert model.ip_object_name("default", "web-0") == "web-0.default"
