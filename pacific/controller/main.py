@@ -122,19 +122,27 @@ def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event) -
     _ensure_namespace(kube, args.lease_namespace)
     while not shutdown.is_set():
         term = threading.Event()        # ends this term of leadership
+        leading = threading.Event()     # a term started: wait for it to end
         done = threading.Event()
         elector_stop = threading.Event()
 
         def lead():
+            leading.set()
             try:
                 Controller(cfg, kube, nb).run(term)
             finally:
                 done.set()
 
+        def wait_term_done():
+            # a standby never led: nothing to wait for (it used to sit 15 s on
+            # SIGTERM until the sandbox killed it)
+            if leading.is_set():
+                done.wait(15)
+
         def on_shutdown():
             shutdown.wait()
             term.set()
-            done.wait(15)
+            wait_term_done()
             elector_stop.set()          # release the Lease only once we stopped writing
 
         threading.Thread(target=on_shutdown, daemon=True, name="shutdown").start()
@@ -143,7 +151,7 @@ def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event) -
                  lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
                  retry_period=args.retry_period, stop=elector_stop)
         term.set()
-        done.wait(15)
+        wait_term_done()
         if not shutdown.is_set():
             LOG.warning("leadership ended; campaigning again")
             shutdown.wait(args.retry_period)
