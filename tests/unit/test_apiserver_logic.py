@@ -271,3 +271,33 @@ def test_snapshot_roundtrip_keeps_resource_versions(store):
     with pytest.raises(ApiError) as err:
         s2.watch(pods, None, store.rv - 1, Watcher(None))
     assert err.value.code == 410, "history does not survive a restart: old rvs must re-list"
+
+
+def test_paged_list_walks_each_namespace_in_order_without_gaps(store):
+    pods = _rt(store, "", "v1", "pods")
+    nss = _rt(store, "", "v1", "namespaces")
+    for ns in ("a", "a-b", "b"):
+        if ns != "default":
+            store.create(nss, "", {"metadata": {"name": ns}})
+        for i in range(7):
+            store.create(pods, ns, {**_pod(f"p{i}"), "metadata": {"name": f"p{i}", "namespace": ns,
+                                                                  "labels": {"odd": str(i % 2)}}})
+    store.delete(pods, "a", "p3")
+
+    def walk(ns, limit, label_sel=None):
+        seen, after = [], None
+        while True:
+            _, page, more = store.list(pods, ns, label_sel, None, after=after, limit=limit)
+            seen += [(e.obj["metadata"]["namespace"], e.obj["metadata"]["name"]) for e in page]
+            if not more:
+                return seen
+            after = seen[-1]
+
+    everything = [(ns, f"p{i}") for ns in ("a", "a-b", "b") for i in range(7) if (ns, i) != ("a", 3)]
+    assert walk(None, 4) == everything
+    assert walk("a", 2) == [k for k in everything if k[0] == "a"]
+    assert walk("a-b", 100) == [k for k in everything if k[0] == "a-b"]
+    odd = LabelSelector("odd=1")
+    assert walk("b", 2, odd) == [("b", f"p{i}") for i in (1, 3, 5)]
+    _, page, more = store.list(pods, "a", None, None, limit=2)
+    assert len(page) == 2 and more == 4          # remainingItemCount without selectors

@@ -205,7 +205,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(201, rest.object_body(rt, e, accept, q))
         if self.command == "DELETE":
             ls, fs = rest.selectors(rt, q)
-            _, entries = store.list(rt, ns, ls, fs)
+            _, entries, _ = store.list(rt, ns, ls, fs)
             dry = rest.dry_run(q)
             out = []
             for e in entries:

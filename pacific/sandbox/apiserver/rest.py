@@ -110,9 +110,9 @@ def list_options(store: Store, q: dict) -> str:
 def list_body(store: Store, rt: ResourceType, ns: str | None, q: dict, accept: str) -> bytes:
     ls, fs = selectors(rt, q)
     asked = list_options(store, q)
-    rv, entries = store.list(rt, ns, ls, fs)
-    meta = {"resourceVersion": str(rv)}
+    meta: dict = {}
     # pagination: limit/continue (kubectl get asks limit=500)
+    start = None
     cont = q.get("continue")
     if cont:
         try:
@@ -121,21 +121,23 @@ def list_body(store: Store, rt: ResourceType, ns: str | None, q: dict, accept: s
             meta["resourceVersion"] = str(tok["rv"])
         except (ValueError, KeyError, TypeError):
             raise errors.bad_request("invalid continue token")
-        entries = [e for e in entries
-                   if (e.obj["metadata"].get("namespace", ""), e.obj["metadata"]["name"]) > start]
     # resourceVersion=0 is served from kube-apiserver's watch cache, which ignores limit
     limit = q.get("limit") if asked != "0" else None
+    n = None
     if limit:
         try:
             n = int(limit)
         except ValueError:
             raise errors.bad_request(f"invalid limit {limit!r}")
-        if 0 < n < len(entries):
-            last = entries[n - 1].obj["metadata"]
-            meta["continue"] = _continue_token(int(meta["resourceVersion"]),
-                                               (last.get("namespace", ""), last["name"]))
-            meta["remainingItemCount"] = len(entries) - n
-            entries = entries[:n]
+    rv, entries, more = store.list(rt, ns, ls, fs, after=start, limit=n if n and n > 0 else None)
+    meta.setdefault("resourceVersion", str(rv))
+    if more:
+        last = entries[-1].obj["metadata"]
+        meta["continue"] = _continue_token(int(meta["resourceVersion"]),
+                                           (last.get("namespace", ""), last["name"]))
+        if ls is None or ls.empty():       # as kube-apiserver: only without selectors
+            if fs is None or fs.empty():
+                meta["remainingItemCount"] = more
     if tables.wants_table(accept):
         t = tables.table(rt, [e.obj for e in entries], meta["resourceVersion"], q.get("includeObject", ""))
         t["metadata"] = meta

@@ -5,6 +5,7 @@ encoding so lists and watch events are written without re-encoding.  All writes
 happen under one lock, which also orders the event history: resourceVersion is a
 single increasing counter shared by every resource, as with etcd.
 """
+import bisect
 import collections
 import copy
 import datetime
@@ -39,6 +40,32 @@ class Entry:
         self.raw = encode(obj)
 
 
+class Bucket(dict):
+    """One resource's objects by (namespace, name), with the keys also kept sorted,
+    so a list is served in order without sorting and a paged list (`continue`)
+    starts where the previous page ended instead of rescanning everything."""
+
+    __slots__ = ("keys_sorted",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys_sorted: list[tuple[str, str]] = []
+
+    def __setitem__(self, key, value) -> None:
+        if key not in self:
+            bisect.insort(self.keys_sorted, key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key) -> None:
+        super().__delitem__(key)
+        del self.keys_sorted[bisect.bisect_left(self.keys_sorted, key)]
+
+    def sorted_items(self):
+        """(key, entry) in key order."""
+        for k in self.keys_sorted:
+            yield k, dict.__getitem__(self, k)
+
+
 class Store:
     """All objects of every resource, keyed by ResourceType.key then (namespace, name)."""
 
@@ -46,7 +73,7 @@ class Store:
         self.registry = registry or Registry()
         self.lock = threading.RLock()
         self.rv = 0
-        self.objects: dict[tuple[str, str], dict[tuple[str, str], Entry]] = collections.defaultdict(dict)
+        self.objects: dict[tuple[str, str], dict[tuple[str, str], Entry]] = collections.defaultdict(Bucket)
         self.history: collections.deque[Event] = collections.deque()
         self.history_size = history
         self.history_floor = 0        # watches from below this rv get 410 Gone
@@ -99,28 +126,42 @@ class Store:
             raise errors.not_found(rt.group, rt.plural, name)
         return e
 
-    def list(self, rt: ResourceType, ns: str | None, label_sel=None, field_sel=None) -> tuple[int, list[Entry]]:
-        """(resourceVersion of the list, matching entries sorted by namespace/name)."""
+    def list(self, rt: ResourceType, ns: str | None, label_sel=None, field_sel=None,
+             after: tuple[str, str] | None = None, limit: int | None = None
+             ) -> tuple[int, list[Entry], int | None]:
+        """(resourceVersion of the list, matching entries sorted by namespace/name,
+        how many more match beyond `limit`: None when no limit was hit; with
+        selectors only "at least 1" is known, as in kube-apiserver).  `after` starts
+        the list past that key (a continue token's position)."""
+        selective = (label_sel is not None and not label_sel.empty()) or \
+            (field_sel is not None and not field_sel.empty())
         with self.lock:
             bucket = self.objects[rt.key]
+            rv = self.rv
             name = field_sel.exact_name() if field_sel is not None else None
             if name is not None and ns is not None:
                 e = bucket.get((ns, name))
-                items = [((ns, name), e)] if e else []
-            else:
-                items = list(bucket.items())
-            rv = self.rv
-        out = []
-        for (ons, _), e in sorted(items, key=lambda kv: kv[0]):
-            if ns and ons != ns:
-                continue
-            if label_sel is not None and not label_sel.empty() and \
-                    not label_sel.matches(e.obj["metadata"].get("labels")):
-                continue
-            if field_sel is not None and not field_sel.empty() and not field_sel.matches(e.obj):
-                continue
-            out.append(e)
-        return rv, out
+                one = e is not None and (after is None or (ns, name) > after) and field_sel.matches(e.obj) \
+                    and (label_sel is None or label_sel.matches(e.obj["metadata"].get("labels")))
+                return rv, [e] if one else [], None
+            keys = bucket.keys_sorted
+            lo, hi = 0, len(keys)
+            if ns:      # keys sort by (namespace, name): a namespace is one contiguous run
+                lo, hi = bisect.bisect_left(keys, (ns, "")), bisect.bisect_left(keys, (ns + "\0", ""))
+            if after is not None:
+                lo = max(lo, bisect.bisect_right(keys, after))
+            out: list[Entry] = []
+            for i in range(lo, hi):
+                e = dict.__getitem__(bucket, keys[i])
+                if selective:
+                    if label_sel is not None and not label_sel.matches(e.obj["metadata"].get("labels")):
+                        continue
+                    if field_sel is not None and not field_sel.matches(e.obj):
+                        continue
+                if limit is not None and len(out) >= limit:
+                    return rv, out, 1 if selective else hi - i
+                out.append(e)
+        return rv, out, None
 
     # ------------------------------------------------------------ writes
     def create(self, rt: ResourceType, ns: str, obj: dict, dry_run: bool = False) -> Entry:
@@ -377,7 +418,7 @@ class Store:
                     if ev.rv > since and ev.key == rt.key:
                         watcher.offer(ev)
             else:
-                for (ons, _), e in sorted(self.objects[rt.key].items(), key=lambda kv: kv[0]):
+                for (ons, _), e in self.objects[rt.key].sorted_items():
                     if not ns or ons == ns:
                         watcher.offer(Event("ADDED", int(e.obj["metadata"]["resourceVersion"]),
                                             e.obj, e.raw, None))
