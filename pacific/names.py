@@ -113,6 +113,8 @@ POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (G
 OVN_NB_PORT = 6641
 OVN_SB_PORT = 6642
 KUBE_API_PORT = 6443
+CONTROLLER_METRICS_PORT = 9476   # /metrics /healthz /readyz of pacific-controller (pacific/metrics.py)
+NODE_METRICS_PORT = 9477         # ... of pacific-node
 SANDBOX_KUBECONFIG = "kubeconfig"                   # <sandbox dir>/kubeconfig: root netns, 127.0.0.1
 SANDBOX_KUBECONFIG_UNDERLAY = "kubeconfig-underlay"  # for processes in node netns (central_ip:6443)
 SANDBOX_APISERVER_TAG = "apiserver"                 # Sandbox.spawn tag of the API emulator

@@ -19,13 +19,11 @@ import threading
 import time
 
 from pacific import names
-from pacific.controller import model, rebuild, topology
+from pacific.controller import metrics, model, rebuild, topology
 from pacific.controller.config import Config
-from pacific.controller.nbwriter import NBWriter
 from pacific.controller.node import NodeReconciler
 from pacific.controller.pod import PodReconciler
 from pacific.controller.subnet import SubnetReconciler
-from pacific.ipam import IPAM
 from pacific.kube import resources as r
 from pacific.kube.informer import Informer
 from pacific.kube.workqueue import WorkQueue, run_workers
@@ -39,10 +37,10 @@ class Controller:
         self.cfg = cfg
         self.kube = kube_api
         self.nb = nb_api
-        self.ipam = IPAM()
+        self.ipam = metrics.MeteredIPAM()
         self.ipam_lock = threading.RLock()
-        self.writer = NBWriter(nb_api, max_batch=cfg.batch_max, max_delay=cfg.batch_delay,
-                               batch=cfg.batch)
+        self.writer = metrics.MeteredNBWriter(nb_api, max_batch=cfg.batch_max,
+                                              max_delay=cfg.batch_delay, batch=cfg.batch)
         self.pod_q = WorkQueue(name="pods")
         self.node_q = WorkQueue(name="nodes")
         self.subnet_q = WorkQueue(name="subnets")
@@ -67,6 +65,7 @@ class Controller:
         self.informers = [self.inf_namespaces, self.inf_subnets, self.inf_ips, self.inf_sts,
                           self.inf_nodes, self.inf_pods]
         self.ready = threading.Event()   # set once rebuilt and workers run
+        self.last_tick = time.monotonic()  # the run loop's heartbeat (liveness)
 
     # -- event handlers (informer threads: only queue keys) ---------------------
     def _pod_event(self, pod: dict) -> None:
@@ -102,6 +101,7 @@ class Controller:
 
     # -- helpers for reconcilers ------------------------------------------------
     def event(self, obj: dict, reason: str, message: str, type: str = "Warning") -> None:
+        metrics.refused(obj, reason, type)
         r.create_event(self.kube, obj, reason, message, type=type, component=names.CONTROLLER_NAME)
 
     def requeue_waiting_pods(self) -> None:
@@ -139,14 +139,18 @@ class Controller:
             topology.ensure(self)
             rebuild.rebuild(self)
             n = self.cfg.workers
-            threads += run_workers(self.subnet_q, self.subnets.reconcile, max(1, n // 4), name="subnet")
-            threads += run_workers(self.node_q, self.nodes.reconcile, max(1, n // 4), name="node")
+            timed = metrics.timed_reconcile
+            threads += run_workers(self.subnet_q, timed("subnet", self.subnets.reconcile),
+                                   max(1, n // 4), name="subnet")
+            threads += run_workers(self.node_q, timed("node", self.nodes.reconcile),
+                                   max(1, n // 4), name="node")
             self._wait_subnets_settled(stop)
-            threads += run_workers(self.pod_q, self.pods.reconcile, n, name="pod")
+            threads += run_workers(self.pod_q, timed("pod", self.pods.reconcile), n, name="pod")
             self.ready.set()
             LOG.info("controller ready in %.2fs (%d workers)", time.monotonic() - t0, n)
             next_gc = time.monotonic() + self.cfg.gc_interval
             while not stop.wait(self.cfg.status_interval):
+                self.last_tick = time.monotonic()
                 self.subnets.queue_dirty()
                 if time.monotonic() >= next_gc:
                     rebuild.queue_everything(self)

@@ -7,10 +7,15 @@ Replicas run in the root namespace (NB through its unix socket, the API on
 127.0.0.1), each through `sandbox.spawn("controller<i>", ...)` so `down()`
 stops them; they elect a leader with a Lease.  Returns once one of them leads
 and has synced (the Lease names a holder), or raises after `timeout`.
+
+Each replica serves /metrics, /healthz, /readyz on its own free 127.0.0.1 port
+(the root namespace is shared by every sandbox on the machine):
+`metrics_url(sandbox, i)` reads it back from the replica's recorded argv.
 """
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 import time
 
@@ -30,17 +35,49 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1", *extra]
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct ports free on `host` now (all held open while picking)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def metrics_url(sandbox, i: int) -> str | None:
+    """http://127.0.0.1:<port> of replica i's endpoints (None if not running)."""
+    d = sandbox.state.read()["daemons"].get(controller_tag(i))
+    if not d or not sandbox.daemon_pid(controller_tag(i)):
+        return None
+    argv = d.get("argv") or []
+    addr = None
+    for flag, val in zip(argv, argv[1:]):
+        if flag == "--metrics-address":
+            addr = val              # the last one counts, as for argparse
+    if not addr:
+        return None
+    host, _, port = addr.rpartition(":")
+    return f"http://{host or '127.0.0.1'}:{port}"
+
+
 def start_for_sandbox(sandbox, kubeconfig: str, replicas: int = 2, wait: bool = True,
                       timeout: float = 60.0, extra_args=()) -> list[int]:
     pids = []
+    ports = free_ports(replicas)
     for i in range(1, replicas + 1):
         tag = controller_tag(i)
         if sandbox.daemon_pid(tag):
             LOG.info("%s already runs (pid %d)", tag, sandbox.daemon_pid(tag))
             pids.append(sandbox.daemon_pid(tag))
             continue
+        extra = ("--metrics-address", f"127.0.0.1:{ports[i - 1]}", *extra_args)
         pids.append(sandbox.spawn(tag, controller_argv(sandbox, kubeconfig, f"{sandbox.name}-{tag}",
-                                                       extra_args)))
+                                                       extra)))
     if wait:
         wait_for_leader(kubeconfig, timeout)
     return pids

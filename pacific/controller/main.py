@@ -19,6 +19,7 @@ from pacific import names
 from pacific.controller.config import Config, ConfigError
 
 LOG = logging.getLogger("pacific.controller")
+METRICS_RETRY = 5.0   # seconds between attempts to bind a taken metrics port
 
 
 def _env(name: str, default=None):
@@ -76,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--renew-deadline", type=float, default=10.0,
                    help="seconds the leader keeps trying to renew before it steps down")
     g.add_argument("--retry-period", type=float, default=2.0, help="seconds between Lease attempts")
+    g = p.add_argument_group("health and metrics")
+    g.add_argument("--metrics-address", default=_env("PACIFIC_METRICS_ADDRESS",
+                                                     f"127.0.0.1:{names.CONTROLLER_METRICS_PORT}"),
+                   help="HOST:PORT serving /metrics (Prometheus), /healthz (liveness) and "
+                        "/readyz (readiness: NB connected and, on the leader, caches synced; "
+                        "the answer says whether this replica leads); ':PORT' for every "
+                        "address, '' for none [PACIFIC_METRICS_ADDRESS]")
     g = p.add_argument_group("logging")
     g.add_argument("--log-file", default=_env("PACIFIC_LOG_FILE"), help="log here instead of stderr")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -115,7 +123,8 @@ def _ensure_namespace(kube, namespace: str) -> None:
         LOG.warning("cannot ensure namespace %s for the leader Lease: %s", namespace, exc)
 
 
-def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event) -> None:
+def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event,
+                       health=None) -> None:
     from pacific.controller.core import Controller
     from pacific.kube.leader import run_leader_elected as campaign
 
@@ -129,7 +138,7 @@ def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event) -
         def lead():
             leading.set()
             try:
-                Controller(cfg, kube, nb).run(term)
+                run_term(Controller(cfg, kube, nb), term, health)
             finally:
                 done.set()
 
@@ -158,12 +167,26 @@ def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event) -
             elector_stop.set()
 
 
+def run_term(ctl, stop: threading.Event, health=None) -> None:
+    """Run one Controller until `stop`; `health` (metrics.ControllerHealth)
+    reports it as the leader meanwhile."""
+    if health is not None:
+        health.leading(ctl)
+    try:
+        ctl.run(stop)
+    finally:
+        if health is not None:
+            health.not_leading()
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     _setup_logging(args)
+    from pacific.metrics import MetricsError, MetricsServer, parse_address
     try:
         cfg = config_from_args(args)
-    except ConfigError as exc:
+        metrics_addr = parse_address(args.metrics_address)
+    except (ConfigError, MetricsError) as exc:
         print(f"pacific-controller: {exc}", file=sys.stderr)
         return 2
     from pacific.controller.core import Controller
@@ -179,14 +202,22 @@ def main(argv=None) -> int:
     except (client.KubeconfigError, OvnError) as exc:
         LOG.error("%s", exc)
         return 1
+    from pacific.controller import metrics
+    health = metrics.install(metrics.ControllerHealth(nb, args.identity, args.leader_elect))
+    server = None
+    if metrics_addr is not None:   # a taken port is retried: NB programming does not wait for it
+        server = MetricsServer(metrics_addr, health.liveness, health.readiness).start(
+            retry_interval=METRICS_RETRY)
     LOG.info("pacific-controller %s starting (NB %s, API %s, leader election %s)", args.identity,
              cfg.nb_remote, kube.configuration.host, "on" if args.leader_elect else "off")
     try:
         if args.leader_elect:
-            run_leader_elected(cfg, args, kube, nb, shutdown)
+            run_leader_elected(cfg, args, kube, nb, shutdown, health)
         else:
-            Controller(cfg, kube, nb).run(shutdown)
+            run_term(Controller(cfg, kube, nb), shutdown, health)
     finally:
+        if server is not None:
+            server.stop()
         nb.close()
     LOG.info("pacific-controller %s exited", args.identity)
     return 0

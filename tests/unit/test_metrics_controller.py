@@ -1,0 +1,74 @@
+"""pacific.controller.metrics: what is counted, and how (pure logic, no daemons)."""
+import pytest
+from prometheus_client import REGISTRY
+
+from pacific.controller import metrics as cm
+from pacific.controller import model
+from pacific.ipam import errors as ipam_errors
+
+
+def sample(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_timed_reconcile_counts_successes_and_failures():
+    calls = []
+
+    def reconcile(key):
+        calls.append(key)
+        if key == "bad":
+            raise RuntimeError("NB down")
+
+    before = (sample("pacific_controller_reconciles_total", kind="node"),
+              sample("pacific_controller_reconcile_errors_total", kind="node"),
+              sample("pacific_controller_reconcile_duration_seconds_count", kind="node"))
+    timed = cm.timed_reconcile("node", reconcile)
+    timed("good")
+    with pytest.raises(RuntimeError, match="NB down"):     # the work queue still sees it
+        timed("bad")
+    assert calls == ["good", "bad"]
+    assert sample("pacific_controller_reconciles_total", kind="node") == before[0] + 2
+    assert sample("pacific_controller_reconcile_errors_total", kind="node") == before[1] + 1
+    assert sample("pacific_controller_reconcile_duration_seconds_count", kind="node") == before[2] + 2
+
+
+def test_every_kind_is_exported_before_its_first_reconcile():
+    for kind in cm.KINDS:
+        assert REGISTRY.get_sample_value("pacific_controller_reconciles_total", {"kind": kind}) \
+            is not None
+
+
+def test_pods_allocated_counts_new_pod_addresses_only():
+    ipam = cm.MeteredIPAM()
+    ipam.add_subnet("blue", "10.9.0.0/24")
+    ipam.add_subnet("join", "100.64.0.0/16")
+    before = sample("pacific_controller_pods_allocated_total", subnet="blue")
+    ipam.allocate("blue", model.pod_key("ns", "a"))
+    ipam.allocate("blue", model.pod_key("ns", "a"))            # idempotent: same address
+    ipam.allocate("blue", model.pod_key("ns", "b"), ip="10.9.0.50")
+    ipam.allocate("join", model.node_owner_key("node1"))       # a node, not a pod
+    ipam.restore("blue", model.pod_key("ns", "c"), "10.9.0.60")  # start-up rebuild
+    assert sample("pacific_controller_pods_allocated_total", subnet="blue") == before + 2
+    assert sample("pacific_controller_pods_allocated_total", subnet="join") == 0
+    with pytest.raises(ipam_errors.IPAMError):
+        ipam.allocate("blue", model.pod_key("ns", "d"), ip="10.9.0.50")   # taken
+    assert sample("pacific_controller_pods_allocated_total", subnet="blue") == before + 2
+
+
+def test_refusals_are_pod_warnings_by_reason():
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
+    subnet = {"kind": "Subnet", "metadata": {"name": "s"}}
+    before = sample("pacific_controller_allocation_refusals_total", reason="AddressInUse")
+    cm.refused(pod, "AddressInUse", "Warning")
+    cm.refused(pod, "AddressInUse", "Normal")        # not a refusal
+    cm.refused(subnet, "AddressInUse", "Warning")    # a subnet problem, not a pod refusal
+    assert sample("pacific_controller_allocation_refusals_total", reason="AddressInUse") == \
+        before + 1
+
+
+def test_nb_writer_subclass_overrides_the_method_the_writer_calls():
+    # MeteredNBWriter times NBWriter._execute: if that method is renamed the
+    # metrics would silently stop, so pin the contract here.
+    from pacific.controller.nbwriter import NBWriter
+    assert "_execute" in vars(NBWriter)
+    assert cm.MeteredNBWriter._execute is not NBWriter._execute
