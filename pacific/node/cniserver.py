@@ -23,6 +23,7 @@ from typing import Protocol
 
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
+from pacific.node import metrics
 from pacific.node.cnirequest import MAX_BODY, CniRequest, parse_request
 
 log = logging.getLogger(__name__)
@@ -98,13 +99,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path != proto.PATH_STATUS:
             return self._reply(404, CniError(proto.ERR_PROTOCOL,
                                              f"no such path {self.path[:100]!r}").to_dict())
+        t0 = time.monotonic()
         try:
             self.server.backend.status()
         except CniError as e:
+            metrics.cni_request("STATUS", e.code, time.monotonic() - t0)
             return self._reply(503, e.to_dict())
         except Exception as e:  # noqa: BLE001 - answer, log, keep serving
             log.exception("STATUS failed")
+            metrics.cni_request("STATUS", proto.ERR_INTERNAL, time.monotonic() - t0)
             return self._reply(500, CniError(proto.ERR_INTERNAL, f"STATUS failed: {e}").to_dict())
+        metrics.cni_request("STATUS", 0, time.monotonic() - t0)
         self._reply(200, {"status": "ready"})
 
     def do_POST(self):
@@ -168,15 +173,20 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
             req = parse_request(raw)
         except CniError as e:
             log.info("rejected CNI request: %s (%s)", e.msg, e.details)
+            metrics.cni_request(None, e.code, time.monotonic() - t0)
             return 400, e.to_dict()
         except Exception as e:  # noqa: BLE001 - a parser bug must not kill the server
             log.exception("request validation crashed")
+            metrics.cni_request(None, proto.ERR_INTERNAL, time.monotonic() - t0)
             return 500, CniError(proto.ERR_INTERNAL, f"request validation failed: {e}").to_dict()
         key = req.container_id or "\0gc"
         self.locks.acquire(key)
+        code = proto.ERR_INTERNAL
         try:
             result = self._call(req)
+            code = 0
         except CniError as e:
+            code = e.code
             log.warning("%s %s %s: error %d: %s%s", req.command, req.container_id[:12],
                         req.pod_key if req.pod_name else "", e.code, e.msg,
                         f" ({e.details})" if e.details else "")
@@ -187,6 +197,7 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
                                  type(e).__name__).to_dict(req.cni_version)
         finally:
             self.locks.release(key)
+            metrics.cni_request(req.command, code, time.monotonic() - t0)
         log.info("%s %s %s: ok in %.1f ms", req.command, req.container_id[:12],
                  req.pod_key if req.pod_name else "", (time.monotonic() - t0) * 1000)
         return 200, result
@@ -230,6 +241,11 @@ class CniServer:
                                         name="cni-server", daemon=True)
         self._thread.start()
         log.info("CNI server listening on %s", self.path)
+
+    @property
+    def serving(self) -> bool:
+        """True while the accept loop's thread runs (liveness)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def _remove_stale(self) -> None:
         try:

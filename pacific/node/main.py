@@ -22,6 +22,7 @@ from pacific.node.plumbing import Plumber
 from pacific.node.readiness import Readiness
 
 log = logging.getLogger("pacific.node")
+METRICS_RETRY = 5.0   # seconds between attempts to bind a taken metrics port
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "answering 'try again' (default: %(default)s)")
     p.add_argument("--installed-timeout", type=float, default=30.0,
                    help="seconds ADD waits for ovn-installed (default: %(default)s)")
+    p.add_argument("--metrics-address", default=f"127.0.0.1:{names.NODE_METRICS_PORT}",
+                   help="HOST:PORT serving /metrics (Prometheus), /healthz (liveness: the CNI "
+                   "server runs) and /readyz (the CNI STATUS check: OVS reachable, "
+                   "ovn-controller connected); ':PORT' for every address, '' for none "
+                   "(default: %(default)s)")
     p.add_argument("--log-file", help="log here instead of stderr")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -92,18 +98,30 @@ def detect_mtu(encap_ip: str | None) -> int:
 class NodeDaemon:
     def __init__(self, args):
         self.args = args
-        self.ovs = self.server = None
+        self.ovs = self.server = self.plumber = self.readiness = None
         self.informers: list = []
         self.mgmt: MgmtPort | None = None
+        self.metrics = None   # pacific.metrics.MetricsServer
+
+    def start_metrics(self) -> None:
+        """/metrics, /healthz, /readyz first: liveness answers during start-up."""
+        from pacific.metrics import MetricsServer, parse_address
+        from pacific.node import metrics
+        addr = parse_address(self.args.metrics_address)
+        if addr is not None:
+            health = metrics.install(self)
+            self.metrics = MetricsServer(addr, health.liveness, health.readiness).start(
+                retry_interval=METRICS_RETRY)
 
     def start(self) -> None:
         from pacific.kube import client as kclient
         from pacific.kube.informer import Informer
         from pacific.kube.resources import NODES, PODS, SUBNETS
-        from pacific.ovn.ovs import OvsAPI
+        from pacific.node.metrics import MeteredOvsAPI
         a = self.args
+        self.start_metrics()
         mtu = a.mtu or detect_mtu(a.encap_ip)
-        self.ovs = OvsAPI(a.ovs_remote, created_by="pacific-node")
+        self.ovs = MeteredOvsAPI(a.ovs_remote, created_by="pacific-node")
         if not a.no_bootstrap:
             if not (a.ovn_remote and a.encap_ip):
                 raise SystemExit("pacific-node: --ovn-remote and --encap-ip are required "
@@ -114,7 +132,7 @@ class NodeDaemon:
                                  30) is None:
             log.warning("%s does not exist yet (is ovn-controller running?); ADDs fail "
                         "until it does", names.INTEGRATION_BRIDGE)
-        plumber = Plumber(self.ovs, installed_timeout=a.installed_timeout)
+        self.plumber = plumber = Plumber(self.ovs, installed_timeout=a.installed_timeout)
         view = plumber.attachments(mtu)
         log.info("rebuilt view from OVS: %d pod attachments on %s (left untouched)",
                  len(view), names.INTEGRATION_BRIDGE)
@@ -129,7 +147,7 @@ class NodeDaemon:
         self.informers = [pods, nodes, subnets]
         for inf in self.informers:
             inf.start()
-        readiness = Readiness(self.ovs, a.ovn_rundir)
+        self.readiness = readiness = Readiness(self.ovs, a.ovn_rundir)
         handler = CniHandler(plumber, pods, mtu, readiness.check,
                              allocation_timeout=a.allocation_timeout)
         # Plugin first, the conflist last: a runtime that sees the conflist finds
@@ -156,6 +174,8 @@ class NodeDaemon:
             self.mgmt.stop()
         for inf in self.informers:
             inf.stop()
+        if self.metrics:
+            self.metrics.stop()
         if self.ovs:
             self.ovs.close()
         log.info("pacific-node stopped (pods keep their network)")
@@ -163,6 +183,12 @@ class NodeDaemon:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from pacific.metrics import MetricsError, parse_address
+    try:
+        parse_address(args.metrics_address)
+    except MetricsError as e:
+        print(f"pacific-node: {e}", file=sys.stderr)
+        return 2
     handler = logging.FileHandler(args.log_file) if args.log_file else \
         logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(

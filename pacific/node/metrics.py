@@ -1,0 +1,123 @@
+"""Every metric of `pacific-node`, and its liveness/readiness.
+
+| metric | type | labels |
+|---|---|---|
+| pacific_cni_requests_total | counter | command (ADD, DEL, CHECK, GC, STATUS, invalid), result (CNI error code, "0" = success) |
+| pacific_cni_request_duration_seconds | histogram | command (waits for the allocation and ovn-installed included) |
+| pacific_node_ovn_installed_wait_seconds | histogram | result (installed, timeout) |
+| pacific_node_pods_attached | gauge | (pod interfaces on br-int, from the OVS database) |
+| pacific_node_mgmt_port_ready | gauge | (1 once ovn0 converged to the Node annotations) |
+
+Request counters are updated by the CNI server per request; the gauges are
+read from OVS / the management port reconciler when Prometheus scrapes.
+"""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from pacific.cni import plugin as proto
+from pacific.cni.plugin import CniError
+from pacific.ovn.ovs import OvsAPI
+
+# ADD: tens of ms when the allocation is there, up to the allocation timeout when not
+_CNI_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
+
+CNI_REQUESTS = Counter("pacific_cni_requests", "CNI requests answered, by command and result "
+                       "(the CNI error code; 0 = success)", ["command", "result"])
+CNI_SECONDS = Histogram("pacific_cni_request_duration_seconds",
+                        "Time to answer a CNI request (ADD includes waiting for the "
+                        "controller's allocation and for ovn-installed)", ["command"],
+                        buckets=_CNI_BUCKETS)
+OVN_INSTALLED_SECONDS = Histogram("pacific_node_ovn_installed_wait_seconds",
+                                  "Time from adding a pod's OVS port until ovn-controller "
+                                  "marked it ovn-installed (or gave up)", ["result"],
+                                  buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+INVALID = "invalid"   # command label of requests that could not be parsed
+
+for _c in ("ADD", "DEL", "CHECK", "GC", "STATUS"):      # export zeros before the first one
+    CNI_SECONDS.labels(_c)
+
+
+def cni_request(command: str | None, code: int, seconds: float) -> None:
+    """One answered CNI request (code 0 = success)."""
+    command = command or INVALID
+    CNI_REQUESTS.labels(command, str(code)).inc()
+    CNI_SECONDS.labels(command).observe(seconds)
+
+
+def code_of(exc: BaseException) -> int:
+    return exc.code if isinstance(exc, CniError) else proto.ERR_INTERNAL
+
+
+class MeteredOvsAPI(OvsAPI):
+    """The node's OVS API, with the ovn-installed waits of pod ADDs timed."""
+
+    def wait_ovn_installed(self, name: str, timeout: float) -> bool:
+        t0 = time.perf_counter()
+        ok = super().wait_ovn_installed(name, timeout)
+        OVN_INSTALLED_SECONDS.labels("installed" if ok else "timeout").observe(
+            time.perf_counter() - t0)
+        return ok
+
+
+class NodeHealth:
+    """Liveness/readiness of `pacific-node` and its scrape-time gauges.
+
+    daemon: the NodeDaemon (attributes server, mgmt, ovs, plumber, readiness,
+    read as they appear during start-up)."""
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+
+    def liveness(self) -> tuple[bool, str]:
+        server = self.daemon.server
+        if server is None:
+            return True, "starting (CNI server not started yet)"
+        if not server.serving:
+            return False, f"the CNI server thread on {server.path} is not running"
+        return True, f"CNI server on {server.path} running"
+
+    def readiness(self) -> tuple[bool, str]:
+        """The same check as CNI STATUS (OVS reachable, ovn-controller connected)."""
+        d = self.daemon
+        if d.server is None or d.readiness is None:
+            return False, "starting: the CNI server does not serve yet"
+        try:
+            d.readiness.check()
+        except CniError as e:
+            return False, e.msg
+        return True, "OVS reachable, ovn-controller connected to OVN southbound"
+
+
+class _ScrapeCollector:
+    def __init__(self):
+        self.daemon = None
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        attached = GaugeMetricFamily("pacific_node_pods_attached",
+                                     "Pod interfaces attached to br-int (from the OVS database)")
+        mgmt = GaugeMetricFamily("pacific_node_mgmt_port_ready",
+                                 "1 once the management port ovn0 matches the Node "
+                                 "annotations and Subnets, else 0")
+        d = self.daemon
+        if d is not None and d.plumber is not None:
+            attached.add_metric([], len(d.plumber.attachments(0)))
+        if d is not None:
+            mgmt.add_metric([], 1 if d.mgmt is not None and d.mgmt.converged.is_set() else 0)
+        return [attached, mgmt]
+
+
+COLLECTOR = _ScrapeCollector()
+REGISTRY.register(COLLECTOR)
+
+
+def install(daemon) -> NodeHealth:
+    """Read the gauges from `daemon`; returns its health checks."""
+    COLLECTOR.daemon = daemon
+    return NodeHealth(daemon)
