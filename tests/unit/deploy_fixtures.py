@@ -17,6 +17,7 @@ FIELD_SAMPLES = {
     "metadata.name": "sample-pod-7d9f8-x2x4k",
     "spec.nodeName": "worker-1",
     "status.hostIP": "10.0.0.11",
+    "status.podIP": "10.0.0.11",     # host network: the node's address
 }
 
 
