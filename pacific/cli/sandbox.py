@@ -6,6 +6,7 @@ sub-commands through the modules imported in `register`.
 import argparse
 import functools
 import json
+import os
 import sys
 
 from pacific import names
@@ -18,6 +19,9 @@ A real multi-node OVN cluster network on this machine, in network namespaces:
   {names.SANDBOX_NETNS_PREFIX}-NAME-central  NB/SB ovsdb-server, ovn-northd, underlay bridge br-ul
   {names.SANDBOX_NETNS_PREFIX}-NAME-nodeI    ovsdb-server, ovs-vswitchd (netdev), ovn-controller
   {names.SANDBOX_NETNS_PREFIX}-NAME-ext      the "outside world" on the underlay
+and, unless --bare, Pacific on top: the Kubernetes API emulator, the Node
+objects, two leader-elected pacific-controller replicas and a pacific-node per
+node (`pacific sandbox kubeconfig` tells kubectl where the API is).
 Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.SANDBOX_DIR})/NAME/.
 Needs root."""
 
@@ -43,7 +47,7 @@ def _errors_to_exit(fn):
 @_errors_to_exit
 def cmd_up(args) -> int:
     sb = _sandbox(args, nodes=args.nodes)
-    sb.up(timeout=args.timeout)
+    sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
 
@@ -74,6 +78,9 @@ def _print_where(st: dict) -> None:
               f"log {d['log']}")
     if st["test_pods"]:
         print(f"  test pods: {', '.join(st['test_pods'])}")
+    kubeconfig = os.path.join(st["dir"], names.SANDBOX_KUBECONFIG)
+    if os.path.exists(kubeconfig):
+        print(f"  kubectl  export KUBECONFIG={kubeconfig}; kubectl get nodes,pods,subnets,ips -A")
 
 
 @_errors_to_exit
@@ -105,8 +112,12 @@ def register(sub):
     up = sp.add_parser("up", help="bring the sandbox up (idempotent; cleans a crashed one first)",
                        description="Start OVN central, N nodes and the external host; wait "
                        "until every chassis is registered and the Geneve tunnels are warm; "
-                       "print where sockets and logs are. A healthy sandbox is left as is; "
-                       "the leftovers of a crashed one are removed first.")
+                       "then start the API emulator, two controllers and the node daemons "
+                       "(not with --bare); print where sockets and logs are. A healthy "
+                       "sandbox is left as is; the leftovers of a crashed one are removed "
+                       "first.")
+    up.add_argument("--bare", action="store_true",
+                    help="only the OVN network: no API emulator, controllers or node daemons")
     up.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=_NAME_HELP)
     up.add_argument("--nodes", type=int, default=3, metavar="N", help="number of nodes (default 3)")
     up.add_argument("--timeout", type=float, default=60, metavar="S",
