@@ -126,7 +126,7 @@ class SubnetReconciler:
             LOG.info("subnet %s applied: %s gateway %s exclude %s", name, spec.cidr, spec.gateway,
                      list(spec.exclude) or "-")
         self._set_status(obj, True, "Applied", f"logical switch {name} on {names.CLUSTER_ROUTER}, "
-                         f"gateway {spec.gateway}")
+                         f"gateway {spec.gateway}", gateway=spec.gateway)
         if old is None or was_refused:
             ctl.requeue_waiting_pods()
 
@@ -151,7 +151,10 @@ class SubnetReconciler:
             self.ctl.event(obj, reason, message)
         self._set_status(obj, False, reason, message)
 
-    def _set_status(self, obj: dict, ok: bool, reason: str, message: str) -> None:
+    def _set_status(self, obj: dict, ok: bool, reason: str, message: str,
+                    gateway: str | None = None) -> None:
+        """Ready condition, address counts and (once applied) the effective gateway,
+        which spec.gateway may leave to its default."""
         name = model.meta(obj)["name"]
         used, available = self._usage(name)
         old = obj.get("status") or {}
@@ -159,12 +162,15 @@ class SubnetReconciler:
         want_status = "True" if ok else "False"
         if (old.get("usedIPs") == used and old.get("availableIPs") == available
                 and old_cond.get("status") == want_status and old_cond.get("reason") == reason
-                and old_cond.get("message") == message):
+                and old_cond.get("message") == message
+                and (gateway is None or old.get("gateway") == gateway)):
             return
         cond = model.condition(READY, ok, reason, message, _now())
         if old_cond.get("status") == want_status and old_cond.get("lastTransitionTime"):
             cond["lastTransitionTime"] = old_cond["lastTransitionTime"]
         patch = {"status": {"usedIPs": used, "availableIPs": available, "conditions": [cond]}}
+        if gateway is not None:
+            patch["status"]["gateway"] = gateway
         try:
             r.patch_merge(self.ctl.kube, r.SUBNETS, name, patch, subresource="status")
         except kerr.NotFound:

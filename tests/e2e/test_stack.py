@@ -64,6 +64,10 @@ def test_pods_on_three_nodes_in_two_subnets_reach_each_other_and_every_node(stac
     pods.append(("team-b", "fixed", "node2"))
 
     assert pod_ip(api, "team-b", "fixed") == FIXED
+    for subnet, (cidr, _) in SUBNETS.items():
+        st = r.get(api, r.SUBNETS, subnet)["status"]
+        assert st["gateway"] == cidr.replace("0/24", "1")          # the default: first address
+        assert [c["status"] for c in st["conditions"] if c["type"] == "Ready"] == ["True"]
     ips = {(ns, n): pod_ip(api, ns, n) for ns, n, _ in pods}
     for (ns, n), ip in ips.items():
         cidr = SUBNETS["stack-a" if ns == "team-a" else "stack-b"][0]
