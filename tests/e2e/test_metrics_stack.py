@@ -145,3 +145,20 @@ def test_a_refused_pod_is_counted_once_by_reason(stack):
         assert "AddressOutOfRange" in reasons, reasons
     finally:
         r.delete(api, r.PODS, "outside", NS)
+
+
+def test_the_standby_reports_leading_after_a_failover(stack):
+    """Last in this module: it stops the leader.  SIGTERM releases the Lease, the
+    standby's next term makes it report leader, with IPAM and queues."""
+    sb, _, leader, standby = stack
+    tag = next(controller_launch.controller_tag(i) for i in (1, 2)
+               if controller_launch.metrics_url(sb, i) == leader)
+    sb.stop(tag)
+
+    def took_over():
+        status, body = m.get(standby + m.PATH_READYZ)
+        assert status == 200 and "leader, OVN Northbound connected" in body, body
+        samples = m.scrape(standby)
+        assert m.value(samples, "pacific_controller_is_leader") == 1
+        assert m.value(samples, "pacific_ipam_used_addresses", subnet=names.JOIN_SWITCH) == 1
+    eventually(took_over, timeout=20)
