@@ -15,7 +15,6 @@ No daemons are needed.  Figures go to docs/benchmarks.md ("Metrics and health").
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import threading
 import time

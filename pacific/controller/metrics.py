@@ -29,6 +29,7 @@ from typing import Callable, Hashable
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from pacific import metrics as _exposition  # noqa: F401 - process-wide settings (no _created)
 from pacific.controller.nbwriter import NBWriter
 from pacific.ipam import IPAM
 

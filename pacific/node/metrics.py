@@ -2,11 +2,15 @@
 
 | metric | type | labels |
 |---|---|---|
-| pacific_cni_requests_total | counter | command (ADD, DEL, CHECK, GC, STATUS, invalid), result (CNI error code, "0" = success) |
-| pacific_cni_request_duration_seconds | histogram | command (waits for the allocation and ovn-installed included) |
+| pacific_cni_requests_total | counter | command, result |
+| pacific_cni_request_duration_seconds | histogram | command |
 | pacific_node_ovn_installed_wait_seconds | histogram | result (installed, timeout) |
 | pacific_node_pods_attached | gauge | (pod interfaces on br-int, from the OVS database) |
 | pacific_node_mgmt_port_ready | gauge | (1 once ovn0 converged to the Node annotations) |
+
+command: ADD, DEL, CHECK, GC, STATUS, or "invalid" (did not parse); result: the
+CNI error code answered, "0" = success.  ADD's duration includes waiting for
+the controller's allocation and for ovn-installed.
 
 Request counters are updated by the CNI server per request; the gauges are
 read from OVS / the management port reconciler when Prometheus scrapes.
@@ -18,6 +22,7 @@ import time
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
+from pacific import metrics as _exposition  # noqa: F401 - process-wide settings (no _created)
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
 from pacific.ovn.ovs import OvsAPI
