@@ -45,7 +45,11 @@ sys.path.insert(0, str(TREE / "tests" / "e2e"))
 
 from controller_fixtures import ControlPlane, wait_until  # noqa: E402
 from pacific import names  # noqa: E402
-from pacific.controller import model, nbcmds, topology  # noqa: E402
+from pacific.controller import model, topology  # noqa: E402
+try:   # the NB ensure commands; older revisions (--baseline-rev) kept them in the controller
+    from pacific.ovn import ensure as nbcmds  # noqa: E402
+except ImportError:
+    from pacific.controller import nbcmds  # noqa: E402
 from pacific.controller.config import Config  # noqa: E402
 from pacific.controller.nbwriter import NBWriter  # noqa: E402
 from pacific.controller.pod import pod_ids  # noqa: E402

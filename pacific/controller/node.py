@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 
 from pacific import names
-from pacific.controller import model, nbcmds
+from pacific.controller import model
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
+from pacific.ovn import ensure
 
 LOG = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class NodeReconciler:
         lsp = names.node_lsp_name(name)
         node = ctl.inf_nodes.get(name)
         if node is None:
-            ctl.writer.run([lambda api: nbcmds.DeletePort(api, lsp, cfg.join_switch)],
+            ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, cfg.join_switch)],
                            what=f"delete node port {lsp}")
             with ctl.ipam_lock:
                 released = ctl.ipam.lookup(key)
@@ -57,7 +58,7 @@ class NodeReconciler:
                     LOG.warning("node %s: annotated join address %s/%s not reusable (%s); "
                                 "allocating a new one", name, want_ip, want_mac, exc)
                     alloc = ctl.ipam.allocate(cfg.join_switch, key)
-        ctl.writer.run([lambda api: nbcmds.EnsurePort(
+        ctl.writer.run([lambda api: ensure.EnsurePort(
             api, cfg.join_switch, lsp, [f"{alloc.mac} {alloc.ip}"], [],
             node_ids(name, cfg.join_switch))], what=f"node port {lsp}")
         want = {

@@ -25,10 +25,11 @@ import logging
 import threading
 
 from pacific import names
-from pacific.controller import model, nbcmds
+from pacific.controller import model
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
+from pacific.ovn import ensure
 
 LOG = logging.getLogger(__name__)
 
@@ -117,8 +118,8 @@ class PodReconciler:
         self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
         addr = f"{alloc.mac} {alloc.ip}"
         ids = pod_ids(ns, name, alloc.subnet)
-        if not nbcmds.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids):
-            ctl.writer.run([lambda api: nbcmds.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids)],
+        if not ensure.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids):
+            ctl.writer.run([lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids)],
                            what=f"pod port {lsp}")
         want = model.pod_annotations(alloc.ip, alloc.mac, alloc.cidr, alloc.gateway, alloc.subnet, lsp)
         if any(ann.get(k) != v for k, v in want.items()):
@@ -191,7 +192,7 @@ class PodReconciler:
         lsp = names.pod_lsp_name(ns, name)
         with ctl.ipam_lock:
             alloc = ctl.ipam.lookup(key)
-        ctl.writer.run([lambda api: nbcmds.DeletePort(api, lsp, alloc.subnet if alloc else None)],
+        ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, alloc.subnet if alloc else None)],
                        what=f"delete pod port {lsp}")
         if self._keeps_address(ns, name, pod):
             if alloc is not None:

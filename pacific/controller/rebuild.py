@@ -23,8 +23,9 @@ import logging
 import time
 
 from pacific import names
-from pacific.controller import model, nbcmds
+from pacific.controller import model
 from pacific.ipam import errors as ipam_errors
+from pacific.ovn import ensure
 
 LOG = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def rebuild(ctl) -> dict:
             except ipam_errors.IPAMError as exc:
                 stats["conflicts"] += 1
                 LOG.error("rebuild: IP object %s not restored: %s", model.meta(ip).get("name"), exc)
-        for row in ctl.nb.rows_owned(nbcmds.LSP, names.OWNER_KIND_NODE):
+        for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
             node = row.external_ids.get(names.EXT_OWNER)
             try:
                 mac, ip = row.addresses[0].split()[:2]
@@ -73,17 +74,17 @@ def queue_everything(ctl) -> None:
     """Queue every key the caches, IP objects and owned NB rows mention."""
     for s in ctl.inf_subnets.list():
         ctl.subnet_q.add(model.meta(s)["name"])
-    for row in ctl.nb.rows_owned(nbcmds.LS, names.OWNER_KIND_SUBNET):
+    for row in ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SUBNET):
         ctl.subnet_q.add(row.external_ids.get(names.EXT_OWNER))
     for n in ctl.inf_nodes.list():
         ctl.node_q.add(model.meta(n)["name"])
-    for row in ctl.nb.rows_owned(nbcmds.LSP, names.OWNER_KIND_NODE):
+    for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
         ctl.node_q.add(row.external_ids.get(names.EXT_OWNER))
     keys = {f"{model.meta(p).get('namespace')}/{model.meta(p)['name']}" for p in ctl.inf_pods.list()}
     for ip in ctl.inf_ips.list():
         spec = ip.get("spec") or {}
         keys.add(model.pod_key(spec.get("namespace"), spec.get("pod")))
-    for row in ctl.nb.rows_owned(nbcmds.LSP, names.OWNER_KIND_POD):
+    for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_POD):
         keys.add(row.external_ids.get(names.EXT_OWNER))
     for key in keys:
         if key and "/" in key:

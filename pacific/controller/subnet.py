@@ -19,11 +19,12 @@ import logging
 import threading
 
 from pacific import names
-from pacific.controller import model, nbcmds, topology
+from pacific.controller import model, topology
 from pacific.controller.model import SubnetSpec, SubnetSpecError
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
+from pacific.ovn import ensure
 
 LOG = logging.getLogger(__name__)
 READY = "Ready"
@@ -116,7 +117,7 @@ class SubnetReconciler:
             self._refuse(obj, exc.reason, str(exc))
             return
         ids = subnet_ids(name)
-        ctl.writer.run([lambda api: nbcmds.EnsureSwitch(api, name, ids),
+        ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids),
                         *topology.router_link_builders(name, spec.gateway, spec.prefixlen, ids)],
                        what=f"subnet {name}")
         with self._lock:
@@ -228,15 +229,15 @@ class SubnetReconciler:
                 ctl.ipam.remove_subnet(name)
             except ipam_errors.SubnetNotFound:
                 pass
-        owned = ctl.nb.rows_owned(nbcmds.LS, names.OWNER_KIND_SUBNET, name)
+        owned = ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SUBNET, name)
         with self._lock:
             was_applied = self.applied.pop(name, None) is not None
             self.refused.pop(name, None)
             retry = list(self.refused)
         if owned or was_applied:
-            ctl.writer.run([lambda api: nbcmds.DeleteRouterPort(api, names.CLUSTER_ROUTER,
+            ctl.writer.run([lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER,
                                                                 names.router_port_name(name)),
-                            lambda api: nbcmds.DeleteSwitch(api, name)], what=f"delete subnet {name}")
+                            lambda api: ensure.DeleteSwitch(api, name)], what=f"delete subnet {name}")
             LOG.info("subnet %s removed (switch and router port deleted)", name)
         for other in retry:
             ctl.subnet_q.add(other)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import logging
 
 from pacific import names
-from pacific.controller import model, nbcmds
+from pacific.controller import model
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
+from pacific.ovn.ensure import EnsurePort, EnsureRouter, EnsureRouterPort, EnsureSwitch
 
 LOG = logging.getLogger(__name__)
 
@@ -36,9 +37,9 @@ def router_link_builders(switch: str, gateway: str, prefixlen: int, ids: dict) -
     rp = names.router_port_name(switch)
     mac = model.router_mac(gateway)
     return [
-        lambda api: nbcmds.EnsureRouterPort(api, names.CLUSTER_ROUTER, rp, mac,
+        lambda api: EnsureRouterPort(api, names.CLUSTER_ROUTER, rp, mac,
                                             [f"{gateway}/{prefixlen}"], ids),
-        lambda api: nbcmds.EnsurePort(api, switch, names.switch_router_port_name(switch),
+        lambda api: EnsurePort(api, switch, names.switch_router_port_name(switch),
                                       ["router"], [], ids, type="router",
                                       options={"router-port": rp}),
     ]
@@ -48,8 +49,8 @@ def ensure(ctl) -> None:
     cfg = ctl.cfg
     ids = join_ids(cfg.join_switch)
     builders = [
-        lambda api: nbcmds.EnsureRouter(api, names.CLUSTER_ROUTER, cluster_ids()),
-        lambda api: nbcmds.EnsureSwitch(api, cfg.join_switch, ids),
+        lambda api: EnsureRouter(api, names.CLUSTER_ROUTER, cluster_ids()),
+        lambda api: EnsureSwitch(api, cfg.join_switch, ids),
         *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_prefixlen, ids),
     ]
     ctl.writer.run(builders, what="startup topology")

@@ -52,7 +52,8 @@ from typing import Iterable, Sequence
 
 from ovsdbapp.schema.ovn_northbound import impl_idl
 
-from pacific.ovn.base import DEFAULT_TIMEOUT, ApiBase, Owner
+from pacific.ovn import ensure
+from pacific.ovn.base import DEFAULT_TIMEOUT, ApiBase, Owner, owner_ids
 from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
                                 OvnTransactionError)
 
@@ -88,19 +89,22 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
                          created_by=created_by)
 
     # --- switches and routers -------------------------------------------------
+    # Built on pacific.ovn.ensure: create-or-update, and rows created earlier
+    # in the same transaction are found by name.
     def add_switch(self, name: str, *, owner: Owner,
                    extra_ids: dict | None = None, **columns):
-        """Create (or find) logical switch `name`; columns are set either way."""
-        return self._ensure("Logical_Switch",
-                            self.ls_add(name, may_exist=True), owner,
-                            extra_ids, columns)
+        """Create (or update) logical switch `name`; columns (e.g.
+        other_config={...}) are set either way, other columns kept."""
+        ids, columns, merge = self._owner_ids(owner, extra_ids, columns)
+        return ensure.EnsureSwitch(self, name, ids, columns=columns,
+                                   merge_ids=merge)
 
     def add_router(self, name: str, *, owner: Owner,
                    extra_ids: dict | None = None, **columns):
-        """Create (or find) logical router `name`."""
-        return self._ensure("Logical_Router",
-                            self.lr_add(name, may_exist=True), owner,
-                            extra_ids, columns)
+        """Create (or update) logical router `name`."""
+        ids, columns, merge = self._owner_ids(owner, extra_ids, columns)
+        return ensure.EnsureRouter(self, name, ids, columns=columns,
+                                   merge_ids=merge)
 
     def add_switch_port(self, switch: str, port: str, *, owner: Owner,
                         addresses: Sequence[str] | None = None,
@@ -108,32 +112,36 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
                         type: str | None = None,
                         options: dict[str, str] | None = None,
                         extra_ids: dict | None = None, **columns):
-        """Create (or update) logical switch port `port` on `switch`.
+        """Create (or update) logical switch port `port` on `switch` (moved
+        there if it is on another switch).
 
         addresses / port_security: e.g. ["0a:00:00:10:00:05 10.16.0.5"];
         type: "" (VIF), "router", "localnet", ...; options: e.g.
-        {"router-port": "pacific-cluster-ovn-default"}.
+        {"router-port": "pacific-cluster-ovn-default"}.  An argument left at
+        None is not managed: an existing port keeps its value.
         """
-        for col, val in (("addresses", addresses),
-                         ("port_security", port_security),
-                         ("type", type), ("options", options)):
-            if val is not None:
-                columns[col] = list(val) if isinstance(val, (list, tuple)) \
-                    else val
-        return self._ensure("Logical_Switch_Port",
-                            self.lsp_add(switch, port, may_exist=True),
-                            owner, extra_ids, columns)
+        ids, columns, merge = self._owner_ids(owner, extra_ids, columns)
+        keep = ensure.KEEP
+        return ensure.EnsurePort(
+            self, switch, port,
+            keep if addresses is None else addresses,
+            keep if port_security is None else port_security, ids,
+            type=keep if type is None else type,
+            options=keep if options is None else options,
+            columns=columns, merge_ids=merge)
 
     def add_router_port(self, router: str, port: str, mac: str,
                         networks: Sequence[str], *, owner: Owner,
                         peer: str | None = None,
                         extra_ids: dict | None = None, **columns):
-        """Create (or find) logical router port; an existing port with a
-        different mac/networks raises (delete and re-create it)."""
-        return self._ensure("Logical_Router_Port",
-                            self.lrp_add(router, port, mac, list(networks),
-                                         peer=peer, may_exist=True),
-                            owner, extra_ids, columns)
+        """Create (or update) logical router port `port` on `router`: an
+        existing port converges to `mac` / `networks` (and is moved to
+        `router` if it is on another one).  `peer` None is not managed."""
+        ids, columns, merge = self._owner_ids(owner, extra_ids, columns)
+        return ensure.EnsureRouterPort(
+            self, router, port, mac, list(networks), ids,
+            peer=ensure.KEEP if peer is None else peer,
+            columns=columns, merge_ids=merge)
 
     def link_router_switch(self, router: str, switch: str, mac: str,
                            network: str, *, owner: Owner,
@@ -244,3 +252,14 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
     # --- internals -------------------------------------------------------------
     def _ensure(self, table, inner, owner, extra_ids, columns):
         return self.stamp(table, inner, owner, extra_ids, columns)
+
+    def _owner_ids(self, owner, extra_ids, columns):
+        """(external_ids, other columns, merge) for an ensure command: the
+        owner's ids (names.EXT_OWNER_KIND / EXT_OWNER, EXT_CREATED_BY) are
+        merged into the row's external_ids, as stamp() does; an explicit
+        external_ids=... column replaces the map instead, owner ids on top."""
+        ids = owner_ids(owner, extra_ids, self.created_by)
+        given = columns.pop("external_ids", None)
+        if given is None:
+            return ids, columns, True
+        return {**given, **ids}, columns, False

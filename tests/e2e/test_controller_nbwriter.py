@@ -7,11 +7,11 @@ import pytest
 
 from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
 from pacific import names
-from pacific.controller import nbcmds, topology
+from pacific.controller import topology
 from pacific.controller.nbwriter import NBWriteError, NBWriter
 from pacific.controller.pod import pod_ids
 from pacific.controller.subnet import subnet_ids
-from pacific.ovn import NorthboundAPI
+from pacific.ovn import NorthboundAPI, ensure
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 SW = "blue"
@@ -41,8 +41,8 @@ def writer(nb):
 
 def _switch_builders(name: str, gw: str, plen: int) -> list:
     ids = subnet_ids(name)
-    return [lambda api: nbcmds.EnsureRouter(api, names.CLUSTER_ROUTER, topology.cluster_ids()),
-            lambda api: nbcmds.EnsureSwitch(api, name, ids),
+    return [lambda api: ensure.EnsureRouter(api, names.CLUSTER_ROUTER, topology.cluster_ids()),
+            lambda api: ensure.EnsureSwitch(api, name, ids),
             *topology.router_link_builders(name, gw, plen, ids)]
 
 
@@ -73,7 +73,7 @@ def test_switch_and_ports_in_one_batch(nb, writer):
     futs = [writer.submit(_switch_builders("green", "10.18.0.1", 16), "subnet green")]
     for i in range(5):
         name, addr = _port(i)
-        futs.append(writer.submit([lambda api, n=name, a=addr: nbcmds.EnsurePort(
+        futs.append(writer.submit([lambda api, n=name, a=addr: ensure.EnsurePort(
             api, "green", n, [a], [a], pod_ids("ns", n, "green"))], name))
     for f in futs:
         f.result(30)
@@ -88,7 +88,7 @@ def test_many_concurrent_reconciles_share_transactions(nb, writer):
     def work(k):
         for i in range(k, n, threads):
             name, addr = _port(i)
-            writer.run([lambda api: nbcmds.EnsurePort(api, SW, name, [addr], [addr],
+            writer.run([lambda api: ensure.EnsurePort(api, SW, name, [addr], [addr],
                                                       pod_ids("ns", f"p{i}", SW))], what=name)
 
     ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
@@ -108,10 +108,10 @@ def test_many_concurrent_reconciles_share_transactions(nb, writer):
 
 def test_bad_submission_fails_alone(nb, writer):
     writer.run(_switch_builders(SW, "10.17.0.1", 16))
-    good = [writer.submit([lambda api, i=i: nbcmds.EnsurePort(api, SW, _port(i)[0], [_port(i)[1]], [],
+    good = [writer.submit([lambda api, i=i: ensure.EnsurePort(api, SW, _port(i)[0], [_port(i)[1]], [],
                                                               pod_ids("ns", f"p{i}", SW))], f"p{i}")
             for i in range(10)]
-    bad = writer.submit([lambda api: nbcmds.EnsurePort(api, "no-such-switch", "x.ns", [], [], {})], "x")
+    bad = writer.submit([lambda api: ensure.EnsurePort(api, "no-such-switch", "x.ns", [], [], {})], "x")
     for f in good:
         f.result(30)
     with pytest.raises(NBWriteError, match="no-such-switch"):
@@ -123,14 +123,14 @@ def test_port_moves_between_switches_and_delete_is_idempotent(nb, writer):
     writer.run(_switch_builders(SW, "10.17.0.1", 16))
     writer.run(_switch_builders("red", "10.19.0.1", 16))
     name, addr = _port(1)
-    writer.run([lambda api: nbcmds.EnsurePort(api, SW, name, [addr], [addr], {})])
-    writer.run([lambda api: nbcmds.EnsurePort(api, "red", name, [addr], [addr], {})])
+    writer.run([lambda api: ensure.EnsurePort(api, SW, name, [addr], [addr], {})])
+    writer.run([lambda api: ensure.EnsurePort(api, "red", name, [addr], [addr], {})])
     assert name not in [p.name for p in nb.lookup("Logical_Switch", SW).ports]
     assert name in [p.name for p in nb.lookup("Logical_Switch", "red").ports]
-    writer.run([lambda api: nbcmds.DeletePort(api, name, "red")])
-    writer.run([lambda api: nbcmds.DeletePort(api, name, "red")])
+    writer.run([lambda api: ensure.DeletePort(api, name, "red")])
+    writer.run([lambda api: ensure.DeletePort(api, name, "red")])
     assert nb.lookup("Logical_Switch_Port", name, default=None) is None
-    writer.run([lambda api: nbcmds.DeleteRouterPort(api, names.CLUSTER_ROUTER, names.router_port_name("red")),
-                lambda api: nbcmds.DeleteSwitch(api, "red")])
+    writer.run([lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, names.router_port_name("red")),
+                lambda api: ensure.DeleteSwitch(api, "red")])
     assert nb.lookup("Logical_Switch", "red", default=None) is None
     assert nb.lookup("Logical_Router_Port", names.router_port_name("red"), default=None) is None

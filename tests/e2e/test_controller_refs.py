@@ -1,4 +1,4 @@
-"""nbcmds.has_ref / port_is (the O(1) membership checks that replaced reading
+"""ensure.has_ref / port_is (the O(1) membership checks that replaced reading
 `switch.ports`) agree with the IDL's own view, inside and outside a
 transaction, against a real NB ovsdb-server."""
 from __future__ import annotations
@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
-from pacific.controller import nbcmds
-from pacific.ovn import NorthboundAPI
+from pacific.ovn import NorthboundAPI, ensure
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 IDS = {"pacific.io/owner": "ns/p"}
@@ -20,9 +19,9 @@ def nb(tmp_path):
     api = None
     try:
         api = NorthboundAPI(srv.remote, timeout=10, created_by="test")
-        api.commit(nbcmds.EnsureSwitch(api, "a", {}), nbcmds.EnsureSwitch(api, "b", {}),
-                   *[nbcmds.EnsurePort(api, "a", f"x{i}", [], [], {}) for i in range(50)],
-                   nbcmds.EnsurePort(api, "a", "p", ADDR, ADDR, IDS))
+        api.commit(ensure.EnsureSwitch(api, "a", {}), ensure.EnsureSwitch(api, "b", {}),
+                   *[ensure.EnsurePort(api, "a", f"x{i}", [], [], {}) for i in range(50)],
+                   ensure.EnsurePort(api, "a", "p", ADDR, ADDR, IDS))
         yield api
     finally:
         if api is not None:
@@ -30,7 +29,7 @@ def nb(tmp_path):
         srv.stop()
 
 
-class _Probe(nbcmds._Base):
+class _Probe(ensure.Command):
     """Runs `fn(txn)` inside a transaction and keeps what it returns."""
 
     def __init__(self, api, fn):
@@ -44,13 +43,13 @@ class _Probe(nbcmds._Base):
 def _views(api, parent_name: str, child_name: str) -> tuple[bool, bool]:
     ls = api.lookup("Logical_Switch", parent_name)
     row = api.lookup("Logical_Switch_Port", child_name)
-    return nbcmds.has_ref(ls, "ports", row), row in ls.ports
+    return ensure.has_ref(ls, "ports", row), row in ls.ports
 
 
 def test_committed_membership(nb):
     assert _views(nb, "a", "p") == (True, True)
     assert _views(nb, "b", "p") == (False, False)
-    assert [r.name for r in nbcmds.referrers(nb, "Logical_Switch", "ports",
+    assert [r.name for r in ensure.referrers(nb, "Logical_Switch", "ports",
                                               nb.lookup("Logical_Switch_Port", "p"))] == ["a"]
 
 
@@ -60,11 +59,11 @@ def test_pending_add_and_remove_are_seen(nb):
         p = nb.lookup("Logical_Switch_Port", "p")
         a.delvalue("ports", p)
         b.addvalue("ports", p)
-        out = [(nbcmds.has_ref(a, "ports", p), p in a.ports), (nbcmds.has_ref(b, "ports", p), p in b.ports)]
-        new = nbcmds.find(nb, txn, "Logical_Switch_Port", "q") or nbcmds._insert(nb, txn, "Logical_Switch_Port", "q")
+        out = [(ensure.has_ref(a, "ports", p), p in a.ports), (ensure.has_ref(b, "ports", p), p in b.ports)]
+        new = ensure.find(nb, txn, "Logical_Switch_Port", "q") or ensure.insert(nb, txn, "Logical_Switch_Port", "q")
         b.addvalue("ports", new)
-        out.append((nbcmds.has_ref(b, "ports", new), new in b.ports))
-        out.append((nbcmds.has_ref(a, "ports", new), new in a.ports))
+        out.append((ensure.has_ref(b, "ports", new), new in b.ports))
+        out.append((ensure.has_ref(a, "ports", new), new in a.ports))
         return out
     res = nb.commit(_Probe(nb, check))[0]
     assert res == [(False, False), (True, True), (True, True), (False, False)]
@@ -72,38 +71,38 @@ def test_pending_add_and_remove_are_seen(nb):
 
 
 def test_port_moves_and_deletes_without_switch_name(nb):
-    nb.commit(nbcmds.EnsurePort(nb, "b", "p", ADDR, ADDR, IDS))
+    nb.commit(ensure.EnsurePort(nb, "b", "p", ADDR, ADDR, IDS))
     assert _views(nb, "b", "p") == (True, True) and _views(nb, "a", "p") == (False, False)
-    assert nbcmds.port_is(nb, "b", "p", ADDR, ADDR, IDS)
-    assert not nbcmds.port_is(nb, "a", "p", ADDR, ADDR, IDS)
-    nb.commit(nbcmds.DeletePort(nb, "p"))   # parent found by scanning, O(1) per switch
+    assert ensure.port_is(nb, "b", "p", ADDR, ADDR, IDS)
+    assert not ensure.port_is(nb, "a", "p", ADDR, ADDR, IDS)
+    nb.commit(ensure.DeletePort(nb, "p"))   # parent found by scanning, O(1) per switch
     assert nb.lookup("Logical_Switch_Port", "p", default=None) is None
     assert len(nb.lookup("Logical_Switch", "a").ports) == 50
     assert len(nb.lookup("Logical_Switch", "b").ports) == 0
 
 
 def test_port_is_notices_every_difference(nb):
-    assert nbcmds.port_is(nb, "a", "p", ADDR, ADDR, IDS)
+    assert ensure.port_is(nb, "a", "p", ADDR, ADDR, IDS)
     other = ["0a:58:0a:11:00:06 10.17.0.6"]
-    assert not nbcmds.port_is(nb, "a", "p", other, ADDR, IDS)
-    assert not nbcmds.port_is(nb, "a", "p", ADDR, other, IDS)
-    assert not nbcmds.port_is(nb, "a", "p", ADDR, ADDR, {**IDS, "k": "v"})
-    assert not nbcmds.port_is(nb, "a", "p", ADDR, ADDR, IDS, type="router")
-    assert not nbcmds.port_is(nb, "a", "nope", ADDR, ADDR, IDS)
-    assert not nbcmds.port_is(nb, "nope", "p", ADDR, ADDR, IDS)
+    assert not ensure.port_is(nb, "a", "p", other, ADDR, IDS)
+    assert not ensure.port_is(nb, "a", "p", ADDR, other, IDS)
+    assert not ensure.port_is(nb, "a", "p", ADDR, ADDR, {**IDS, "k": "v"})
+    assert not ensure.port_is(nb, "a", "p", ADDR, ADDR, IDS, type="router")
+    assert not ensure.port_is(nb, "a", "nope", ADDR, ADDR, IDS)
+    assert not ensure.port_is(nb, "nope", "p", ADDR, ADDR, IDS)
 
 
 def test_replica_shares_map_strings(nb):
     """pacific.ovn.base interns the strings of new and changed rows' maps."""
-    nb.commit(nbcmds.EnsurePort(nb, "b", "q", ADDR, ADDR, {**IDS, "kind": "Pod"}),
-              nbcmds.EnsurePort(nb, "b", "r", ADDR, ADDR, {**IDS, "kind": "Pod"}))
+    nb.commit(ensure.EnsurePort(nb, "b", "q", ADDR, ADDR, {**IDS, "kind": "Pod"}),
+              ensure.EnsurePort(nb, "b", "r", ADDR, ADDR, {**IDS, "kind": "Pod"}))
     q, r = nb.lookup("Logical_Switch_Port", "q"), nb.lookup("Logical_Switch_Port", "r")
     kq = {k.value: k for k in q._data["external_ids"].values}
     kr = {k.value: k for k in r._data["external_ids"].values}
     assert kq["kind"].value is kr["kind"].value
     assert q._data["external_ids"].values[kq["kind"]].value is r._data["external_ids"].values[kr["kind"]].value
     # a changed map is interned too, and reads back equal
-    nb.commit(nbcmds.EnsurePort(nb, "b", "q", ADDR, ADDR, {**IDS, "kind": "Pod", "extra": "x"}))
+    nb.commit(ensure.EnsurePort(nb, "b", "q", ADDR, ADDR, {**IDS, "kind": "Pod", "extra": "x"}))
     q = nb.lookup("Logical_Switch_Port", "q")
     assert q.external_ids == {**IDS, "kind": "Pod", "extra": "x"}
     kq = {k.value: k for k in q._data["external_ids"].values}

@@ -303,3 +303,89 @@ def test_wait_for_row_wakes_on_change_from_another_client(nbdb, nb):
                                0.2) is None
     finally:
         other.close()
+
+
+# --- create-or-update (pacific.ovn.ensure under the add_* helpers) -----------
+
+def test_router_port_mac_and_networks_change_in_place(nb):
+    nb.commit(nb.add_router(LR, owner=CLUSTER), nb.add_switch(SW, owner=SUBNET),
+              *nb.link_router_switch(LR, SW, "0A:00:00:10:00:01", "10.16.0.1/16",
+                                     owner=SUBNET))
+    rp = names.router_port_name(SW)
+    before = nb.lookup("Logical_Router_Port", rp)
+    assert before.mac == "0a:00:00:10:00:01"          # normalized like ovn-nbctl
+    # a changed gateway: same row, new mac and networks (ovsdbapp's
+    # lrp_add(may_exist=True) raised "exists with different mac" here)
+    [res] = nb.commit(nb.add_router_port(LR, rp, "0a:00:00:10:00:fe",
+                                         ["10.16.0.254/16", "fd00::1/64"], owner=SUBNET))
+    after = nb.lookup("Logical_Router_Port", rp)
+    assert after.uuid == before.uuid == res.uuid
+    assert after.mac == "0a:00:00:10:00:fe"
+    assert sorted(after.networks) == ["10.16.0.254/16", "fd00::1/64"]
+    assert owned_by(after, SUBNET) and after.external_ids[names.EXT_CREATED_BY] == "test"
+    assert [p.name for p in nb.lookup("Logical_Router", LR).ports] == [rp]
+    assert len(nb.tables["Logical_Router_Port"].rows) == 1
+
+
+def test_switch_port_update_moves_and_keeps_unmanaged_columns(nb):
+    a, b = "10.16.0.5", "10.16.0.6"
+    nb.commit(nb.add_switch(SW, owner=SUBNET), nb.add_switch("other", owner=SUBNET),
+              nb.add_switch_port(SW, "web-0.default", owner=POD,
+                                 addresses=[f"0a:00:00:10:00:05 {a}"],
+                                 port_security=[f"0a:00:00:10:00:05 {a}"],
+                                 extra_ids={"keep": "me"}))
+    uuid = nb.lookup("Logical_Switch_Port", "web-0.default").uuid
+    # new addresses; port_security not passed: kept; owner ids re-stamped,
+    # other external_ids kept (merged, as before)
+    other_pod = Owner(names.OWNER_KIND_POD, "default/web-0b")
+    nb.commit(nb.add_switch_port(SW, "web-0.default", owner=other_pod,
+                                 addresses=[f"0a:00:00:10:00:06 {b}"]))
+    p = nb.lookup("Logical_Switch_Port", "web-0.default")
+    assert p.uuid == uuid
+    assert p.addresses == [f"0a:00:00:10:00:06 {b}"]
+    assert p.port_security == [f"0a:00:00:10:00:05 {a}"]
+    assert owned_by(p, other_pod) and p.external_ids["keep"] == "me"
+    # the same port name on another switch: moved, not duplicated
+    nb.commit(nb.add_switch_port("other", "web-0.default", owner=POD, type="", options={}))
+    assert [x.name for x in nb.lookup("Logical_Switch", "other").ports] == ["web-0.default"]
+    assert list(nb.lookup("Logical_Switch", SW).ports) == []
+    assert nb.lookup("Logical_Switch_Port", "web-0.default").uuid == uuid
+    # explicit external_ids replace the map (owner ids still on top)
+    nb.commit(nb.add_switch_port("other", "web-0.default", owner=POD,
+                                 external_ids={"only": "this"}))
+    assert nb.lookup("Logical_Switch_Port", "web-0.default").external_ids == {
+        "only": "this", **POD.external_ids(), names.EXT_CREATED_BY: "test"}
+
+
+def test_same_transaction_create_then_reference(nb):
+    """Rows created by earlier commands of a transaction are found by name
+    (a switch and its ports, a router and its port, then ovsdbapp commands on
+    them); rerunning the same batch changes nothing."""
+    def batch():
+        return [nb.add_router(LR, owner=CLUSTER),
+                nb.add_switch(SW, owner=SUBNET, other_config={"subnet": "10.16.0.0/16"}),
+                *nb.link_router_switch(LR, SW, "0a:00:00:10:00:01", "10.16.0.1/16",
+                                       owner=SUBNET),
+                nb.add_switch_port(SW, "web-0.default", owner=POD,
+                                   addresses=["0a:00:00:10:00:05 10.16.0.5"]),
+                # same port again in the same transaction: converges, no second row
+                nb.add_switch_port(SW, "web-0.default", owner=POD,
+                                   addresses=["0a:00:00:10:00:07 10.16.0.7"]),
+                nb.add_acl(SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
+                           "allow-related", owner=SUBNET),
+                nb.add_static_route(LR, "10.17.0.0/16", "100.64.0.2", owner=SUBNET)]
+    results = nb.commit(*batch())
+    assert [r.name for r in results[:5]] == [
+        LR, SW, names.router_port_name(SW), names.switch_router_port_name(SW),
+        "web-0.default"]
+    ls = nb.lookup("Logical_Switch", SW)
+    assert sorted(p.name for p in ls.ports) == sorted(
+        [names.switch_router_port_name(SW), "web-0.default"])
+    assert nb.lookup("Logical_Switch_Port", "web-0.default").addresses == [
+        "0a:00:00:10:00:07 10.16.0.7"]
+    assert len(ls.acls) == 1 and ls.other_config == {"subnet": "10.16.0.0/16"}
+    assert len(nb.lookup("Logical_Router", LR).static_routes) == 1
+    counts = {t: len(nb.tables[t].rows) for t in KINDS}
+    nb.commit(*batch())
+    assert {t: len(nb.tables[t].rows) for t in KINDS} == counts
+    assert len(nb.tables["Logical_Switch_Port"].rows) == 2
