@@ -5,8 +5,12 @@
 ...), with its own IDL connection, Pacific's error model
 (:mod:`pacific.ovn.errors`), and ``add_*`` helpers that create-or-update a row
 and always stamp the owner's external_ids (``names.EXT_OWNER_KIND`` /
-``names.EXT_OWNER``).  All ``add_*`` helpers are idempotent (``may_exist``):
-running them twice converges to the same row.
+``names.EXT_OWNER``).  All ``add_*`` helpers are idempotent: running them
+twice converges to the same row.  Switches, routers and their ports are
+written through :mod:`pacific.ovn.ensure` (an existing row is updated to the
+desired columns, e.g. a router port's new MAC; rows created earlier in the
+same transaction are found by name); the other helpers wrap ovsdbapp's
+``*_add(may_exist=True)`` commands with :meth:`stamp`.
 
 Usage::
 
