@@ -101,7 +101,6 @@ class Controller:
 
     # -- helpers for reconcilers ------------------------------------------------
     def event(self, obj: dict, reason: str, message: str, type: str = "Warning") -> None:
-        metrics.refused(obj, reason, type)
         r.create_event(self.kube, obj, reason, message, type=type, component=names.CONTROLLER_NAME)
 
     def requeue_waiting_pods(self) -> None:

@@ -88,11 +88,9 @@ def timed_reconcile(kind: str, fn: Callable[[Hashable], None]) -> Callable[[Hash
     return reconcile
 
 
-def refused(obj: dict, reason: str, type_: str) -> None:
-    """Called for every Event the controller emits: a Warning on a Pod is an
-    allocation refusal (pod.py emits it once per new reason/message)."""
-    if type_ == "Warning" and obj.get("kind") == "Pod":
-        REFUSALS.labels(reason).inc()
+def refused(reason: str) -> None:
+    """A pod was refused an address (called by pod.py once per new refusal)."""
+    REFUSALS.labels(reason).inc()
 
 
 class MeteredNBWriter(NBWriter):

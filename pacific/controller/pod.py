@@ -25,7 +25,7 @@ import logging
 import threading
 
 from pacific import names
-from pacific.controller import model
+from pacific.controller import metrics, model
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
@@ -158,6 +158,7 @@ class PodReconciler:
             return
         if first:
             LOG.warning("pod %s refused: %s", key, message)
+            metrics.refused(reason)
             self.ctl.event(pod, reason, message)
         if ann.get(names.ANN_ALLOCATED) == "true":
             return  # a running pod keeps its network; the Event says what is wrong

@@ -55,15 +55,15 @@ def test_pods_allocated_counts_new_pod_addresses_only():
     assert sample("pacific_controller_pods_allocated_total", subnet="blue") == before + 2
 
 
-def test_refusals_are_pod_warnings_by_reason():
-    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
-    subnet = {"kind": "Subnet", "metadata": {"name": "s"}}
-    before = sample("pacific_controller_allocation_refusals_total", reason="AddressInUse")
-    cm.refused(pod, "AddressInUse", "Warning")
-    cm.refused(pod, "AddressInUse", "Normal")        # not a refusal
-    cm.refused(subnet, "AddressInUse", "Warning")    # a subnet problem, not a pod refusal
+def test_refusals_are_counted_by_reason():
+    before = {r: sample("pacific_controller_allocation_refusals_total", reason=r)
+              for r in ("AddressInUse", "AddressExcluded")}
+    cm.refused("AddressInUse")
+    cm.refused("AddressInUse")
     assert sample("pacific_controller_allocation_refusals_total", reason="AddressInUse") == \
-        before + 1
+        before["AddressInUse"] + 2
+    assert sample("pacific_controller_allocation_refusals_total", reason="AddressExcluded") == \
+        before["AddressExcluded"]
 
 
 def test_nb_writer_subclass_overrides_the_method_the_writer_calls():
