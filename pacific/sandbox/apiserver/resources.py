@@ -144,19 +144,28 @@ def from_crd(crd: dict) -> list[ResourceType]:
 
 
 class Registry:
-    """Lookup of ResourceTypes by (group, version, plural)."""
+    """Lookup of ResourceTypes by (group, version, plural).
+
+    Copy-on-write: writers (under the store lock) build a new dict and swap it in
+    with one assignment, so request threads reading without the lock never see a
+    CRD's types half-replaced (a 404 for its resources) nor a dict that changes
+    size while they iterate it."""
 
     def __init__(self):
-        self._by_gvr: dict[tuple[str, str, str], ResourceType] = {}
-        for rt in BUILTINS:
-            self.add(rt)
+        self._by_gvr: dict[tuple[str, str, str], ResourceType] = {
+            (rt.group, rt.version, rt.plural): rt for rt in BUILTINS}
 
     def add(self, rt: ResourceType) -> None:
-        self._by_gvr[(rt.group, rt.version, rt.plural)] = rt
+        self._by_gvr = {**self._by_gvr, (rt.group, rt.version, rt.plural): rt}
+
+    def replace_crd(self, crd_name: str, rts: list[ResourceType]) -> None:
+        """The types of CRD `crd_name` become `rts`, in one step."""
+        by_gvr = {k: rt for k, rt in self._by_gvr.items() if rt.crd != crd_name}
+        by_gvr.update({(rt.group, rt.version, rt.plural): rt for rt in rts})
+        self._by_gvr = by_gvr
 
     def remove_crd(self, crd_name: str) -> None:
-        for k in [k for k, rt in self._by_gvr.items() if rt.crd == crd_name]:
-            del self._by_gvr[k]
+        self.replace_crd(crd_name, [])
 
     def get(self, group: str, version: str, plural: str) -> ResourceType | None:
         return self._by_gvr.get((group, version, plural))

@@ -213,9 +213,7 @@ class Store:
                                        "Invalid value: conflicts with a built-in resource")])
 
     def _register_crd(self, crd: dict) -> None:
-        self.registry.remove_crd(crd["metadata"]["name"])
-        for rt in from_crd(crd):
-            self.registry.add(rt)
+        self.registry.replace_crd(crd["metadata"]["name"], from_crd(crd))
         log.info("serving custom resource %s", crd["metadata"]["name"])
 
     def update(self, rt: ResourceType, ns: str, name: str, obj: dict, subresource: str = "",
