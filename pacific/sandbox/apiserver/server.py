@@ -81,13 +81,22 @@ class ApiServer:
         if not self.state_file:
             return
         with self._save_lock:
-            snap = self.store.snapshot()
+            snap = self.store.snapshot()      # clears store.dirty
             tmp = f"{self.state_file}.tmp.{os.getpid()}"
-            with open(tmp, "w") as f:
-                json.dump(snap, f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.state_file)
+            try:
+                with open(tmp, "w") as f:
+                    json.dump(snap, f, separators=(",", ":"))
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.state_file)
+            except BaseException:
+                with self.store.lock:         # not saved: the saver tries again
+                    self.store.dirty = True
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+                raise
             log.debug("saved %d objects to %s", len(snap["objects"]), self.state_file)
 
     def _saver(self) -> None:
