@@ -74,7 +74,15 @@ class Plumber:
         made_veth = made_port = False
         try:
             with ns:
-                if self.ovs.get_interface(host) is not None:
+                existing = self.ovs.get_interface(host)
+                if existing is not None:
+                    other = _recorded_for_other(existing, att.container_id, att.ifname)
+                    if other:
+                        raise CniError(proto.ERR_PLUMBING, f"cannot attach {att.ifname} of "
+                                       f"container {att.container_id[:12]}: OVS port {host} "
+                                       f"is in use by {other}", "host ports are named after "
+                                       "the first 12 characters of the container id: one "
+                                       "interface per container")
                     # A repeated ADD replaces what the first one made; a stale
                     # ovn-installed must not answer for the new veth.
                     log.info("ADD: replacing existing OVS port %s", host)
@@ -144,15 +152,24 @@ class Plumber:
         """Remove the pod's OVS port and veth; True if anything was there."""
         host = host_ifname(container_id)
         found = False
-        ports = {host}
+        ports = set()
         for iface in self.ovs.find_interfaces({names.OVS_CONTAINER_ID: container_id}):
             if iface.external_ids.get(names.OVS_IFNAME, ifname) == ifname:
                 ports.add(iface.name)
-        present = [p for p in ports if self.ovs.get_interface(p) is not None]
-        if present:
-            self._del_ports(present)
+        # The host name is shared by every attachment whose container id starts
+        # the same: it is ours unless OVS records it for another attachment.
+        iface = self.ovs.get_interface(host)
+        other = iface is not None and _recorded_for_other(iface, container_id, ifname)
+        if other:
+            log.info("DEL %s %s: OVS port %s belongs to %s; left alone", container_id[:12],
+                     ifname, host, other)
+        elif iface is not None:
+            ports.add(host)
+        if ports:
+            self._del_ports(sorted(ports))
             found = True
-        found |= _del_link(host)
+        if not other:
+            found |= _del_link(host)
         return found
 
     def _del_ports(self, ports: list[str]) -> None:
@@ -255,6 +272,17 @@ class Plumber:
         if removed:
             log.info("GC removed %s", ", ".join(sorted(set(removed))))
         return removed
+
+
+def _recorded_for_other(iface, container_id: str, ifname: str) -> str:
+    """'' if OVS Interface `iface` is recorded for attachment (container_id,
+    ifname) or carries no record, else a description of whose it is."""
+    ids = iface.external_ids
+    cid, name = ids.get(names.OVS_CONTAINER_ID), ids.get(names.OVS_IFNAME)
+    if cid is None or (cid, name) == (container_id, ifname):
+        return ""
+    return (f"container {cid[:12]} interface {name} (pod "
+            f"{ids.get(names.OVS_POD) or '?'})")
 
 
 def _configure_pod_side(att: PodAttachment) -> float:

@@ -184,3 +184,49 @@ def test_pod_side_failure_rolls_back_port_and_veth(node):
     assert e.value.code == proto.ERR_PLUMBING
     assert f"add default route via {GW} dev eth0: File exists" in e.value.msg
     assert host_state(sb, ovs, att) == (False, False)
+
+
+def test_add_of_another_interface_of_the_container_leaves_the_first_alone(node):
+    # The host veth / OVS port name is derived from the container id alone, so a
+    # second attachment of the same container (podman with two networks: eth0,
+    # eth1) maps to the same name.  It must be refused, not replace the first
+    # attachment's port and veth; and its DEL must not remove the first one.
+    sb, nb, ovs, node_ns = node
+    first = make_pod(sb, nb)
+    node_ns.run(lambda: Plumber(ovs).add(first))
+    second = PodAttachment(**{**make_pod(sb, nb).__dict__, "container_id": first.container_id,
+                              "netns": first.netns, "ifname": "eth1"})
+    try:
+        with pytest.raises(CniError) as e:
+            node_ns.run(lambda: Plumber(ovs).add(second))
+        assert e.value.code == proto.ERR_PLUMBING
+        assert "eth0" in e.value.msg and first.host_ifname in e.value.msg
+        assert not node_ns.run(lambda: Plumber(ovs).delete(second.container_id, "eth1"))
+        assert host_state(sb, ovs, first) == (True, True)
+        assert ovs.is_ovn_installed(first.host_ifname)
+        pod = os.path.basename(first.netns)
+        assert first.ip_cidr in ip_in(pod, "-o", "addr", "show", "eth0")
+        assert "eth1" not in ip_in(pod, "-o", "link")
+    finally:
+        node_ns.run(lambda: Plumber(ovs).delete(first.container_id, "eth0"))
+    assert host_state(sb, ovs, first) == (False, False)
+
+
+def test_add_of_another_container_with_a_colliding_prefix_is_refused(node):
+    # Host names keep 12 characters of the container id: another container whose
+    # id shares them must not take over the live pod's port.
+    sb, nb, ovs, node_ns = node
+    first = make_pod(sb, nb)
+    node_ns.run(lambda: Plumber(ovs).add(first))
+    other = make_pod(sb, nb)
+    other = PodAttachment(**{**other.__dict__,
+                             "container_id": first.container_id[:12] + "f" * 52})
+    try:
+        with pytest.raises(CniError) as e:
+            node_ns.run(lambda: Plumber(ovs).add(other))
+        assert e.value.code == proto.ERR_PLUMBING and first.container_id[:12] in e.value.msg
+        assert not node_ns.run(lambda: Plumber(ovs).delete(other.container_id, "eth0"))
+        assert ovs.is_ovn_installed(first.host_ifname)
+        assert first.ip_cidr in ip_in(os.path.basename(first.netns), "-o", "addr")
+    finally:
+        node_ns.run(lambda: Plumber(ovs).delete(first.container_id, "eth0"))
