@@ -60,15 +60,33 @@ class Handler(BaseHTTPRequestHandler):
         self._send(e.code, encode(e.status()))
 
     def _body(self) -> bytes:
-        n = int(self.headers.get("Content-Length") or 0)
+        length = (self.headers.get("Content-Length") or "0").strip()
+        if not length.isdigit():
+            # where this body ends is unknown: answer and drop the connection
+            self.close_connection = True
+            raise errors.bad_request(f"invalid Content-Length header {length!r}")
+        n = int(length)
         if n > MAX_BODY:
+            self.close_connection = True
             raise errors.ApiError(413, "RequestEntityTooLarge", f"request body too large: {n} bytes")
         if n:
             return self.rfile.read(n)
         if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
-            chunks = []
+            chunks, total = [], 0
             while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
+                line = self.rfile.readline(1024)
+                try:
+                    size = int(line.split(b";")[0], 16)
+                except ValueError:
+                    size = -1
+                if size < 0:
+                    self.close_connection = True
+                    raise errors.bad_request(f"invalid chunk size {line[:40]!r} in a chunked body")
+                total += size
+                if total > MAX_BODY:
+                    self.close_connection = True
+                    raise errors.ApiError(413, "RequestEntityTooLarge",
+                                          f"request body too large: over {MAX_BODY} bytes")
                 if size == 0:
                     self.rfile.readline()
                     break
