@@ -55,3 +55,29 @@ def test_bad_or_huge_chunked_body(server, chunks, code):
     status, body = raw_request(server, "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\n"
                                        "Host: x\r\nTransfer-Encoding: chunked", chunks)
     assert status == code, body
+
+
+def _token(rv, start) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"rv": rv, "start": start}).encode()).decode()
+
+
+@pytest.mark.parametrize("method,path,body", [
+    ("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": 5}}),
+    ("POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"generateName": 5}}),
+    ("PUT", "/api/v1/namespaces/default/configmaps/cm", {"metadata": {"name": "cm",
+                                                                      "resourceVersion": 7}}),
+    ("GET", "/api/v1/configmaps?limit=1&continue=" + _token("x", [1, 2]), None),
+    ("GET", "/api/v1/configmaps?limit=1&continue=" + _token(1, 5), None),
+    ("DELETE", "/api/v1/namespaces/default/configmaps/cm", {"preconditions": "x"}),
+    ("POST", "/api/v1/namespaces/default/pods/p/binding", {"target": "node1"}),
+    ("POST", "/api/v1/namespaces/default/pods/p/binding", [1]),
+])
+def test_malformed_bodies_and_tokens_are_a_400(server, method, path, body):
+    request(server, "POST", "/api/v1/namespaces/default/configmaps", {"metadata": {"name": "cm"}})
+    request(server, "POST", "/api/v1/namespaces/default/pods",
+            {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    status, answer = request(server, method, path, body)
+    assert status == 400, answer
+    # and the objects are untouched
+    assert request(server, "GET", "/api/v1/namespaces/default/configmaps/cm")[0] == 200
+    assert "nodeName" not in request(server, "GET", "/api/v1/namespaces/default/pods/p")[1]["spec"]

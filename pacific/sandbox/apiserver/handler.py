@@ -272,8 +272,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "POST":
             raise errors.method_not_allowed()
         body = rest.decode_body(raw, self.headers.get("Content-Type"))
-        target = (body or {}).get("target") or {}
-        node = target.get("name")
+        if not isinstance(body, dict) or not isinstance(body.get("target") or {}, dict):
+            raise errors.bad_request("the body of a binding must be a Binding object with a target object")
+        node = (body.get("target") or {}).get("name")
+        if node is not None and not isinstance(node, str):
+            raise errors.bad_request("Binding target.name must be a string")
         if not node:
             raise errors.invalid("", "Binding", name, [("FieldValueRequired", "target.name", "Required value")])
 

@@ -41,6 +41,11 @@ def check_object(rt: ResourceType, obj, op: str = "create") -> dict:
                                  f'no kind "{kind}" is registered for version "{api_version}" on this URL')
     if not isinstance(obj.get("metadata", {}), dict):
         raise errors.bad_request("metadata must be a JSON object")
+    for k in ("name", "generateName", "namespace", "resourceVersion", "uid"):
+        v = (obj.get("metadata") or {}).get(k)
+        if v is not None and not isinstance(v, str):
+            raise errors.bad_request(f"couldn't decode the request body: metadata.{k} must be a "
+                                     f"string, got {type(v).__name__}")
     obj["kind"] = kind
     obj["apiVersion"] = rt.group + "/" + rt.storage_version if rt.group else rt.storage_version
     return obj
@@ -118,6 +123,9 @@ def list_body(store: Store, rt: ResourceType, ns: str | None, q: dict, accept: s
         try:
             tok = json.loads(base64.urlsafe_b64decode(cont.encode()))
             start = tuple(tok["start"])
+            if len(start) != 2 or not all(isinstance(x, str) for x in start) or \
+                    not isinstance(tok["rv"], int):
+                raise ValueError("malformed position")
             meta["resourceVersion"] = str(tok["rv"])
         except (ValueError, KeyError, TypeError):
             raise errors.bad_request("invalid continue token")
@@ -203,6 +211,8 @@ def delete_options(raw: bytes, q: dict) -> dict:
             raise errors.bad_request(f"couldn't decode DeleteOptions: {e}")
         if not isinstance(opts, dict):
             raise errors.bad_request("DeleteOptions must be a JSON object")
+        if not isinstance(opts.get("preconditions") or {}, dict):
+            raise errors.bad_request("DeleteOptions.preconditions must be a JSON object")
     for k in ("propagationPolicy", "gracePeriodSeconds", "dryRun"):
         if k in q and k not in opts:
             opts[k] = q[k]
