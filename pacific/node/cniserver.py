@@ -7,8 +7,8 @@ STATUS.  Every answer is JSON: the result on HTTP 200, else a CNI error object
 
 Requests are served by one thread each; requests for the same container id are
 serialized (a DEL racing its ADD waits for it), different containers run
-concurrently.  The socket file is created mode 0600 in a directory created
-mode 0700, so only root can connect.
+concurrently.  The socket file is created mode 0600 (and its directory, if
+the server creates it, mode 0700), so only root can connect.
 """
 import http.server
 import json
@@ -226,8 +226,12 @@ class CniServer:
 
     def start(self) -> None:
         parent = os.path.dirname(self.path) or "."
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        os.chmod(parent, 0o700)
+        if not os.path.isdir(parent):
+            # Ours: root-only (makedirs' mode is subject to the umask).  An
+            # existing directory (/run, a hostPath) keeps its mode: the socket
+            # itself is born 0600.
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+            os.chmod(parent, 0o700)
         self._remove_stale()
         self._server = _UnixHTTPServer(self.path, self.backend)
         try:

@@ -240,3 +240,19 @@ def test_keyed_locks_drop_unused_keys():
     locks.release("a")
     locks.release("b")
     assert len(locks) == 0
+
+
+def test_existing_socket_directory_keeps_its_mode(tmp_path):
+    # --cni-socket /run/pacific.sock: the parent is a shared directory (/run)
+    # that the daemon must not make root-only; the socket itself is 0600.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)
+    srv = CniServer(str(shared / "cni.sock"), None)
+    srv.start()
+    try:
+        assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755
+        assert stat.S_IMODE(os.stat(srv.path).st_mode) == 0o600
+    finally:
+        srv.stop()
+
