@@ -260,6 +260,26 @@ def pod_annotations(ip: str, mac: str, cidr: str, gateway: str, subnet: str, lsp
     }
 
 
+def _canonical_ip(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except (ValueError, AttributeError):
+        return text
+
+
+def _canonical_mac(text: str) -> str:
+    return text.strip().lower().replace("-", ":") if isinstance(text, str) else text
+
+
+def allocation_fits(alloc, subnet: str, want_ip: str | None, want_mac: str | None) -> bool:
+    """Does the held allocation (ip, mac, subnet) satisfy the pod's request?
+    Compared in canonical form, so "fd00::0a" asks for "fd00::a" and
+    "0A-58-..." for "0a:58:..." (a textual difference is no new request)."""
+    return (alloc.subnet == subnet
+            and (not want_ip or _canonical_ip(want_ip) == alloc.ip)
+            and (not want_mac or _canonical_mac(want_mac) == alloc.mac))
+
+
 def pod_allocated_matches(pod: dict, ip: str, mac: str, subnet: str) -> bool:
     a = annotations(pod)
     return (a.get(names.ANN_ALLOCATED) == "true" and a.get(names.ANN_IP_ADDRESS) == ip

@@ -92,13 +92,20 @@ class PodReconciler:
             raise Refused("SubnetNotFound", f"{ctl.subnets.why_not(subnet)} (chosen by {why})")
         want_ip = ann.get(names.ANN_IP_ADDRESS) or None
         want_mac = ann.get(names.ANN_MAC_ADDRESS) or None
+        ignored = None
         with ctl.ipam_lock:
             alloc = ctl.ipam.lookup(key)
-            if alloc is not None and (alloc.subnet != subnet or (want_ip and want_ip != alloc.ip)
-                                      or (want_mac and want_mac.lower() != alloc.mac)):
-                if ann.get(names.ANN_ALLOCATED) == "true" and model.pod_allocated_matches(
-                        pod, alloc.ip, alloc.mac, alloc.subnet):
-                    pass  # running pod: its address never changes under it
+            if alloc is not None and not model.allocation_fits(alloc, subnet, want_ip, want_mac):
+                if ann.get(names.ANN_ALLOCATED) == "true":
+                    # the pod's network is plumbed with this address: it never
+                    # changes under the pod (the annotations are both request and
+                    # record, so an edit of them is a request, refused here and
+                    # undone below by restoring the annotations)
+                    ignored = (f"pod {key} runs with {alloc.ip} ({alloc.mac}) in subnet "
+                               f"{alloc.subnet}; the request for {want_ip or 'any address'}"
+                               + (f" with MAC {want_mac}" if want_mac else "")
+                               + f" in {subnet} is ignored: delete and re-create the pod "
+                               "to change its address")
                 else:
                     LOG.info("pod %s: held %s in %s, now asks for %s in %s; re-allocating", key,
                              alloc.ip, alloc.subnet, want_ip or "any address", subnet)
@@ -112,6 +119,10 @@ class PodReconciler:
                     raise Refused(exc.reason, f"cannot allocate an address in subnet {subnet} "
                                   f"for pod {key}: {exc}") from None
                 ctl.subnets.mark_dirty(subnet)
+        if ignored is not None:
+            LOG.warning("%s", ignored)
+            metrics.refused("AddressImmutable")
+            ctl.event(pod, "AddressImmutable", ignored)
         lsp = names.pod_lsp_name(ns, name)
         node = pod["spec"]["nodeName"]
         sts = model.statefulset_of(pod)

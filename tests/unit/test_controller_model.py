@@ -122,3 +122,14 @@ def test_ip_object_name_stays_a_valid_object_name_for_long_pod_names():
     assert name_a != model.ip_object_name(ns, long_b)          # unique per pod
     assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name_a)
     assert model.ip_object_name("default", "web-0") == "web-0.default"
+
+
+def test_allocation_fits_compares_canonical_forms():
+    from pacific.ipam import Allocation
+    a = Allocation("fd00:10::a", "0a:58:00:00:00:0a", "fd00:10::/64", "fd00:10::1", "v6")
+    assert model.allocation_fits(a, "v6", None, None)
+    assert model.allocation_fits(a, "v6", "fd00:10:0::000a", "0A-58-00-00-00-0A")
+    assert not model.allocation_fits(a, "v6", "fd00:10::b", None)
+    assert not model.allocation_fits(a, "v6", None, "0a:58:00:00:00:0b")
+    assert not model.allocation_fits(a, "other", None, None)
+    assert not model.allocation_fits(a, "v6", "not-an-ip", None)
