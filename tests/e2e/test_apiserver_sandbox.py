@@ -43,3 +43,26 @@ def test_sandbox_apiserver_from_root_and_node_namespaces(sandbox_factory):
         after = client.CoreV1Api(api).read_namespaced_config_map("from-node", "default")
     assert after.metadata.uid == before.metadata.uid
     assert after.metadata.resource_version == before.metadata.resource_version
+
+
+def test_sandbox_apiserver_that_dies_at_start_fails_fast(tmp_path, monkeypatch):
+    """An emulator that exits during start-up (here: its state file is corrupt)
+    is reported at once with its own error, not after the whole start timeout."""
+    import time
+
+    from pacific.sandbox.apiserver.sandbox import apiserver_dir
+    from pacific.sandbox.cluster import Sandbox
+    monkeypatch.setenv(names.SANDBOX_DIR_ENV, str(tmp_path))
+    sb = Sandbox("deadapi", nodes=1)         # only its directory: no network needed
+    d = apiserver_dir(sb)
+    import os
+    os.makedirs(d)
+    with open(os.path.join(d, "state.json"), "w") as f:
+        f.write("{not json")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match="cannot read state file"):
+            start_for_sandbox(sb, timeout=20)
+        assert time.monotonic() - t0 < 8
+    finally:
+        sb.down()

@@ -67,11 +67,16 @@ def start_for_sandbox(sandbox, persist: bool = True, crd_dirs: list[str] | None 
         argv += ["--crd-dir", c]
     argv += list(extra_args or [])
     pid = sandbox.spawn(names.SANDBOX_APISERVER_TAG, argv)
+    log = os.path.join(sandbox.dir, "services", f"{names.SANDBOX_APISERVER_TAG}.log")
     deadline = time.monotonic() + timeout
     while not os.path.exists(ready):
+        if sandbox.daemon_pid(names.SANDBOX_APISERVER_TAG) is None:
+            from pacific.sandbox.cluster import _tail
+            raise RuntimeError(f"API emulator (pid {pid}) exited during start-up: "
+                               f"{_tail(log)!r}; log {log}")
         if time.monotonic() > deadline:
             raise RuntimeError(f"API emulator (pid {pid}) did not start within {timeout:.0f} s; "
-                               f"see {os.path.join(sandbox.dir, 'services', 'apiserver.log')}")
+                               f"see {log}")
         time.sleep(0.05)
     with open(ready) as f:
         addrs = json.load(f)["addresses"]
