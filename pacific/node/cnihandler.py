@@ -7,7 +7,9 @@ daemon restart.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from typing import Callable
 
 from pacific import names
@@ -24,6 +26,42 @@ def _annotations(pod: dict) -> dict:
     return (pod.get("metadata") or {}).get("annotations") or {}
 
 
+class SharedExclusive:
+    """Any number of shared holders, or one exclusive holder (no preference:
+    GC is rare and best effort, and must never stall a pod's ADD)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with self._cond:
+            while self._exclusive or self._shared:
+                self._cond.wait()
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 class CniHandler:
     """Implements pacific.node.cniserver.Backend.
 
@@ -38,6 +76,10 @@ class CniHandler:
         self.mtu = mtu
         self.status_check = status_check
         self.allocation_timeout = allocation_timeout
+        # GC removes every attachment the runtime's list lacks, and one whose ADD
+        # is half done (veth made, OVS port not yet) is in no list: GC runs only
+        # while no ADD or DEL touches the node (waiting for an allocation does not).
+        self._plumbing = SharedExclusive()
 
     def _wait_allocation(self, req: CniRequest) -> dict:
         def ready(pod: dict) -> bool:
@@ -70,13 +112,16 @@ class CniHandler:
         att = PodAttachment.from_annotations(
             _annotations(pod), container_id=req.container_id, ifname=req.ifname,
             netns=req.netns, pod=req.pod_key, mtu=self.mtu)
-        result = self.plumber.add(att)
+        with self._plumbing.shared():
+            result = self.plumber.add(att)
         log.info("ADD %s %s: %s %s via %s on %s", req.pod_key, req.container_id[:12],
                  att.ip_cidr, att.mac, att.gateway, att.host_ifname)
         return result
 
     def delete(self, req: CniRequest) -> None:
-        if self.plumber.delete(req.container_id, req.ifname):
+        with self._plumbing.shared():
+            removed = self.plumber.delete(req.container_id, req.ifname)
+        if removed:
             log.info("DEL %s %s: removed", req.pod_key or "?", req.container_id[:12])
         else:
             log.info("DEL %s %s: nothing to remove", req.pod_key or "?", req.container_id[:12])
@@ -101,7 +146,8 @@ class CniHandler:
         self.plumber.check(att, req.prev_result)
 
     def gc(self, req: CniRequest) -> None:
-        self.plumber.gc(req.valid_attachments)
+        with self._plumbing.exclusive():
+            self.plumber.gc(req.valid_attachments)
 
     def status(self) -> None:
         self.status_check()
