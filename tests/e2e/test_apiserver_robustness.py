@@ -81,3 +81,13 @@ def test_malformed_bodies_and_tokens_are_a_400(server, method, path, body):
     # and the objects are untouched
     assert request(server, "GET", "/api/v1/namespaces/default/configmaps/cm")[0] == 200
     assert "nodeName" not in request(server, "GET", "/api/v1/namespaces/default/pods/p")[1]["spec"]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e400", "abc"])
+def test_watch_timeout_must_be_an_integer(server, value):
+    """timeoutSeconds=nan made a deadline nothing compares below: the watch never
+    ended and its thread spun (Condition.wait(nan) returns at once)."""
+    status, body = raw_request(server, "GET /api/v1/configmaps?watch=1&timeoutSeconds="
+                                       f"{value} HTTP/1.1\r\nHost: x")
+    assert status == 400, body
+    assert "timeoutSeconds" in body["message"]

@@ -300,10 +300,11 @@ class Handler(BaseHTTPRequestHandler):
             since = None if rv in ("", "0") else int(rv)
         except ValueError:
             raise errors.bad_request(f"invalid resourceVersion {rv!r}: must be an integer")
-        try:
-            timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
+        try:    # an integer, as kube-apiserver's int64 (a float nan/inf never ended the watch)
+            timeout = int(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
         except ValueError:
-            raise errors.bad_request(f"invalid timeoutSeconds {q.get('timeoutSeconds')!r}")
+            raise errors.bad_request(f"invalid timeoutSeconds {q.get('timeoutSeconds')!r}: "
+                                     "must be an integer") from None
         bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True")
         initial_end = q.get("sendInitialEvents") in ("1", "true", "True")
         if initial_end:
