@@ -10,6 +10,8 @@ the caller does something else (ADD configures the pod while it adds the OVS
 port).
 """
 import ctypes
+import errno
+import fcntl
 import os
 import socket
 import threading
@@ -19,6 +21,7 @@ from pyroute2 import IPRoute
 from pyroute2.ethtool.ioctl import IoctlEthtool
 
 CLONE_NEWNET = 0x40000000
+NS_GET_NSTYPE = 0xB703  # ioctl on a namespace file: its CLONE_NEW* type (Linux 4.11)
 NETLINK_ROUTE = 0
 _libc = ctypes.CDLL(None, use_errno=True)
 T = TypeVar("T")
@@ -53,10 +56,19 @@ class Netns:
     def __init__(self, path: str):
         self.path = path
         try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: a FIFO at that path must not block the caller forever
+            self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except OSError as e:
             raise NetnsError(e.errno, f"cannot open network namespace {path}: "
                              f"{e.strerror}") from None
+        try:
+            kind = fcntl.ioctl(self.fd, NS_GET_NSTYPE)
+        except OSError:
+            kind = None  # not a namespace file at all
+        if kind != CLONE_NEWNET:
+            os.close(self.fd)
+            self.fd = -1
+            raise NetnsError(errno.EINVAL, f"{path} is not a network namespace")
 
     def close(self) -> None:
         if self.fd >= 0:
