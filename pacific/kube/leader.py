@@ -14,7 +14,11 @@ saw the Lease change (so clocks need not agree).  Every write is conditional on 
 Lease's resourceVersion, so two candidates can never both win.  The leader renews
 every retry_period; if it cannot renew within renew_deadline it calls
 on_stopped_leading and returns: the process must stop acting (exit is simplest), as
-another candidate takes over lease_duration after the last renewal.  When `stop` is
+another candidate takes over lease_duration after the last renewal.  Each attempt
+is given up at its deadline even if the API server never answers (the HTTP
+client's timeouts and retries would take far longer than a lease), and a renewal
+counts from when its request was sent, so a leader always stops before a standby
+can start.  When `stop` is
 set, a leader releases the Lease (empty holder) so a standby takes over at once.
 
 Why not kubernetes.leaderelection: its LeaseLock uses the global default client
@@ -62,6 +66,7 @@ class LeaderElector:
         self._observed: tuple | None = None   # (holder, renewTime, resourceVersion)
         self._observed_at = 0.0               # monotonic time it last changed
         self._lease: dict | None = None
+        self._pending: threading.Thread | None = None   # the attempt in flight
 
     @property
     def is_leader(self) -> bool:
@@ -75,7 +80,8 @@ class LeaderElector:
         where = f"lease {self.namespace}/{self.name}"
         log.info("%s: %s is a candidate", where, self.identity)
         while not self.stop_event.is_set():
-            if self._try_acquire_or_renew():
+            sent = time.monotonic()
+            if self._attempt(sent + self.renew_deadline):
                 break
             self.stop_event.wait(self.retry_period)
         else:
@@ -84,10 +90,11 @@ class LeaderElector:
         self._leading.set()
         threading.Thread(target=self._run_leading, daemon=True,
                          name="leader-work").start()
-        last_renew = time.monotonic()
+        last_renew = sent
         while not self.stop_event.wait(self.retry_period):
-            if self._try_acquire_or_renew():
-                last_renew = time.monotonic()
+            sent = time.monotonic()
+            if self._attempt(last_renew + self.renew_deadline):
+                last_renew = sent
             elif time.monotonic() - last_renew >= self.renew_deadline:
                 log.error("%s: %s could not renew for %.1fs, stopping leading",
                           where, self.identity, self.renew_deadline)
@@ -107,14 +114,52 @@ class LeaderElector:
             self.stop_event.set()
 
     # -- one attempt -----------------------------------------------------
-    def _try_acquire_or_renew(self) -> bool:
+    def _attempt(self, deadline: float) -> bool:
+        """_try_acquire_or_renew, given up (False) at `deadline` (monotonic).
+
+        The attempt runs in its own thread so a request the server never
+        answers cannot hold the caller past the deadline; while an abandoned
+        attempt is still pending no new one starts (one writer of the Lease)."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if self._pending is not None and self._pending.is_alive():
+            log.warning("lease %s/%s: the previous attempt is still unanswered",
+                        self.namespace, self.name)
+            return False
+        box: list[bool] = []
+
+        def attempt() -> None:
+            try:
+                box.append(self._try_acquire_or_renew(deadline))
+            except Exception:   # noqa: BLE001 - reported; the attempt just failed
+                log.exception("lease %s/%s: attempt failed", self.namespace, self.name)
+
+        self._pending = threading.Thread(target=attempt, daemon=True, name="lease-attempt")
+        self._pending.start()
+        self._pending.join(left)
+        if self._pending.is_alive():
+            log.warning("lease %s/%s: no answer from the API server within %.1fs",
+                        self.namespace, self.name, left)
+            return False
+        return bool(box and box[0])
+
+    @staticmethod
+    def _timeout(deadline: float) -> tuple[float, float]:
+        """(connect, read) timeouts of a request that must end by `deadline`."""
+        left = max(deadline - time.monotonic(), 0.05)
+        return min(left, 5.0), left
+
+    def _try_acquire_or_renew(self, deadline: float) -> bool:
         now = _now_micro()
         try:
-            lease = resources.get(self.api, LEASES, self.name, self.namespace)
+            lease = resources.get(self.api, LEASES, self.name, self.namespace,
+                                  timeout=self._timeout(deadline))
             if lease is None:
                 body = {"metadata": {"name": self.name, "namespace": self.namespace},
                         "spec": self._spec(now, now, 0)}
-                self._lease = resources.create(self.api, LEASES, body, self.namespace)
+                self._lease = resources.create(self.api, LEASES, body, self.namespace,
+                                               timeout=self._timeout(deadline))
                 self._observe(self._lease)
                 return True
             spec = lease.get("spec") or {}
@@ -132,7 +177,8 @@ class LeaderElector:
             else:
                 new_spec = self._spec(now, now, transitions + 1)
             lease["spec"] = new_spec
-            self._lease = resources.replace(self.api, LEASES, lease, self.namespace)
+            self._lease = resources.replace(self.api, LEASES, lease, self.namespace,
+                                            timeout=self._timeout(deadline))
             self._observe(self._lease)
             return True
         except errors.ApiError as e:
@@ -167,7 +213,8 @@ class LeaderElector:
         spec.update(holderIdentity=None, leaseDurationSeconds=1, renewTime=_now_micro())
         lease["spec"] = spec
         try:
-            resources.replace(self.api, LEASES, lease, self.namespace)
+            resources.replace(self.api, LEASES, lease, self.namespace,
+                              timeout=self._timeout(time.monotonic() + self.renew_deadline))
             log.info("lease %s/%s: released by %s", self.namespace, self.name, self.identity)
         except errors.ApiError as e:
             log.warning("lease %s/%s: release failed: %s", self.namespace, self.name, e)

@@ -128,10 +128,11 @@ def request(api: Any, method: str, path: str, query: list[tuple[str, Any]] | Non
     return json.loads(data) if data else {}
 
 
-def get(api: Any, res: Resource, name: str, namespace: str | None = None) -> dict | None:
+def get(api: Any, res: Resource, name: str, namespace: str | None = None,
+        timeout: Any = DEFAULT_TIMEOUT) -> dict | None:
     """The object, or None if it does not exist."""
     try:
-        obj = request(api, "GET", res.path(namespace, name))
+        obj = request(api, "GET", res.path(namespace, name), timeout=timeout)
     except errors.NotFound:
         return None
     _fill_type(obj, res)
@@ -156,25 +157,27 @@ def list_(api: Any, res: Resource, namespace: str | None = None,
     return items, str((out.get("metadata") or {}).get("resourceVersion") or "")
 
 
-def create(api: Any, res: Resource, body: dict, namespace: str | None = None) -> dict:
+def create(api: Any, res: Resource, body: dict, namespace: str | None = None,
+           timeout: Any = DEFAULT_TIMEOUT) -> dict:
     """Create; raises errors.AlreadyExists if the name is taken."""
     body.setdefault("apiVersion", res.api_version)
     body.setdefault("kind", res.kind)
     ns = namespace or (body.get("metadata") or {}).get("namespace")
-    obj = request(api, "POST", res.path(ns), body=body)
+    obj = request(api, "POST", res.path(ns), body=body, timeout=timeout)
     _fill_type(obj, res)
     return obj
 
 
 def replace(api: Any, res: Resource, body: dict, namespace: str | None = None,
-            subresource: str | None = None) -> dict:
+            subresource: str | None = None, timeout: Any = DEFAULT_TIMEOUT) -> dict:
     """PUT the whole object; body.metadata.resourceVersion makes it conditional
     (errors.Conflict when stale)."""
     body.setdefault("apiVersion", res.api_version)
     body.setdefault("kind", res.kind)
     meta = body.get("metadata") or {}
     ns = namespace or meta.get("namespace")
-    obj = request(api, "PUT", res.path(ns, meta["name"], subresource), body=body)
+    obj = request(api, "PUT", res.path(ns, meta["name"], subresource), body=body,
+                  timeout=timeout)
     _fill_type(obj, res)
     return obj
 
