@@ -14,8 +14,10 @@ from pacific.cni.plugin import CniError
 
 # CNI spec: container ids are alphanumeric plus "_", "." and "-", starting alphanumeric.
 _CONTAINER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,255}$")
-# Linux interface names: 1-15 bytes, no "/", ":" or whitespace, not "." or "..".
-_IFNAME = re.compile(r"^[^/:\s]{1,15}$")
+# Linux interface names: 1-15 bytes, no "/", ":" or whitespace, not "." or "..";
+# no "%" either (the kernel reads "eth%d" as a template and picks the name itself)
+# and no NUL (the kernel would cut the name there).  Bytes are checked separately.
+_IFNAME = re.compile(r"^[^/:%\s\0]{1,15}$")
 # Kubernetes object names (DNS-1123 subdomain), namespaces (DNS-1123 label).
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _K8S_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -82,9 +84,10 @@ def parse_request(raw: bytes) -> CniRequest:
         raise CniError(proto.ERR_INVALID_ENV, "CNI_CONTAINERID must be alphanumeric "
                        f"plus '_.-' (at most 256 characters), got {req.container_id[:80]!r}")
     req.ifname = _str_field(body, "ifname", True)
-    if not _IFNAME.match(req.ifname) or req.ifname in (".", ".."):
+    if not _IFNAME.match(req.ifname) or req.ifname in (".", "..") \
+            or len(req.ifname.encode()) > 15:
         raise CniError(proto.ERR_INVALID_ENV, "CNI_IFNAME must be a valid interface name "
-                       f"(1-15 characters, no '/', ':' or spaces), got {req.ifname[:40]!r}")
+                       f"(1-15 bytes, no '/', ':', '%' or spaces), got {req.ifname[:40]!r}")
     req.netns = _str_field(body, "netns", command != "DEL")
     if req.netns and (not req.netns.startswith("/") or "\0" in req.netns
                       or len(req.netns) > 4096):

@@ -74,6 +74,9 @@ def test_valid_request_roundtrip(server):
     (lambda b: b.update(containerID="-x"), 4, "CNI_CONTAINERID"),
     (lambda b: b.update(ifname="x" * 16), 4, "CNI_IFNAME"),
     (lambda b: b.update(ifname=".."), 4, "CNI_IFNAME"),
+    (lambda b: b.update(ifname="\u00e9" * 8), 4, "CNI_IFNAME"),  # 8 characters, 16 bytes
+    (lambda b: b.update(ifname="eth\0"), 4, "CNI_IFNAME"),
+    (lambda b: b.update(ifname="eth%d"), 4, "CNI_IFNAME"),     # the kernel would pick a name
     (lambda b: b.update(netns="x"), 4, "CNI_NETNS"),
     (lambda b: b.update(args=[1]), proto.ERR_PROTOCOL, "'args'"),
     (lambda b: b.update(args={"K8S_POD_NAME": 1}), proto.ERR_PROTOCOL, "'args'"),
