@@ -79,6 +79,9 @@ REQUIRED_ENV = {
     "GC": (),
     "VERSION": (),
 }
+# GC's list of attachments still in use: the spec's key, and the key of the first
+# 1.1.0 text (libcni sends both, other runtimes may send either).
+GC_ATTACHMENT_KEYS = ("cni.dev/valid-attachments", "cni.dev/attachments")
 # cniVersion a command first appeared in.
 MIN_VERSION = {"CHECK": "0.4.0", "STATUS": "1.1.0", "GC": "1.1.0"}
 
@@ -213,10 +216,14 @@ def validate_config(conf: dict, command: str) -> None:
         raise CniError(ERR_INVALID_CONFIG, "network configuration field 'timeout' "
                        f"must be a positive number of seconds, got {timeout!r}")
     if command == "GC":
-        va = conf.get("cni.dev/valid-attachments", [])
-        if not isinstance(va, list):
-            raise CniError(ERR_INVALID_CONFIG,
-                           "'cni.dev/valid-attachments' must be a list")
+        present = [k for k in GC_ATTACHMENT_KEYS if k in conf]
+        if not present:
+            # Without the list every attachment would look stale.
+            raise CniError(ERR_INVALID_CONFIG, f"GC without '{GC_ATTACHMENT_KEYS[0]}': "
+                           "refusing to remove every attachment")
+        for key in present:
+            if not isinstance(conf[key], list):
+                raise CniError(ERR_INVALID_CONFIG, f"'{key}' must be a list")
 
 
 def convert_result(result: dict, version: str) -> dict:

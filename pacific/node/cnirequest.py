@@ -119,11 +119,14 @@ def parse_request(raw: bytes) -> CniRequest:
 
 
 def _valid_attachments(conf: dict) -> set:
+    """The union of the lists under either GC key (validate_config checked that
+    at least one is there and that both are lists)."""
     out = set()
-    for i, item in enumerate(conf.get("cni.dev/valid-attachments", [])):
-        if not isinstance(item, dict) or not isinstance(item.get("containerID"), str) \
-                or not isinstance(item.get("ifname"), str):
-            raise CniError(proto.ERR_INVALID_CONFIG, f"'cni.dev/valid-attachments'[{i}] "
-                           "must be an object with string 'containerID' and 'ifname'")
-        out.add((item["containerID"], item["ifname"]))
+    for key in proto.GC_ATTACHMENT_KEYS:
+        for i, item in enumerate(conf.get(key, [])):
+            if not isinstance(item, dict) or not isinstance(item.get("containerID"), str) \
+                    or not isinstance(item.get("ifname"), str):
+                raise CniError(proto.ERR_INVALID_CONFIG, f"'{key}'[{i}] must be an object "
+                               "with string 'containerID' and 'ifname'")
+            out.add((item["containerID"], item["ifname"]))
     return out

@@ -94,6 +94,12 @@ def test_check_and_gc_and_status(env):
                                             "CNI_IFNAME": None})
     assert rc == 0 and out is None, err
     assert backend.calls[-1].valid_attachments == {("a1", "eth0"), ("b2", "net1")}
+    # the key of the first 1.1.0 spec text (libcni sends both; other runtimes one)
+    rc, out, err = run_plugin(plugin, "GC", conf(sock, "1.1.0", **{"cni.dev/attachments": va}),
+                              env_override={"CNI_CONTAINERID": None, "CNI_NETNS": None,
+                                            "CNI_IFNAME": None})
+    assert rc == 0 and out is None, err
+    assert backend.calls[-1].valid_attachments == {("a1", "eth0"), ("b2", "net1")}
     rc, out, err = run_plugin(plugin, "STATUS", conf(sock, "1.1.0"))
     assert rc == 0 and out is None, err
 
@@ -138,6 +144,9 @@ def expect_error(result, code, words):
      "valid-attachments"),
     ("GC", {"cniVersion": "1.1.0", "cni.dev/valid-attachments": [{"containerID": 1}]}, {}, 7,
      "valid-attachments"),
+    # no list at all must not read as "nothing is valid": GC would remove every pod
+    ("GC", {"cniVersion": "1.1.0"}, {}, 7, "valid-attachments"),
+    ("GC", {"cniVersion": "1.1.0", "cni.dev/attachments": "x"}, {}, 7, "cni.dev/attachments"),
     # 1: versions
     ("ADD", {"cniVersion": "0.2.0"}, {}, 1, "unsupported cniVersion"),
     ("ADD", {"cniVersion": "2.0.0"}, {}, 1, "unsupported cniVersion"),
