@@ -319,12 +319,12 @@ class Handler(BaseHTTPRequestHandler):
             if e.code != 410:
                 raise
             gone = e
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Cache-Control", "no-cache, private")
-        self.end_headers()
-        try:
+        try:    # registered above: unregister even if the client is gone before the headers
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
             if gone is not None:
                 self._chunk(b'{"type":"ERROR","object":' + encode(gone.status()) + b"}\n")
                 return
