@@ -14,6 +14,7 @@ import os
 import time
 
 from pacific import names
+from pacific.cli.sandbox import errors_to_exit
 
 
 SUBNETS = {  # subnet -> (cidr, namespace)
@@ -118,20 +119,16 @@ def _matrix(sb, targets: list[tuple[str, str]]) -> int:
     return failures
 
 
+@errors_to_exit
 def run(args) -> int:
     from pacific.kube import client
     from pacific.sandbox.cluster import Sandbox
-    from pacific.sandbox.services import DEFAULT_SERVICES
     t0 = time.monotonic()
     sb = Sandbox(args.name, nodes=None if os.path.isdir(os.path.join(
         os.environ.get(names.SANDBOX_DIR_ENV) or names.SANDBOX_DIR, args.name)) else args.nodes)
-    if os.path.exists(f"/run/netns/{sb.central_netns}"):
-        print(f"sandbox {sb.name} is up: checking its services", flush=True)
-        for svc in DEFAULT_SERVICES:   # each starts only what is not running
-            svc(sb)
-    else:
-        print(f"bringing up sandbox {sb.name} ({len(sb.nodes)} nodes) ...", flush=True)
-        sb.up()
+    print(f"sandbox {sb.name}: bringing up what is not running ({len(sb.nodes)} nodes) ...",
+          flush=True)
+    sb.up()     # idempotent: keeps a healthy network, starts only missing services
     kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
     api = client.load(kc)
     _ensure_objects(api)

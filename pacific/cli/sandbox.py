@@ -31,7 +31,7 @@ def _sandbox(args, nodes=None):
     return Sandbox(args.name, nodes=nodes)
 
 
-def _errors_to_exit(fn):
+def errors_to_exit(fn):
     """A SandboxError becomes one clear line on stderr and exit status 1."""
     @functools.wraps(fn)
     def wrapper(args):
@@ -44,7 +44,7 @@ def _errors_to_exit(fn):
     return wrapper
 
 
-@_errors_to_exit
+@errors_to_exit
 def cmd_up(args) -> int:
     sb = _sandbox(args, nodes=args.nodes)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
@@ -83,7 +83,7 @@ def _print_where(st: dict) -> None:
         print(f"  kubectl  export KUBECONFIG={kubeconfig}; kubectl get nodes,pods,subnets,ips -A")
 
 
-@_errors_to_exit
+@errors_to_exit
 def cmd_status(args) -> int:
     sb = _sandbox(args)
     st = sb.status()
@@ -97,7 +97,7 @@ def cmd_status(args) -> int:
     return 0 if st["ready"] else 3
 
 
-@_errors_to_exit
+@errors_to_exit
 def cmd_down(args) -> int:
     _sandbox(args).down()
     print(f"sandbox {args.name} is down")

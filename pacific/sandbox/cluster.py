@@ -113,17 +113,18 @@ class Sandbox:
 
     # ------------------------------------------------------------------ up
     def up(self, services: Iterable[Service] | None = None, timeout: float = 60) -> "Sandbox":
-        """Bring the sandbox up (idempotent).  A healthy sandbox of this name is left
-        as is; leftovers of a crashed one are cleaned first.  `services` are
+        """Bring the sandbox up (idempotent).  A healthy network of this name is kept;
+        leftovers of a crashed one are cleaned first.  `services` are idempotent
         callables `f(sandbox)` run in order once the network is ready (the hook to
-        start the API emulator, controller, node daemons); None means
-        `pacific.sandbox.services.DEFAULT_SERVICES` (not run again when the sandbox
-        was already up; a failing service raises SandboxError).  On failure the half-built
+        start the API emulator, controllers, node daemons); None means
+        `pacific.sandbox.services.DEFAULT_SERVICES`.  They run on a healthy
+        sandbox too, so `up` restarts a service that died and adds the services to
+        a sandbox brought up bare; a failing service raises SandboxError.  On failure the half-built
         sandbox is left for inspection: its logs are under `self.dir`, and `down()`
         (or the next `up()`) removes it."""
         if self.healthy():
-            log.info("sandbox %s is already up (%s)", self.name, self.dir)
-            return self
+            log.info("sandbox %s: network already up (%s)", self.name, self.dir)
+            return self._start_services(services)
         if self._leftovers():
             saved = self.state.read()
             if saved.get("ready") and saved.get("nodes") != len(self.nodes):
@@ -153,6 +154,9 @@ class Sandbox:
         with self.state.update() as st:
             st["ready"] = True
         log.info("sandbox %s: network ready in %.2f s", self.name, time.monotonic() - t0)
+        return self._start_services(services)
+
+    def _start_services(self, services: Iterable[Service] | None) -> "Sandbox":
         if services is None:
             from pacific.sandbox.services import DEFAULT_SERVICES
             services = DEFAULT_SERVICES

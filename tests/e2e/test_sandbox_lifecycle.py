@@ -163,17 +163,22 @@ def test_cli_up_status_down_from_separate_processes(sandbox_factory):  # (skips 
 def test_services_hook_runs_after_the_network_is_ready(sandbox_factory):
     seen = []
 
-    def start_sleeper(sb):
+    def start_sleeper(sb):      # idempotent, as every service starter must be
         seen.append(sb.healthy())
-        sb.spawn("svc-sleeper", ["sleep", "600"], netns=sb.central_netns)
+        if sb.daemon_pid("svc-sleeper") is None:
+            sb.spawn("svc-sleeper", ["sleep", "600"], netns=sb.central_netns)
 
     def broken(sb):
         raise RuntimeError("no config")
 
     sb = sandbox_factory(nodes=1, services=[start_sleeper])
-    assert seen == [True] and sb.daemon_pid("svc-sleeper")
-    sb.up(services=[start_sleeper])  # healthy: left as is, services not run twice
-    assert seen == [True]
+    first = sb.daemon_pid("svc-sleeper")
+    assert seen == [True] and first
+    sb.up(services=[start_sleeper])  # healthy: network kept, running service kept
+    assert seen == [True, True] and sb.daemon_pid("svc-sleeper") == first
+    sb.stop("svc-sleeper")           # a service that died is started again by up()
+    sb.up(services=[start_sleeper])
+    assert sb.daemon_pid("svc-sleeper") not in (None, first)
     sb.down()
     with pytest.raises(SandboxError, match="service broken failed to start: no config"):
         sandbox_factory(nodes=1, services=[broken])
