@@ -113,6 +113,9 @@ class PodReconciler:
                     ctl.subnets.mark_dirty(alloc.subnet)
                     alloc = None
             if alloc is None:
+                if ctl.subnets.is_terminating(subnet):
+                    raise Refused("SubnetTerminating", f"subnet {subnet} is being deleted: no new "
+                                  f"address for pod {key}")
                 try:
                     alloc = ctl.ipam.allocate(subnet, key, ip=want_ip, mac=want_mac)
                 except ipam_errors.IPAMError as exc:

@@ -47,6 +47,11 @@ def rebuild(ctl) -> dict:
             stats["subnets"] += 1  # "applied" only once the subnet reconciler made its switch
         for ip in ctl.inf_ips.list():
             spec = ip.get("spec") or {}
+            if not (spec.get("namespace") and spec.get("pod")):
+                stats["conflicts"] += 1
+                LOG.error("rebuild: IP object %s names no pod (spec.namespace/spec.pod missing); "
+                          "its address %s is not held", model.meta(ip).get("name"), spec.get("ipAddress"))
+                continue
             try:
                 ctl.ipam.restore(spec.get("subnet"), model.pod_key(spec.get("namespace"), spec.get("pod")),
                                  spec.get("ipAddress"), spec.get("macAddress"))

@@ -52,6 +52,12 @@ class SubnetReconciler:
         with self._lock:
             return self.applied.get(name)
 
+    def is_terminating(self, name: str) -> bool:
+        """The Subnet object is being deleted: its pods keep their addresses, new
+        pods get none."""
+        obj = self.ctl.inf_subnets.get(name)
+        return obj is not None and bool(model.meta(obj).get("deletionTimestamp"))
+
     def is_refused(self, name: str) -> bool:
         with self._lock:
             return name in self.refused
@@ -108,11 +114,9 @@ class SubnetReconciler:
         with self._lock:
             old = self.applied.get(name)
         try:
-            with ctl.ipam_lock:
-                if old is None:
-                    ctl.ipam.add_subnet(name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
-                elif old != spec:
-                    ctl.ipam.update_subnet(name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
+            with ctl.ipam_lock:   # the pool may exist without `applied` (NB write failed)
+                if old != spec:
+                    ctl.ipam.ensure_subnet(name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
         except ipam_errors.IPAMError as exc:
             self._refuse(obj, exc.reason, str(exc))
             return
@@ -199,7 +203,10 @@ class SubnetReconciler:
                 self.refused[name] = msg
             self._set_status(obj, False, "SubnetInUse", msg)
             return
-        self._teardown(name)
+        if not self._teardown(name):
+            # a pod got an address between the check above and the teardown: keep the
+            # finalizer and come back (the work queue retries with backoff)
+            raise RuntimeError(f"subnet {name}: addresses allocated while deleting; retrying")
         fins = [f for f in model.meta(obj).get("finalizers") or [] if f != names.SUBNET_FINALIZER]
         try:
             r.patch_merge(self.ctl.kube, r.SUBNETS, name, {"metadata": {"finalizers": fins}})
@@ -217,14 +224,16 @@ class SubnetReconciler:
                     break
         return out
 
-    def _teardown(self, name: str) -> None:
+    def _teardown(self, name: str) -> bool:
+        """Remove the subnet's pool, switch and router port; False (nothing removed)
+        while addresses are still in use."""
         ctl = self.ctl
         with ctl.ipam_lock:
             used, _ = self._usage(name)
             if used:
                 LOG.error("subnet %s is gone but %d addresses are still in use; keeping its switch "
                           "until they are released", name, used)
-                return
+                return False
             try:
                 ctl.ipam.remove_subnet(name)
             except ipam_errors.SubnetNotFound:
@@ -241,3 +250,4 @@ class SubnetReconciler:
             LOG.info("subnet %s removed (switch and router port deleted)", name)
         for other in retry:
             ctl.subnet_q.add(other)
+        return True
