@@ -171,6 +171,12 @@ def test_subnet_validation_and_lifecycle(cp):
     wait_until(lambda: _cond(cp, "green").get("reason") == "SubnetInUse", 20, what="in-use refusal")
     assert "team/t1" in _cond(cp, "green")["message"]
     assert cp.nb.lookup("Logical_Switch", "green", default=None) is not None
+    # while it is being deleted, its pods keep their addresses but new pods get none
+    make_pod(cp, "t2", ns="team")
+    wait_until(lambda: "being deleted" in ann(cp, "t2", "team").get(names.ANN_ALLOCATION_ERROR, ""),
+               20, what="SubnetTerminating refusal")
+    assert ann(cp, "t1", "team")[names.ANN_ALLOCATED] == "true"
+    r.delete(cp.kube, r.PODS, "t2", "team")
     r.delete(cp.kube, r.PODS, "t1", "team")
     wait_until(lambda: r.get(cp.kube, r.SUBNETS, "green") is None, 20, what="green deleted")
     wait_until(lambda: cp.nb.lookup("Logical_Switch", "green", default=None) is None, 10, what="switch gone")
