@@ -87,6 +87,7 @@ class Plumber:
                     # ovn-installed must not answer for the new veth.
                     log.info("ADD: replacing existing OVS port %s", host)
                     self._del_ports([host])
+                self._remove_stale_sandboxes(att)
                 self._create_veth(ns, att, host, host_mac)
                 made_veth = True
                 steps.mark("veth")
@@ -122,6 +123,23 @@ class Plumber:
         steps.mark("ovn-installed")
         log.info("plumbed %s in %s", host, steps)
         return att.result(host_mac)
+
+    def _remove_stale_sandboxes(self, att: PodAttachment) -> None:
+        """A pod has one sandbox at a time: a port bound to the same logical switch
+        port for another container is a sandbox whose DEL never came (daemon down,
+        runtime crash).  Left there, ovn-controller would install both and which one
+        gets the pod's traffic would be undefined."""
+        stale = [i for i in self.ovs.find_interfaces({names.OVS_IFACE_ID: att.lsp})
+                 if i.external_ids.get(names.OVS_CONTAINER_ID) != att.container_id]
+        if not stale:
+            return
+        for i in stale:
+            log.warning("ADD %s: removing OVS port %s of stale sandbox %s bound to the same "
+                        "logical switch port %s", att.pod, i.name,
+                        i.external_ids.get(names.OVS_CONTAINER_ID, "?")[:12], att.lsp)
+        self._del_ports(sorted(i.name for i in stale))
+        for i in stale:
+            _del_link(i.name)
 
     def _create_veth(self, ns: Netns, att: PodAttachment, host: str, host_mac: str) -> None:
         req = rtnl.add_veth(host, host_mac, att.mtu, att.ifname, att.mac, ns.fd)

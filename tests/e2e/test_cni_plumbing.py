@@ -230,3 +230,22 @@ def test_add_of_another_container_with_a_colliding_prefix_is_refused(node):
         assert first.ip_cidr in ip_in(os.path.basename(first.netns), "-o", "addr")
     finally:
         node_ns.run(lambda: Plumber(ovs).delete(first.container_id, "eth0"))
+
+
+def test_new_sandbox_of_a_pod_replaces_a_stale_one_whose_del_never_came(node):
+    sb, nb, ovs, node_ns = node
+    old = make_pod(sb, nb)
+    node_ns.run(lambda: Plumber(ovs).add(old))
+    # the pod's sandbox is re-created (new container id, new netns); the old
+    # sandbox's DEL was lost, so its port is still bound to the pod's LSP
+    other = f"{sb.netns_prefix}plumb-newsandbox"
+    subprocess.run(["ip", "netns", "add", other], check=True)
+    new = PodAttachment(**{**old.__dict__, "container_id": os.urandom(32).hex(),
+                           "netns": f"/run/netns/{other}"})
+    node_ns.run(lambda: Plumber(ovs).add(new))
+    assert host_state(sb, ovs, old) == (False, False)        # stale port and veth gone
+    assert host_state(sb, ovs, new) == (True, True)
+    assert [i.name for i in ovs.find_interfaces({names.OVS_IFACE_ID: new.lsp})] == \
+        [new.host_ifname]
+    assert ovs.is_ovn_installed(new.host_ifname)
+    assert node_ns.run(lambda: Plumber(ovs).delete(new.container_id, new.ifname))
