@@ -56,6 +56,8 @@ class MgmtPort:
             try:
                 if self.reconcile():
                     self.converged.set()
+                else:
+                    self.converged.clear()
                 backoff = 0.5
             except Exception as e:  # noqa: BLE001 - retry with backoff
                 log.warning("%s: reconcile failed (%s); retrying in %.1f s", self.ifname, e,
@@ -74,8 +76,13 @@ class MgmtPort:
         if not (ip_cidr and mac and gw and lsp):
             log.debug("%s: node %s not annotated yet", self.ifname, self.node_name)
             return False
-        iface_ip = ipaddress.ip_interface(ip_cidr)
-        gateway = ipaddress.ip_address(gw)
+        try:
+            iface_ip = ipaddress.ip_interface(ip_cidr)
+            gateway = ipaddress.ip_address(gw)
+        except ValueError as e:
+            raise ValueError(f"node {self.node_name}: annotation {names.ANN_NODE_JOIN_IP}="
+                             f"{ip_cidr!r} or {names.ANN_NODE_JOIN_GW}={gw!r} is not an "
+                             f"address: {e}") from None
         want_routes = set()
         for sub in self.subnets.list():
             cidr = (sub.get("spec") or {}).get("cidrBlock")
