@@ -248,20 +248,27 @@ class EnsurePort(_Ensure):
         if ls is None:
             # the layer's error model: "RowNotFound: Cannot find Logical_Switch with name=..."
             raise idlutils.RowNotFound(table=LS, col="name", match=self.switch)
-        row = find(self.api, txn, LSP, self.name)
-        if row is None:
-            row = insert(self.api, txn, LSP, self.name)
-            ls.addvalue("ports", row)
-        elif not has_ref(ls, "ports", row):
-            for other in referrers(self.api, LS, "ports", row):
-                if other is not ls:
-                    other.delvalue("ports", row)
-            ls.addvalue("ports", row)
+        row = _child_of(self.api, txn, ls, LS, LSP, self.name)
         _set_if_changed(row, "addresses", self.addresses)
         _set_if_changed(row, "port_security", self.port_security)
         _set_if_changed(row, "type", self.type)
         _set_if_changed(row, "options", self.options)
         self._converge(row)
+
+
+def _child_of(api, txn, parent, parent_table: str, table: str, name: str):
+    """The port `name` (created if missing) as a member of `parent`'s `ports`,
+    taken out of any other parent's (a port moved to another switch/router)."""
+    row = find(api, txn, table, name)
+    if row is None:
+        row = insert(api, txn, table, name)
+        parent.addvalue("ports", row)
+    elif not has_ref(parent, "ports", row):
+        for other in referrers(api, parent_table, "ports", row):
+            if other is not parent:
+                other.delvalue("ports", row)
+        parent.addvalue("ports", row)
+    return row
 
 
 class EnsureRouterPort(_Ensure):
@@ -292,15 +299,7 @@ class EnsureRouterPort(_Ensure):
         lr = find(self.api, txn, LR, self.router)
         if lr is None:
             raise idlutils.RowNotFound(table=LR, col="name", match=self.router)
-        row = find(self.api, txn, LRP, self.name)
-        if row is None:
-            row = insert(self.api, txn, LRP, self.name)
-            lr.addvalue("ports", row)
-        elif not has_ref(lr, "ports", row):
-            for other in referrers(self.api, LR, "ports", row):
-                if other is not lr:
-                    other.delvalue("ports", row)
-            lr.addvalue("ports", row)
+        row = _child_of(self.api, txn, lr, LR, LRP, self.name)
         _set_if_changed(row, "mac", self.mac)
         _set_if_changed(row, "networks", self.networks)
         _set_if_changed(row, "peer", self.peer)
