@@ -46,8 +46,10 @@ def api_client(url: str, token: str | None = ApiServerProcess.TOKEN) -> kubernet
 
 
 class CuttableProxy:
-    """Loopback TCP proxy; cut() drops every connection and refuses new ones
-    until restore(), as a network partition would."""
+    """Loopback TCP proxy for network faults: cut() drops every connection and
+    refuses new ones until restore(), as a partition would; stall() keeps every
+    connection open but forwards nothing more (new ones go nowhere), as a
+    black-holed network or a wedged server would."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream = upstream_port
@@ -60,6 +62,7 @@ class CuttableProxy:
         self._lock = threading.Lock()
         self._open = True
         self._closed = False
+        self.stalled = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -75,6 +78,10 @@ class CuttableProxy:
             if not self._open:
                 c.close()
                 continue
+            if self.stalled.is_set():
+                with self._lock:
+                    self._conns.append(c)   # held open, never answered
+                continue
             try:
                 u = socket.create_connection(("127.0.0.1", self.upstream), timeout=2)
             except OSError:
@@ -85,13 +92,14 @@ class CuttableProxy:
             threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
             threading.Thread(target=self._pump, args=(u, c), daemon=True).start()
 
-    @staticmethod
-    def _pump(a: socket.socket, b: socket.socket) -> None:
+    def _pump(self, a: socket.socket, b: socket.socket) -> None:
         try:
             while True:
                 data = a.recv(65536)
                 if not data:
                     break
+                if self.stalled.is_set():
+                    continue            # swallowed: the peer waits for an answer
                 b.sendall(data)
         except OSError:
             pass
@@ -112,8 +120,12 @@ class CuttableProxy:
                 pass
             s.close()
 
+    def stall(self) -> None:
+        self.stalled.set()
+
     def restore(self) -> None:
         self._open = True
+        self.stalled.clear()
 
     def close(self) -> None:
         self._closed = True

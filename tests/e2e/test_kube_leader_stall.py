@@ -4,76 +4,15 @@ within its renew deadline, before a standby can take over, however long its
 HTTP client would wait for an answer."""
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
 
-from kube_fixtures import ApiServerProcess, api_client
+from kube_fixtures import ApiServerProcess, CuttableProxy, api_client
 from pacific.kube import client, resources as r
 from test_kube_helpers import TIMING, Candidate, uniq
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-
-
-class StallingProxy:
-    """Loopback TCP proxy; stall() keeps every connection open but forwards
-    nothing more (and accepts new ones that go nowhere), like a black hole."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream = upstream_port
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.stalled = threading.Event()
-        self.closed = threading.Event()
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _accept(self) -> None:
-        while not self.closed.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            with self._lock:
-                self._socks.append(c)
-            if self.stalled.is_set():
-                continue
-            u = socket.create_connection(("127.0.0.1", self.upstream), timeout=2)
-            with self._lock:
-                self._socks.append(u)
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, a: socket.socket, b: socket.socket) -> None:
-        try:
-            while not self.closed.is_set():
-                data = a.recv(65536)
-                if not data:
-                    break
-                if self.stalled.is_set():
-                    continue            # swallowed: the peer waits for an answer
-                b.sendall(data)
-        except OSError:
-            pass
-
-    def close(self) -> None:
-        self.closed.set()
-        self.sock.close()
-        with self._lock:
-            socks, self._socks = self._socks, []
-        for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +26,7 @@ def server():
 
 def test_leader_steps_down_in_time_when_the_api_server_stalls(server):
     api = client.load(server.kubeconfig)
-    proxy = StallingProxy(server.port)
+    proxy = CuttableProxy(server.port)
     via_proxy = api_client(proxy.url)
     via_proxy.configuration.retries = None      # the client's defaults, as deployed
     lease = uniq("lease")
@@ -100,7 +39,7 @@ def test_leader_steps_down_in_time_when_the_api_server_stalls(server):
         time.sleep(1.0)
         assert not b.started.is_set(), "two leaders at once"
         stalled_at = time.monotonic()
-        proxy.stalled.set()                  # a's requests now hang
+        proxy.stall()                        # a's requests now hang
         assert b.started.wait(10), "standby never took over"
         assert a.stopped.wait(TIMING["renew_deadline"] + 1), \
             f"stalled leader still leads {time.monotonic() - stalled_at:.1f}s after the stall"
