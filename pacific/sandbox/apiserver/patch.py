@@ -55,9 +55,10 @@ def _index(container: list, token: str, allow_end: bool) -> int:
     return i
 
 
-def _parent(doc, tokens: list[str], path: str):
+def _walk(doc, tokens: list[str], path: str):
+    """The value at `tokens` (JSON pointer tokens of `path`) in `doc`."""
     cur = doc
-    for t in tokens[:-1]:
+    for t in tokens:
         if isinstance(cur, dict) and t in cur:
             cur = cur[t]
         elif isinstance(cur, list):
@@ -65,18 +66,14 @@ def _parent(doc, tokens: list[str], path: str):
         else:
             raise _unprocessable(f"doc is missing path: {path!r}")
     return cur
+
+
+def _parent(doc, tokens: list[str], path: str):
+    return _walk(doc, tokens[:-1], path)
 
 
 def _get(doc, path: str):
-    cur = doc
-    for t in _pointer(path):
-        if isinstance(cur, dict) and t in cur:
-            cur = cur[t]
-        elif isinstance(cur, list):
-            cur = cur[_index(cur, t, False)]
-        else:
-            raise _unprocessable(f"doc is missing path: {path!r}")
-    return cur
+    return _walk(doc, _pointer(path), path)
 
 
 def _remove(doc, path: str):
