@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Iterable
 
 LOG = logging.getLogger(__name__)
@@ -101,7 +102,12 @@ class NBWriter:
     def run(self, builders: Iterable[Builder], what: str = "", timeout: float | None = None) -> list:
         """submit() and wait; raises NBWriteError naming `what` on failure."""
         fut = self.submit(builders, what)
-        return fut.result(timeout=timeout or self.txn_timeout * 2)
+        wait = timeout or self.txn_timeout * 2
+        try:
+            return fut.result(timeout=wait)
+        except FutureTimeout:
+            raise NBWriteError(f"NB write {what or '(unnamed)'}: no answer within {wait:g} s "
+                               "(writer stalled or NB unreachable)") from None
 
     # -- writer thread -------------------------------------------------------
     def _take_batch(self) -> list[_Submission] | None:
