@@ -69,6 +69,8 @@ def _token(rv, start) -> str:
     ("GET", "/api/v1/configmaps?limit=1&continue=" + _token("x", [1, 2]), None),
     ("GET", "/api/v1/configmaps?limit=1&continue=" + _token(1, 5), None),
     ("DELETE", "/api/v1/namespaces/default/configmaps/cm", {"preconditions": "x"}),
+    ("DELETE", "/api/v1/namespaces/default/configmaps/cm", {"dryRun": ["Yes"]}),
+    ("DELETE", "/api/v1/namespaces/default/configmaps/cm?dryRun=true", None),
     ("POST", "/api/v1/namespaces/default/pods/p/binding", {"target": "node1"}),
     ("POST", "/api/v1/namespaces/default/pods/p/binding", [1]),
 ])

@@ -216,6 +216,9 @@ def delete_options(raw: bytes, q: dict) -> dict:
     for k in ("propagationPolicy", "gracePeriodSeconds", "dryRun"):
         if k in q and k not in opts:
             opts[k] = q[k]
+    dry = opts.get("dryRun")
+    if dry not in (None, "All", [], ["All"]):   # never run a real delete for a typo
+        raise errors.bad_request(f'unsupported dryRun value {dry!r}: supported values: "All"')
     return opts
 
 
