@@ -189,6 +189,16 @@ def test_crd_schemas_must_be_structural(store):
     assert fields == {"spec.versions[0].schema.openAPIV3Schema.properties[spec].type",
                       "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[n].default",
                       "spec.versions[0].schema.openAPIV3Schema.properties[list].items"}
+    # keywords of the wrong type would make every later write of the resource fail
+    e = refused(store.create, crd_rt, "", crd({"type": "object", "required": "spec", "properties": {
+        "n": {"type": "integer", "minimum": "x"}, "s": {"type": "string", "pattern": "(",
+                                                          "maxLength": -1}}}))
+    fields = {c["field"] for c in e.details["causes"]}
+    root = "spec.versions[0].schema.openAPIV3Schema"
+    assert fields == {f"{root}.required", f"{root}.properties[n].minimum",
+                      f"{root}.properties[s].pattern", f"{root}.properties[s].maxLength"}
+    e = refused(store.create, crd_rt, "", crd({"type": "object", "properties": "x"}))
+    assert f"{root}.properties: Invalid value" in e.message
     store.create(crd_rt, "", crd({"type": "object", "x-kubernetes-preserve-unknown-fields": True}))
 
 

@@ -320,6 +320,40 @@ def _validate_object(v, s, path, name, old, errs, root):
 
 
 # ---------------------------------------------------------------- CRD schemas
+_INT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_NUM_KEYWORDS = ("minimum", "maximum", "multipleOf")
+
+
+def _check_keyword_types(s: dict, path: str) -> list[tuple[str, str, str]]:
+    """Keywords whose value has the wrong type would make every later write of
+    the resource fail inside validation: refuse the CRD instead."""
+    errs = []
+
+    def bad(key: str, what: str) -> None:
+        errs.append(("FieldValueInvalid", f"{path}.{key}",
+                     f"Invalid value: {fmt_value(s[key])}: must be {what}"))
+    for k in _INT_KEYWORDS:
+        if k in s and (not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 0):
+            bad(k, "a non-negative integer")
+    for k in _NUM_KEYWORDS:
+        if k in s and (not isinstance(s[k], (int, float)) or isinstance(s[k], bool)):
+            bad(k, "a number")
+    for k in ("properties",):
+        if k in s and not isinstance(s[k], dict):
+            bad(k, "an object")
+    if "required" in s and not (isinstance(s["required"], list)
+                                and all(isinstance(x, str) for x in s["required"])):
+        bad("required", "a list of strings")
+    if "enum" in s and not isinstance(s["enum"], list):
+        bad("enum", "a list")
+    if "pattern" in s:
+        try:
+            re.compile(s["pattern"]) if isinstance(s["pattern"], str) else bad("pattern", "a string")
+        except re.error as e:
+            bad("pattern", f"a valid regular expression ({e})")
+    return errs
+
+
 def check_structural(s, path: str, root: bool = True) -> list[tuple[str, str, str]]:
     """The structural-schema rules kube-apiserver enforces on a CRD's openAPIV3Schema
     (the subset a schema author trips over), plus validity of every `default`."""
@@ -337,12 +371,14 @@ def check_structural(s, path: str, root: bool = True) -> list[tuple[str, str, st
     elif t and t not in _TYPES:
         errs.append(("FieldValueNotSupported", f"{path}.type", f"Unsupported value: {fmt_value(t)}: "
                      'supported values: "array", "boolean", "integer", "number", "object", "string"'))
+    errs += _check_keyword_types(s, path)
     if t == "array" and not isinstance(s.get("items"), dict):
         errs.append(("FieldValueRequired", f"{path}.items", "Required value: must be specified"))
     if s.get("properties") and isinstance(s.get("additionalProperties"), dict):
         errs.append(("FieldValueForbidden", f"{path}.additionalProperties",
                      "Forbidden: additionalProperties and properties are mutual exclusive"))
-    for k, ps in (s.get("properties") or {}).items():
+    props = s.get("properties")
+    for k, ps in (props if isinstance(props, dict) else {}).items():
         errs += check_structural(ps, f"{path}.properties[{k}]", root=False)
     for key in ("items", "additionalProperties"):
         if isinstance(s.get(key), dict):
