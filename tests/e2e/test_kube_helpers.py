@@ -3,6 +3,7 @@ informer (including a cut connection), leader election (take-over and release)."
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -229,9 +230,13 @@ class Candidate:
 TIMING = dict(lease_duration=2.0, renew_deadline=1.5, retry_period=0.2)
 
 
-def test_leader_takeover_when_leader_is_partitioned(api, proxy):
-    lease = uniq("lease")
+@contextlib.contextmanager
+def leader_and_standby(api, proxy, retries=0):
+    """Candidate "a" leads through `proxy` (so a test can fault its network), "b"
+    stands by on a direct connection; both are stopped and joined afterwards."""
     via_proxy = api_client(proxy.url)
+    via_proxy.configuration.retries = retries
+    lease = uniq("lease")
     a = Candidate(via_proxy, lease, "a", **TIMING)
     b = Candidate(api, lease, "b", **TIMING)
     a.thread.start()
@@ -241,6 +246,19 @@ def test_leader_takeover_when_leader_is_partitioned(api, proxy):
         time.sleep(1.0)
         assert not b.started.is_set(), "two leaders at once"
         assert r.get(api, r.LEASES, lease, "default")["spec"]["holderIdentity"] == "a"
+        yield a, b, lease
+    finally:
+        a.elector.stop()
+        b.elector.stop()
+        proxy.close()                        # unblocks a request hung in the proxy
+        a.thread.join(10)
+        b.thread.join(10)
+        via_proxy.close()
+    assert not a.thread.is_alive() and not b.thread.is_alive()
+
+
+def test_leader_takeover_when_leader_is_partitioned(api, proxy):
+    with leader_and_standby(api, proxy) as (a, b, lease):
         cut_at = time.monotonic()
         proxy.cut()                          # a can no longer renew: like a crash
         assert a.stopped.wait(10), "partitioned leader did not step down"
@@ -249,13 +267,6 @@ def test_leader_takeover_when_leader_is_partitioned(api, proxy):
         assert a.led_until <= b.led_from, "leadership overlapped"
         spec = r.get(api, r.LEASES, lease, "default")["spec"]
         assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
-    finally:
-        a.elector.stop()
-        b.elector.stop()
-        a.thread.join(5)
-        b.thread.join(5)
-        via_proxy.close()
-    assert not a.thread.is_alive() and not b.thread.is_alive()
 
 
 def test_leader_releases_lease_on_stop(api):
@@ -287,24 +298,13 @@ def test_leader_rejects_bad_timing(api):
                       renew_deadline=10)
 
 
-def test_leader_steps_down_in_time_when_the_api_server_stalls(server):
+def test_leader_steps_down_in_time_when_the_api_server_stalls(api, proxy):
     """When the API server stops answering without closing the connection (a
     black-holed network, a wedged server) the leader steps down within its renew
     deadline, before a standby can take over, however long its HTTP client would
     wait for an answer."""
-    api = client.load(server.kubeconfig)
-    proxy = CuttableProxy(server.port)
-    via_proxy = api_client(proxy.url)
-    via_proxy.configuration.retries = None      # the client's defaults, as deployed
-    lease = uniq("lease")
-    a = Candidate(via_proxy, lease, "a", **TIMING)
-    b = Candidate(api, lease, "b", **TIMING)
-    a.thread.start()
-    try:
-        assert a.started.wait(10)
-        b.thread.start()
-        time.sleep(1.0)
-        assert not b.started.is_set(), "two leaders at once"
+    # retries=None: the client's defaults, as deployed
+    with leader_and_standby(api, proxy, retries=None) as (a, b, lease):
         stalled_at = time.monotonic()
         proxy.stall()                        # a's requests now hang
         assert b.started.wait(10), "standby never took over"
@@ -314,12 +314,3 @@ def test_leader_steps_down_in_time_when_the_api_server_stalls(server):
             f"leadership overlapped by {a.led_until - b.led_from:.1f}s")
         assert a.led_until - stalled_at <= TIMING["renew_deadline"] + 0.5
         assert r.get(api, r.LEASES, lease, "default")["spec"]["holderIdentity"] == "b"
-    finally:
-        a.elector.stop()
-        b.elector.stop()
-        proxy.close()                        # unblocks a's hung request
-        a.thread.join(10)
-        b.thread.join(10)
-        via_proxy.close()
-        api.close()
-    assert not a.thread.is_alive() and not b.thread.is_alive()
