@@ -15,7 +15,7 @@ import socket
 import sys
 import threading
 
-from pacific import names
+from pacific import daemonlog, names
 from pacific.controller.config import Config, ConfigError
 
 LOG = logging.getLogger("pacific.controller")
@@ -101,15 +101,6 @@ def config_from_args(args) -> Config:
                   gc_interval=args.gc_interval).validate()
 
 
-def _setup_logging(args) -> None:
-    kw = {"filename": args.log_file} if args.log_file else {"stream": sys.stderr}
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s [%(threadName)s]: %(message)s", **kw)
-    if not args.verbose:
-        for noisy in ("ovsdbapp", "urllib3", "kubernetes"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
 def _ensure_namespace(kube, namespace: str) -> None:
     """The Lease lives in a namespace that a bare API server may not have yet."""
     from pacific.kube import errors, resources as r
@@ -181,7 +172,7 @@ def run_term(ctl, stop: threading.Event, health=None) -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    _setup_logging(args)
+    daemonlog.setup(args.verbose, args.log_file)
     from pacific.metrics import MetricsError, MetricsServer, parse_address
     try:
         cfg = config_from_args(args)

@@ -13,7 +13,7 @@ import threading
 
 from pyroute2 import IPRoute
 
-from pacific import names
+from pacific import daemonlog, names
 from pacific.node import bootstrap
 from pacific.node.cnihandler import CniHandler
 from pacific.node.cniserver import CniServer
@@ -189,15 +189,7 @@ def main(argv=None) -> int:
     except MetricsError as e:
         print(f"pacific-node: {e}", file=sys.stderr)
         return 2
-    handler = logging.FileHandler(args.log_file) if args.log_file else \
-        logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        "%(asctime)s %(levelname)s %(name)s [%(threadName)s]: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    for noisy in ("urllib3", "kubernetes", "ovsdbapp"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    daemonlog.setup(args.verbose, args.log_file)
     if os.geteuid() != 0:
         log.error("pacific-node must run as root (netlink, OVS, root-only socket)")
         return 1
