@@ -122,6 +122,7 @@ def _matrix(sb, targets: list[tuple[str, str]]) -> int:
 @errors_to_exit
 def run(args) -> int:
     from pacific.kube import client
+    from pacific.sandbox.apiserver import kubeconfig_path
     from pacific.sandbox.cluster import Sandbox
     t0 = time.monotonic()
     sb = Sandbox(args.name, nodes=None if os.path.isdir(os.path.join(
@@ -129,7 +130,7 @@ def run(args) -> int:
     print(f"sandbox {sb.name}: bringing up what is not running ({len(sb.nodes)} nodes) ...",
           flush=True)
     sb.up()     # idempotent: keeps a healthy network, starts only missing services
-    kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
+    kc = kubeconfig_path(sb)
     api = client.load(kc)
     _ensure_objects(api)
     print("pods (real CNI path through each node's pacific-node):", flush=True)

@@ -107,5 +107,5 @@ def wait_for_leader(kubeconfig: str, timeout: float = 60.0) -> str:
 def service(sandbox) -> None:
     """Sandbox service hook entry (after the API emulator, before the node daemons):
     two replicas on the sandbox's root-namespace kubeconfig."""
-    import os
-    start_for_sandbox(sandbox, os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG), replicas=2)
+    from pacific.sandbox.apiserver import kubeconfig_path
+    start_for_sandbox(sandbox, kubeconfig_path(sandbox), replicas=2)

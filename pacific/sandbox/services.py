@@ -33,7 +33,8 @@ def register_nodes(sb: "Sandbox") -> None:
 
     from pacific.kube import client, errors
     from pacific.kube import resources as r
-    api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
+    from pacific.sandbox.apiserver import kubeconfig_path
+    api = client.load(kubeconfig_path(sb))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     for n in sb.nodes:
         try:
