@@ -11,7 +11,6 @@ API emulator runs in-process on 127.0.0.1 with a free port.
 """
 from __future__ import annotations
 
-import os
 import secrets
 import signal
 import subprocess

@@ -1,6 +1,5 @@
 """The API emulator driven by the official `kubernetes` client (a real process, HTTPS)."""
 import json
-import threading
 import time
 
 import pytest

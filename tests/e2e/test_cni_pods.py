@@ -6,7 +6,6 @@ cni_fixtures (real NB rows, annotations through the API emulator)."""
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import subprocess
 import time

@@ -3,7 +3,6 @@ saving after a failed write, malformed requests answered 400 (not 500)."""
 import sys
 import threading
 
-import pytest
 import yaml
 
 from pacific.sandbox.apiserver.resources import CRD_KEY

@@ -5,14 +5,13 @@ URL shapes (as kube-apiserver):
   /apis/{group}/{version}[/namespaces/{ns}]/{plural}[/{name}[/{subresource}]]
 """
 import hmac
-import json
 import logging
 import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler
 
 from pacific.sandbox.apiserver import discovery, errors, reqctx, rest, tables
-from pacific.sandbox.apiserver.resources import NAMESPACE_KEY, ResourceType
+from pacific.sandbox.apiserver.resources import ResourceType
 from pacific.sandbox.apiserver.store import encode
 from pacific.sandbox.apiserver.watch import Watcher
 
