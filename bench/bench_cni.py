@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CNI ADD/DEL latency: Pacific against Debian's reference bridge + host-local.
 
-Both run through the same runtime code (pacific.cni.runtime, which executes a
+Both run through the same runtime code (pacific.sandbox.cniruntime, which executes a
 conflist exactly as libcni does), in the same run, on the same machine, inside a
 1-node sandbox:
 
@@ -38,10 +38,10 @@ import tempfile
 import time
 
 from pacific import names
-from pacific.cni import runtime
+from pacific.sandbox import cniruntime as runtime
 from pacific.kube import client as kclient
 from pacific.kube import resources as kr
-from pacific.node import launch
+from pacific.sandbox import nodedaemons as launch
 from pacific.ovn.base import Owner
 from pacific.ovn.nb import NorthboundAPI
 from pacific.sandbox.apiserver import kubeconfig_path, start_for_sandbox

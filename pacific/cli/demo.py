@@ -61,7 +61,7 @@ def _ensure_objects(api) -> None:
 
 
 def _add_pods(sb, api) -> None:
-    from pacific.cni import sandboxpods
+    from pacific.sandbox import cnipods as sandboxpods
     from pacific.kube import resources as r
     for ns, name, node, ann in PODS:
         pod = r.get(api, r.PODS, name, ns)
@@ -90,7 +90,7 @@ def _targets(api) -> list[tuple[str, str]]:
 def _matrix(sb, targets: list[tuple[str, str]]) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from pacific.cni import sandboxpods
+    from pacific.sandbox import cnipods as sandboxpods
     sources = [t for t in targets if not t[0].endswith("/ovn0")]
 
     def ping(src: str, ip: str) -> bool:

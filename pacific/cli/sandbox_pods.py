@@ -41,7 +41,7 @@ def _sandbox(args):
 
 
 def cmd_pod_add(args) -> int:
-    from pacific.cni import sandboxpods
+    from pacific.sandbox import cnipods as sandboxpods
     ns, name = _split_ref(args.pod)
     try:
         pod = sandboxpods.add_pod(_sandbox(args), ns, name, args.node,
@@ -56,7 +56,7 @@ def cmd_pod_add(args) -> int:
 
 
 def cmd_pod_delete(args) -> int:
-    from pacific.cni import sandboxpods
+    from pacific.sandbox import cnipods as sandboxpods
     ns, name = _split_ref(args.pod)
     try:
         found = sandboxpods.delete_pod(_sandbox(args), ns, name)
@@ -68,7 +68,7 @@ def cmd_pod_delete(args) -> int:
 
 
 def cmd_exec(args) -> int:
-    from pacific.cni import sandboxpods
+    from pacific.sandbox import cnipods as sandboxpods
     ns, name = _split_ref(args.pod)
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:

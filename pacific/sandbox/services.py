@@ -55,12 +55,12 @@ def register_nodes(sb: "Sandbox") -> None:
 
 
 def controllers(sb: "Sandbox") -> None:
-    from pacific.controller import launch as controller_launch
+    from pacific.sandbox import controllers as controller_launch
     controller_launch.service(sb)
 
 
 def node_daemons(sb: "Sandbox") -> None:
-    from pacific.node import launch as node_launch
+    from pacific.sandbox import nodedaemons as node_launch
     kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)
     missing = [n for n in sb.nodes if sb.daemon_pid(node_launch.tag(n)) is None]
     for n in missing:

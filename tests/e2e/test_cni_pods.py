@@ -1,6 +1,6 @@
 """CNI plugin + node daemon end to end: real sandbox, real OVN, real packets.
 
-Pods are created through `pacific.cni.sandboxpods` (the plugin binary run as
+Pods are created through `pacific.sandbox.cnipods` (the plugin binary run as
 containerd runs it); the allocation comes from the FakeController in
 cni_fixtures (real NB rows, annotations through the API emulator)."""
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 
 from cni_e2e_fixtures import FakeController
 from pacific import names
-from pacific.cni import runtime, sandboxpods
-from pacific.cni.sandboxpods import PodError
+from pacific.sandbox import cniruntime as runtime, cnipods as sandboxpods
+from pacific.sandbox.cnipods import PodError
 from pacific.kube import client as kclient
-from pacific.node import launch
+from pacific.sandbox import nodedaemons as launch
 
 pytestmark = pytest.mark.e2e
 

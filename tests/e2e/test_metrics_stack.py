@@ -8,8 +8,8 @@ import pytest
 
 from pacific import metrics as m
 from pacific import names
-from pacific.cni import sandboxpods
-from pacific.controller import launch as controller_launch
+from pacific.sandbox import cnipods as sandboxpods
+from pacific.sandbox import controllers as controller_launch
 from pacific.kube import client
 from pacific.kube import resources as r
 from pacific.node.nsutil import Netns

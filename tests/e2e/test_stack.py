@@ -98,7 +98,7 @@ def test_statefulset_pod_keeps_its_address_on_another_node(stack):
         namespace="team-a")
     owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
               "uid": sts["metadata"]["uid"], "controller": True}]
-    from pacific.cni import sandboxpods
+    from pacific.sandbox import cnipods as sandboxpods
     sandboxpods.add_pod(sb, "team-a", "db-0", "node1", labels={"app": "db"}, api=api,
                         owner_references=owner)
     sandboxpods.add_pod(sb, "team-a", "client", "node2", api=api)

@@ -1,6 +1,6 @@
 """Start `pacific-node` on every node of a sandbox, inside the node's namespace.
 
-    from pacific.node import launch
+    from pacific.sandbox import nodedaemons as launch
     launch.start_for_sandbox(sb, kubeconfig_underlay)   # one daemon per node
     launch.paths(sb.node("node1")).socket                # its CNI socket
     launch.restart(sb, "node1", kubeconfig_underlay, kill=True)   # kill -9 + start

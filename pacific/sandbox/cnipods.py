@@ -7,10 +7,10 @@
 
 add_pod creates the Pod object (spec.nodeName set, as the scheduler would), a
 network namespace `pac-<sandbox>-pod-<ns>-<name>`, and runs the node's conflist
-through pacific.cni.runtime exactly as containerd does (environment, stdin
+through pacific.sandbox.cniruntime exactly as containerd does (environment, stdin
 config, exit code, stdout).  The container id and namespace are recorded in
 `<sandbox dir>/cni-pods/<ns>_<name>.json` so delete_pod (another process, later)
-finds them.  Depends on the node daemons (pacific.node.launch) and, for the
+finds them.  Depends on the node daemons (pacific.sandbox.nodedaemons) and, for the
 allocation, the controller.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass
 
-from pacific.cni import runtime
-from pacific.node import launch
+from pacific.sandbox import cniruntime as runtime
+from pacific.sandbox import nodedaemons as launch
 
 log = logging.getLogger(__name__)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -1,6 +1,6 @@
 """Start controller replicas inside a sandbox (called from the sandbox's up()).
 
-    from pacific.controller.launch import start_for_sandbox
+    from pacific.sandbox.controllers import start_for_sandbox
     pids = start_for_sandbox(sb, kubeconfig, replicas=2)
 
 Replicas run in the root namespace (NB through its unix socket, the API on
