@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from pacific import names
+from pacific import contract, names
 from pacific.sandbox import cniruntime as runtime
 from pacific.kube import client as kclient
 from pacific.kube import resources as kr
@@ -99,14 +99,15 @@ class Bench:
                     addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
                 pod = kr.create(self.api, kr.PODS, {
                     "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": "bench", "annotations": {
-                        names.ANN_ALLOCATED: "true", names.ANN_IP_ADDRESS: ip,
-                        names.ANN_MAC_ADDRESS: mac, names.ANN_CIDR: CIDR,
-                        names.ANN_GATEWAY: GW, names.ANN_LSP: lsp}},
+                    "metadata": {"name": name, "namespace": "bench"},
                     "spec": {"nodeName": self.node.name,
                              "containers": [{"name": "c", "image": "pause"}]}},
                     namespace="bench")
                 uid = pod["metadata"]["uid"]
+                rec = contract.PodRecord(uid=uid, port=lsp, ip=ip, mac=mac, cidr=CIDR, gateway=GW,
+                                         subnet=SWITCH)
+                kr.patch_merge(self.api, kr.PODS, name,
+                               {"metadata": {"annotations": rec.annotations()}}, namespace="bench")
             out.append((name, ns_name, uid))
         if cmds:
             with self.nb.transaction() as txn:

@@ -45,6 +45,10 @@ sys.path.insert(0, str(TREE / "tests" / "e2e"))
 
 from controller_fixtures import ControlPlane, wait_until  # noqa: E402
 from pacific import names  # noqa: E402
+try:   # the controller's record; older revisions (--baseline-rev) wrote several annotations
+    from pacific import contract  # noqa: E402
+except ImportError:
+    contract = None
 from pacific.controller import model, topology  # noqa: E402
 try:   # the NB ensure commands; older revisions (--baseline-rev) kept them in the controller
     from pacific.ovn import ensure as nbcmds  # noqa: E402
@@ -139,12 +143,19 @@ def fill_store(cp: ControlPlane, n: int, with_pods: bool) -> None:
         node = f"node{i % 3 + 1}"
         store.create(rt_ip, "", model.ip_object("bench", f"p{i}", a.subnet, a.ip, a.mac, node))
         if with_pods:
-            ann = {k: v for k, v in model.pod_annotations(a.ip, a.mac, a.cidr, a.gateway, a.subnet,
-                                                          names.pod_lsp_name("bench", f"p{i}")).items()
-                   if v is not None}
-            store.create(rt_pod, "bench", {"metadata": {"name": f"p{i}", "annotations": ann},
-                                           "spec": {"nodeName": node,
-                                                    "containers": [{"name": "c", "image": "pause"}]}})
+            port = names.pod_lsp_name("bench", f"p{i}")
+            ann = {} if contract else {
+                k: v for k, v in model.pod_annotations(a.ip, a.mac, a.cidr, a.gateway, a.subnet,
+                                                       port).items() if v is not None}
+            pod = store.create(rt_pod, "bench", {"metadata": {"name": f"p{i}", "annotations": ann},
+                                                 "spec": {"nodeName": node,
+                                                          "containers": [{"name": "c", "image": "pause"}]}})
+            if contract:   # the record names the uid the store gave the pod
+                rec = contract.PodRecord(uid=pod.obj["metadata"]["uid"], port=port, ip=a.ip,
+                                         mac=a.mac, cidr=a.cidr, gateway=a.gateway, subnet=a.subnet)
+                store.mutate(rt_pod, "bench", f"p{i}", lambda o, rec=rec: {
+                    **o, "metadata": {**o["metadata"], "annotations": {
+                        k: v for k, v in rec.annotations().items() if v is not None}}})
 
 
 def rebuild_time(workdir: Path, n: int) -> tuple[float, float]:
@@ -167,6 +178,13 @@ def rebuild_time(workdir: Path, n: int) -> tuple[float, float]:
     return t1 - t0, t2 - t1
 
 
+def allocated(pod: dict) -> bool:
+    """The controller has recorded the pod's allocation (either contract)."""
+    if contract:
+        return contract.own_record(pod) is not None
+    return model.annotations(pod).get("pacific.io/allocated") == "true"
+
+
 def end_to_end(workdir: Path, n: int) -> float:
     with ControlPlane(workdir) as cp:
         r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": "bench"}})
@@ -182,7 +200,7 @@ def end_to_end(workdir: Path, n: int) -> float:
                 "nodeName": "node1", "containers": [{"name": "c", "image": "pause"}]}}, "bench")
         t1 = time.perf_counter()
         for i in range(n):
-            inf.wait_for(f"bench/p{i}", lambda p: model.annotations(p).get(names.ANN_ALLOCATED) == "true", 300)
+            inf.wait_for(f"bench/p{i}", allocated, 300)
         t2 = time.perf_counter()
         cpu = cpu_seconds(p.pid) - c0
         inf.stop()

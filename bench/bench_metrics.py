@@ -77,6 +77,11 @@ class _FakeNB:
         return True
 
 
+class _Feature:
+    def __init__(self, name: str):
+        self.name, self.queue = name, WorkQueue(name=name)
+
+
 class _Ctl:
     """The attributes the scrape collector and readiness read from a Controller."""
 
@@ -86,10 +91,10 @@ class _Ctl:
             self.ipam.add_subnet(f"subnet{i}", f"10.{i // 256 + 16}.{i % 256}.0/24")
             for j in range(50):
                 self.ipam.allocate(f"subnet{i}", f"ns{i}/p{j}")
-        self.pod_q, self.node_q, self.subnet_q = WorkQueue(), WorkQueue(), WorkQueue()
+        self.features = [_Feature(n) for n in ("subnet", "node", "pod")]
         self.ready = threading.Event()
         self.ready.set()
-        self.informers = []
+        self.informers = {}
         self.last_tick = time.monotonic()
 
 

@@ -20,14 +20,16 @@ ANN_LOGICAL_SWITCH = "pacific.io/logical_switch"  # subnet choice (pod or namesp
 ANN_INGRESS_RATE = "pacific.io/ingress_rate"      # Mbit/s
 ANN_EGRESS_RATE = "pacific.io/egress_rate"        # Mbit/s
 ANN_MIRROR = "pacific.io/mirror"
-# written by the controller for the node daemon.  The controller also writes the
-# final ANN_IP_ADDRESS, ANN_MAC_ADDRESS and ANN_LOGICAL_SWITCH (a user's request in
-# those keys is honoured or refused, never silently changed).
-ANN_ALLOCATED = "pacific.io/allocated"            # "true" once the fields below are final
-ANN_CIDR = "pacific.io/cidr"
-ANN_GATEWAY = "pacific.io/gateway"
-ANN_LSP = "pacific.io/logical_switch_port"
+# written by the controller for the node daemon: ONE value, its record of the
+# allocation (JSON, built and parsed only by pacific/contract.py).  It names the
+# pod's UID and the port derived from the pod, so a copy on another pod is
+# recognised and never plumbed.  The user's requests above stay separate keys.
+ANN_ALLOCATION = "pacific.io/allocation"
 ANN_ALLOCATION_ERROR = "pacific.io/allocation_error"
+# keys of the record before it was one value (read by nothing; the controller
+# removes them where it finds them, so an old copy cannot confuse a reader)
+ANN_LEGACY_RECORD = ("pacific.io/allocated", "pacific.io/cidr", "pacific.io/gateway",
+                     "pacific.io/logical_switch_port")
 # node annotations (management port ovn0)
 ANN_NODE_JOIN_IP = "pacific.io/join_ip"           # "100.64.0.2/16"
 ANN_NODE_JOIN_MAC = "pacific.io/join_mac"
@@ -72,22 +74,33 @@ INTEGRATION_BRIDGE = "br-int"
 MGMT_PORT = "ovn0"
 
 
+# Logical port names carry a per-kind prefix ending in ":", a character no
+# Kubernetes name contains, so ports of pods, nodes and router links can never
+# take each other's name (OVN's Port_Binding names share one namespace across
+# switch and router ports, so the two sides of a router link differ too).
+PORT_PREFIX_POD = "pod:"
+PORT_PREFIX_NODE = "node:"
+PORT_PREFIX_ROUTER = "lrp:"          # router side of a router <-> switch link
+PORT_PREFIX_ROUTER_LINK = "ls-lrp:"  # switch side of it
+
+
 def router_port_name(switch: str) -> str:
     """Router side of the patch between the cluster router and a switch."""
-    return f"{CLUSTER_ROUTER}-{switch}"
+    return f"{PORT_PREFIX_ROUTER}{switch}"
 
 
 def switch_router_port_name(switch: str) -> str:
     """Switch side of the patch between the cluster router and a switch."""
-    return f"{switch}-{CLUSTER_ROUTER}"
+    return f"{PORT_PREFIX_ROUTER_LINK}{switch}"
 
 
 def pod_lsp_name(namespace: str, name: str) -> str:
-    return f"{name}.{namespace}"
+    """Logical switch port of a pod: derived from the pod, never chosen by a user."""
+    return f"{PORT_PREFIX_POD}{namespace}/{name}"
 
 
 def node_lsp_name(node: str) -> str:
-    return f"node-{node}"
+    return f"{PORT_PREFIX_NODE}{node}"
 
 
 # --- Defaults -----------------------------------------------------------------

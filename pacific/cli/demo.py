@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 
-from pacific import names
+from pacific import contract, names
 from pacific.cli.sandbox import errors_to_exit
 
 
@@ -66,7 +66,7 @@ def _add_pods(sb, api) -> None:
     for ns, name, node, ann in PODS:
         pod = r.get(api, r.PODS, name, ns)
         if pod is not None and sandboxpods.load(sb, ns, name) is not None and \
-                (pod["metadata"].get("annotations") or {}).get(names.ANN_ALLOCATED) == "true":
+                contract.own_record(pod) is not None:
             continue
         if pod is not None:   # half-made by an interrupted run: start over
             sandboxpods.delete_pod(sb, ns, name, api=api)

@@ -180,7 +180,7 @@ class ControllerHealth:
             role = "standby (not the leader)" if self.leader_elect else "starting"
             return True, f"{self.identity}: {role}, OVN Northbound connected"
         if not ctl.ready.is_set():
-            waiting = [i.res.plural for i in ctl.informers if not i.synced]
+            waiting = [i.res.plural for i in ctl.informers.values() if not i.synced]
             why = (f"informers not synced: {', '.join(waiting)}" if waiting
                    else "rebuilding IPAM and starting workers")
             return False, f"{self.identity}: leader, not ready yet ({why})"
@@ -209,8 +209,8 @@ class _ScrapeCollector:
                                   "network and broadcast not counted)", labels=["subnet"])
         ctl = self.health.controller if self.health is not None else None
         if ctl is not None:
-            for kind, q in (("pod", ctl.pod_q), ("node", ctl.node_q), ("subnet", ctl.subnet_q)):
-                depth.add_metric([kind], q.pending())
+            for f in ctl.features:
+                depth.add_metric([f.name], f.queue.pending())
             for info in ctl.ipam.subnets():
                 used.add_metric([info.name], info.used)
                 avail.add_metric([info.name], info.available)

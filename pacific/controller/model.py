@@ -26,6 +26,10 @@ def annotations(obj: dict) -> dict:
     return meta(obj).get("annotations") or {}
 
 
+def labels_of(obj: dict) -> dict:
+    return meta(obj).get("labels") or {}
+
+
 def pod_key(namespace: str, name: str) -> str:
     """Work-queue / informer key of a pod, also the IPAM owner key of its address."""
     return f"{namespace}/{name}"
@@ -46,12 +50,12 @@ def ip_object_name(namespace: str, name: str) -> str:
     identity that outlives the pod, so a re-created pod finds its address.  A name
     longer than an object name may be (253) keeps a readable prefix and a hash of
     the full identity, so it stays unique and deterministic."""
-    full = names.pod_lsp_name(namespace, name)
+    full = f"{name}.{namespace}"
     if len(full) <= MAX_OBJECT_NAME:
         return full
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).hexdigest()[:12]
     room = MAX_OBJECT_NAME - len(namespace) - len(digest) - 2
-    return names.pod_lsp_name(namespace, f"{name[:room].rstrip('.-')}-{digest}")
+    return f"{name[:room].rstrip('.-')}-{digest}.{namespace}"
 
 
 def needs_network(pod: dict) -> bool:
@@ -117,20 +121,26 @@ def choose_subnet(pod: dict, namespace: dict | None, ns_binding: dict[str, str],
 # Python dicts.  These transforms keep exactly what the reconcilers and Events
 # read, with repeated strings (namespace, node, subnet, phase...) interned so
 # 100,000 pods share one copy of each.  Keep them in step with the readers:
-# needs_network, statefulset_of, choose_subnet, pod_allocated_matches, the
-# annotations the pod reconciler compares, and r.create_event's involvedObject.
+# needs_network, statefulset_of, choose_subnet, the contract record and
+# requests the pod reconciler compares, labels (selected by features), and
+# r.create_event's involvedObject.
 
 _intern = sys.intern
-_SHARED_ANN = frozenset((names.ANN_LOGICAL_SWITCH, names.ANN_CIDR, names.ANN_GATEWAY, names.ANN_ALLOCATED))
+_SHARED_ANN = frozenset((names.ANN_LOGICAL_SWITCH,))
 _SHARED_IP_SPEC = frozenset(("namespace", "subnet", "nodeName", "ownerKind"))
 
 
-def _slim_meta(m: dict, annotations_too: bool) -> dict:
+def _slim_meta(m: dict, annotations_too: bool, labels_too: bool = False) -> dict:
     out = {"name": m.get("name"), "uid": m.get("uid"), "resourceVersion": m.get("resourceVersion")}
     if m.get("namespace") is not None:
         out["namespace"] = _intern(m["namespace"])
     if m.get("deletionTimestamp"):
         out["deletionTimestamp"] = m["deletionTimestamp"]
+    if labels_too and m.get("labels"):
+        # NetworkPolicy and tenants select on them; label sets repeat across a
+        # Deployment's pods, so keys and values are interned
+        out["labels"] = {_intern(k): _intern(v) for k, v in m["labels"].items()
+                         if isinstance(k, str) and isinstance(v, str)}
     if annotations_too:
         ann = {_intern(k): (_intern(v) if k in _SHARED_ANN and isinstance(v, str) else v)
                for k, v in (m.get("annotations") or {}).items() if k.startswith(names.ANN_PREFIX)}
@@ -142,7 +152,7 @@ def _slim_meta(m: dict, annotations_too: bool) -> dict:
 def slim_pod(pod: dict) -> dict:
     """The part of a Pod the controller reads (informer transform)."""
     m = pod.get("metadata") or {}
-    meta_ = _slim_meta(m, annotations_too=True)
+    meta_ = _slim_meta(m, annotations_too=True, labels_too=True)
     refs = [{"kind": OWNER_KIND_STATEFULSET, "name": r.get("name"), "controller": r.get("controller", True)}
             for r in m.get("ownerReferences") or [] if r.get("kind") == OWNER_KIND_STATEFULSET]
     if refs:
@@ -168,14 +178,23 @@ def slim_ip(ip: dict) -> dict:
             "metadata": _slim_meta(ip.get("metadata") or {}, annotations_too=False), "spec": spec}
 
 
+def _same_except(a: dict, b: dict, meta_keys: tuple[str, ...]) -> bool:
+    if {k: v for k, v in a.items() if k != "metadata"} != {k: v for k, v in b.items() if k != "metadata"}:
+        return False
+    return ({k: v for k, v in meta(a).items() if k not in meta_keys}
+            == {k: v for k, v in meta(b).items() if k not in meta_keys})
+
+
+def same_for_allocation(a: dict, b: dict) -> bool:
+    """Equal in everything the pod reconciler reads (labels and the resource
+    version aside)."""
+    return _same_except(a, b, ("resourceVersion", "labels"))
+
+
 def same_but_version(a: dict, b: dict) -> bool:
     """Equal apart from metadata.resourceVersion (an update of fields a
     trimmed cache does not keep)."""
-    ma, mb = meta(a), meta(b)
-    if {k: v for k, v in a.items() if k != "metadata"} != {k: v for k, v in b.items() if k != "metadata"}:
-        return False
-    return ({k: v for k, v in ma.items() if k != "resourceVersion"}
-            == {k: v for k, v in mb.items() if k != "resourceVersion"})
+    return _same_except(a, b, ("resourceVersion",))
 
 
 # --- Subnet spec ----------------------------------------------------------------
@@ -246,20 +265,6 @@ def router_mac(gateway: str) -> str:
 
 # --- what the controller writes ----------------------------------------------
 
-def pod_annotations(ip: str, mac: str, cidr: str, gateway: str, subnet: str, lsp: str) -> dict:
-    """The allocation annotations the node daemon waits for (contract)."""
-    return {
-        names.ANN_IP_ADDRESS: ip,
-        names.ANN_MAC_ADDRESS: mac,
-        names.ANN_CIDR: cidr,
-        names.ANN_GATEWAY: gateway,
-        names.ANN_LOGICAL_SWITCH: subnet,
-        names.ANN_LSP: lsp,
-        names.ANN_ALLOCATION_ERROR: None,
-        names.ANN_ALLOCATED: "true",
-    }
-
-
 def _canonical_ip(text: str) -> str:
     try:
         return str(ipaddress.ip_address(text.strip()))
@@ -278,12 +283,6 @@ def allocation_fits(alloc, subnet: str, want_ip: str | None, want_mac: str | Non
     return (alloc.subnet == subnet
             and (not want_ip or _canonical_ip(want_ip) == alloc.ip)
             and (not want_mac or _canonical_mac(want_mac) == alloc.mac))
-
-
-def pod_allocated_matches(pod: dict, ip: str, mac: str, subnet: str) -> bool:
-    a = annotations(pod)
-    return (a.get(names.ANN_ALLOCATED) == "true" and a.get(names.ANN_IP_ADDRESS) == ip
-            and a.get(names.ANN_MAC_ADDRESS) == mac and a.get(names.ANN_LOGICAL_SWITCH) == subnet)
 
 
 def ip_object(namespace: str, pod: str, subnet: str, ip: str, mac: str, node: str,

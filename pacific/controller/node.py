@@ -1,10 +1,10 @@
 """Nodes -> join address, MAC and a port on the join switch, node annotations.
 
 Per Node (key: its name), level-triggered: the node's join address (IPAM owner
-``node:<name>``; an address already annotated on the node is kept), a switch
-port ``node-<name>`` on the join switch with that MAC/IP, and the annotations
-the node daemon reads to create its management port ``ovn0`` (ANN_NODE_JOIN_IP
-"100.64.0.2/16", ANN_NODE_JOIN_MAC, ANN_NODE_JOIN_GW, ANN_NODE_LSP).  A deleted
+``node:<name>``; an address already recorded on the node is kept), a switch
+port ``node:<name>`` on the join switch with that MAC/IP, and the record the
+node daemon reads to create its management port ``ovn0`` (contract.NodeRecord:
+join address "100.64.0.2/16", MAC, gateway, port).  A deleted
 node releases the address and loses its port.
 """
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import logging
 
 from pacific import names
-from pacific.controller import model
+from pacific.contract import ContractError, NodeRecord
+from pacific.controller import informers, model, rebuild
+from pacific.controller.feature import Feature
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
@@ -26,15 +28,26 @@ def node_ids(node: str, switch: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_SUBNET: switch}
 
 
-class NodeReconciler:
-    def __init__(self, ctl):
-        self.ctl = ctl
+class NodeFeature(Feature):
+    name = "node"
+    informers = {"nodes": informers.NODES}
+
+    def handlers(self):
+        return {"nodes": lambda old, new: [model.meta(new or old).get("name")]}
+
+    def prepare(self) -> None:
+        rebuild.restore_node_addresses(self.ctl)
+
+    def resync_keys(self):
+        yield from (model.meta(n)["name"] for n in self.ctl.informer("nodes").list())
+        for row in self.ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
+            yield row.external_ids.get(names.EXT_OWNER)
 
     def reconcile(self, name: str) -> None:
         ctl, cfg = self.ctl, self.ctl.cfg
         key = model.node_owner_key(name)
         lsp = names.node_lsp_name(name)
-        node = ctl.inf_nodes.get(name)
+        node = ctl.informer("nodes").get(name)
         if node is None:
             ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, cfg.join_switch)],
                            what=f"delete node port {lsp}")
@@ -48,8 +61,12 @@ class NodeReconciler:
         with ctl.ipam_lock:
             alloc = ctl.ipam.lookup(key)
             if alloc is None:
-                want_ip = (ann.get(names.ANN_NODE_JOIN_IP) or "").split("/")[0] or None
-                want_mac = ann.get(names.ANN_NODE_JOIN_MAC) or None
+                try:
+                    prev = NodeRecord.of(node)   # kept across a controller restart
+                except ContractError as exc:
+                    LOG.warning("node %s: %s; allocating a new join address", name, exc)
+                    prev = None
+                want_ip, want_mac = (prev.ip, prev.mac) if prev else (None, None)
                 try:
                     alloc = ctl.ipam.allocate(cfg.join_switch, key, ip=want_ip, mac=want_mac)
                 except ipam_errors.IPAMError as exc:
@@ -61,16 +78,12 @@ class NodeReconciler:
         ctl.writer.run([lambda api: ensure.EnsurePort(
             api, cfg.join_switch, lsp, [f"{alloc.mac} {alloc.ip}"], [],
             node_ids(name, cfg.join_switch))], what=f"node port {lsp}")
-        want = {
-            names.ANN_NODE_JOIN_IP: f"{alloc.ip}/{cfg.join_prefixlen}",
-            names.ANN_NODE_JOIN_MAC: alloc.mac,
-            names.ANN_NODE_JOIN_GW: cfg.join_gateway,
-            names.ANN_NODE_LSP: lsp,
-        }
+        rec = NodeRecord(ip_cidr=f"{alloc.ip}/{cfg.join_prefixlen}", mac=alloc.mac,
+                         gateway=cfg.join_gateway, port=lsp)
+        want = rec.annotations()
         if any(ann.get(k) != v for k, v in want.items()):
             try:
                 r.patch_merge(ctl.kube, r.NODES, name, {"metadata": {"annotations": want}})
             except kerr.NotFound:
                 return
-            LOG.info("node %s: join address %s mac %s port %s", name, want[names.ANN_NODE_JOIN_IP],
-                     alloc.mac, lsp)
+            LOG.info("node %s: join address %s mac %s port %s", name, rec.ip_cidr, alloc.mac, lsp)

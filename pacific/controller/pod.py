@@ -9,8 +9,10 @@ finds):
   the namespace, else the default; address from IPAM (owner key = pod key,
   honouring ANN_IP_ADDRESS / ANN_MAC_ADDRESS requests); then, in this order,
   the IP object (the durable record IPAM is rebuilt from), the switch port
-  with addresses and port security (through the batched NB writer), and the
-  pod annotations ending with ANN_ALLOCATED="true".  A request that cannot be
+  ``pod:<namespace>/<name>`` with addresses and port security (through the
+  batched NB writer), and the controller's record on the pod
+  (contract.PodRecord: pod UID, port, address...), replacing with a Warning
+  Event any record it did not write.  A request that cannot be
   honoured (unknown subnet, address outside / excluded / taken, bad MAC) gets
   a Warning Event and ANN_ALLOCATION_ERROR, and no address; it is retried
   when subnets change or addresses are released.
@@ -23,9 +25,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
-from pacific import names
-from pacific.controller import metrics, model
+from pacific import contract, names
+from pacific.controller import informers, metrics, model, rebuild
+from pacific.controller.feature import Feature
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
@@ -40,6 +44,12 @@ def pod_ids(namespace: str, name: str, subnet: str) -> dict:
             names.EXT_POD_NAME: name, names.EXT_SUBNET: subnet}
 
 
+def _may_be_plumbed(ann: dict) -> bool:
+    """Has the controller recorded an allocation on this pod (any record, also a
+    legacy one)?  Then a node may have plumbed it, and its address never moves."""
+    return names.ANN_ALLOCATION in ann or any(k in ann for k in names.ANN_LEGACY_RECORD)
+
+
 class Refused(Exception):
     """The pod's request cannot be honoured; reason is an Event reason."""
 
@@ -52,20 +62,115 @@ class SubnetPending(RuntimeError):
     """The pod's subnet exists but its switch is not ready yet: retry later."""
 
 
-class PodReconciler:
+class PodFeature(Feature):
+    name = "pod"
+    informers = {"pods": informers.PODS, "ips": informers.IPS, "namespaces": informers.NAMESPACES,
+                 "statefulsets": informers.STATEFULSETS, "subnets": informers.SUBNETS}
+
     def __init__(self, ctl):
-        self.ctl = ctl
+        super().__init__(ctl)
         self._lock = threading.Lock()
         self._refused: dict[str, str] = {}    # pod key -> message
+        # (namespace, statefulset) -> its pods' names, from the IP objects, so a
+        # StatefulSet event finds its pods without scanning every IP object
+        self._sts_pods: dict[tuple[str, str], set[str]] = {}
+        self._legacy_ports: dict[str, list[str]] = {}   # pod key -> ports named before
+
+    def workers(self, cfg) -> int:
+        return cfg.workers
 
     def refused_keys(self) -> list[str]:
         with self._lock:
             return list(self._refused)
 
+    def requeue_refused(self) -> None:
+        """Pods refused earlier (unknown subnet, address taken) get another try."""
+        self.queue_keys(self.refused_keys())
+
+    # -- feature wiring (informer threads: keys only) ------------------------------
+    def handlers(self):
+        return {"pods": self._on_pod, "ips": self._on_ip, "statefulsets": self._on_sts,
+                "namespaces": self._on_namespace}
+
+    @staticmethod
+    def _on_pod(old, new):
+        # an update of nothing the allocation reads (labels, status, other
+        # annotations...) needs no reconcile; features that select on labels
+        # subscribe to the same informer with their own filter
+        if old is not None and new is not None and model.same_for_allocation(old, new):
+            return ()
+        m = model.meta(new or old)
+        return (model.pod_key(m.get("namespace", "default"), m.get("name", "")),)
+
+    def _on_ip(self, old, new):
+        keys = []
+        for obj, present in ((old, False), (new, True)):
+            spec = (obj or {}).get("spec") or {}
+            if not (spec.get("namespace") and spec.get("pod")):
+                continue
+            keys.append(model.pod_key(spec["namespace"], spec["pod"]))
+            if spec.get("ownerKind") == names.OWNER_KIND_STATEFULSET and spec.get("ownerName"):
+                idx = (spec["namespace"], spec["ownerName"])
+                with self._lock:
+                    if present:
+                        self._sts_pods.setdefault(idx, set()).add(spec["pod"])
+                    elif new is None or ((new.get("spec") or {}).get("pod") != spec["pod"]):
+                        self._sts_pods.get(idx, set()).discard(spec["pod"])
+        return set(keys)
+
+    def _on_sts(self, old, new):
+        m = model.meta(new or old)
+        with self._lock:
+            pods = list(self._sts_pods.get((m.get("namespace"), m.get("name")), ()))
+        return [model.pod_key(m.get("namespace"), p) for p in pods]
+
+    def _on_namespace(self, old, new):
+        """A namespace's subnet annotation changed: its refused pods try again
+        (running pods keep their address)."""
+        if old is not None and new is not None and \
+                model.annotations(old).get(names.ANN_LOGICAL_SWITCH) == \
+                model.annotations(new).get(names.ANN_LOGICAL_SWITCH):
+            return ()
+        ns = model.meta(new or old).get("name")
+        return [k for k in self.refused_keys() if k.split("/", 1)[0] == ns]
+
+    def prepare(self) -> None:
+        rebuild.restore_pod_addresses(self.ctl)
+        legacy: dict[str, list[str]] = {}
+        for row in self.ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_POD):
+            key = row.external_ids.get(names.EXT_OWNER) or ""
+            ns, _, name = key.partition("/")
+            if row.name != names.pod_lsp_name(ns, name):
+                legacy.setdefault(key, []).append(row.name)
+        with self._lock:
+            self._legacy_ports = legacy
+
+    def before_workers(self, stop: threading.Event, timeout: float = 30.0) -> None:
+        """Let every Subnet get its switch (or its refusal) before pods are
+        reconciled, so a big restart does not park thousands of pods in retry."""
+        subnets = self.ctl.feature("subnet")
+        deadline = time.monotonic() + timeout
+        while not stop.is_set() and time.monotonic() < deadline:
+            names_ = [model.meta(s).get("name") for s in self.ctl.informer("subnets").list()]
+            if all(subnets.spec(n) or subnets.is_refused(n) for n in names_):
+                return
+            time.sleep(0.05)
+        LOG.warning("subnets not all settled after %.0fs; starting pod workers anyway", timeout)
+
+    def resync_keys(self):
+        keys = {model.pod_key(model.meta(p).get("namespace"), model.meta(p)["name"])
+                for p in self.ctl.informer("pods").list()}
+        for ip in self.ctl.informer("ips").list():
+            spec = ip.get("spec") or {}
+            keys.add(model.pod_key(spec.get("namespace"), spec.get("pod")))
+        for row in self.ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_POD):
+            keys.add(row.external_ids.get(names.EXT_OWNER))
+        return [k for k in keys if k and "/" in k and not k.startswith("None/")]
+
     # -- entry point -------------------------------------------------------------
     def reconcile(self, key: str) -> None:
         ns, name = key.split("/", 1)
-        pod = self.ctl.inf_pods.get(key)
+        pod = self.ctl.informer("pods").get(key)
         if pod is None or not model.needs_network(pod):
             if pod is not None and not (pod.get("spec") or {}).get("nodeName") \
                     and not (pod.get("spec") or {}).get("hostNetwork"):
@@ -82,25 +187,25 @@ class PodReconciler:
         ctl = self.ctl
         key = model.pod_key(ns, name)
         ann = model.annotations(pod)
-        ns_obj = ctl.inf_namespaces.get(ns)
-        subnet, why = model.choose_subnet(pod, ns_obj, ctl.subnets.namespace_binding(),
-                                          ctl.subnets.default_name())
-        spec = ctl.subnets.spec(subnet)
-        if spec is None and ctl.inf_subnets.get(subnet) is not None and not ctl.subnets.is_refused(subnet):
+        subnets = ctl.feature("subnet")
+        ns_obj = ctl.informer("namespaces").get(ns)
+        subnet, why = model.choose_subnet(pod, ns_obj, subnets.namespace_binding(),
+                                          subnets.default_name())
+        spec = subnets.spec(subnet)
+        if spec is None and ctl.informer("subnets").get(subnet) is not None \
+                and not subnets.is_refused(subnet):
             raise SubnetPending(f"subnet {subnet} of pod {key} is not programmed yet; retrying")
         if spec is None:
-            raise Refused("SubnetNotFound", f"{ctl.subnets.why_not(subnet)} (chosen by {why})")
+            raise Refused("SubnetNotFound", f"{subnets.why_not(subnet)} (chosen by {why})")
         want_ip = ann.get(names.ANN_IP_ADDRESS) or None
         want_mac = ann.get(names.ANN_MAC_ADDRESS) or None
         ignored = None
         with ctl.ipam_lock:
             alloc = ctl.ipam.lookup(key)
             if alloc is not None and not model.allocation_fits(alloc, subnet, want_ip, want_mac):
-                if ann.get(names.ANN_ALLOCATED) == "true":
-                    # the pod's network is plumbed with this address: it never
-                    # changes under the pod (the annotations are both request and
-                    # record, so an edit of them is a request, refused here and
-                    # undone below by restoring the annotations)
+                if _may_be_plumbed(ann):
+                    # the pod may be plumbed with this address: it never changes
+                    # under the pod; a new request is refused with an Event
                     ignored = (f"pod {key} runs with {alloc.ip} ({alloc.mac}) in subnet "
                                f"{alloc.subnet}; the request for {want_ip or 'any address'}"
                                + (f" with MAC {want_mac}" if want_mac else "")
@@ -110,10 +215,10 @@ class PodReconciler:
                     LOG.info("pod %s: held %s in %s, now asks for %s in %s; re-allocating", key,
                              alloc.ip, alloc.subnet, want_ip or "any address", subnet)
                     ctl.ipam.release(key)
-                    ctl.subnets.mark_dirty(alloc.subnet)
+                    subnets.mark_dirty(alloc.subnet)
                     alloc = None
             if alloc is None:
-                if ctl.subnets.is_terminating(subnet):
+                if subnets.is_terminating(subnet):
                     raise Refused("SubnetTerminating", f"subnet {subnet} is being deleted: no new "
                                   f"address for pod {key}")
                 try:
@@ -121,7 +226,7 @@ class PodReconciler:
                 except ipam_errors.IPAMError as exc:
                     raise Refused(exc.reason, f"cannot allocate an address in subnet {subnet} "
                                   f"for pod {key}: {exc}") from None
-                ctl.subnets.mark_dirty(subnet)
+                subnets.mark_dirty(subnet)
         if ignored is not None:
             LOG.warning("%s", ignored)
             metrics.refused("AddressImmutable")
@@ -132,24 +237,54 @@ class PodReconciler:
         self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
         addr = f"{alloc.mac} {alloc.ip}"
         ids = pod_ids(ns, name, alloc.subnet)
-        if not ensure.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids):
-            ctl.writer.run([lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids)],
+        with self._lock:
+            legacy = self._legacy_ports.pop(key, [])
+        if legacy or not ensure.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids):
+            # a port named by an older scheme goes in the same transaction
+            ctl.writer.run([*(lambda api, p=p: ensure.DeletePort(api, p, None) for p in legacy),
+                            lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids)],
                            what=f"pod port {lsp}")
-        want = model.pod_annotations(alloc.ip, alloc.mac, alloc.cidr, alloc.gateway, alloc.subnet, lsp)
-        if any(ann.get(k) != v for k, v in want.items()):
-            try:
-                r.patch_merge(ctl.kube, r.PODS, name, {"metadata": {"annotations": want}}, ns)
-            except kerr.NotFound:
-                return  # deleted meanwhile: the delete event brings us back
-            LOG.info("pod %s: %s mac %s on %s (node %s)", key, alloc.ip, alloc.mac, alloc.subnet, node)
+        self._write_record(pod, contract.PodRecord(
+            uid=model.meta(pod).get("uid"), port=lsp, ip=alloc.ip, mac=alloc.mac, cidr=alloc.cidr,
+            gateway=alloc.gateway, subnet=alloc.subnet), node)
         with self._lock:
             self._refused.pop(key, None)
+
+    def _write_record(self, pod: dict, rec: contract.PodRecord, node: str) -> None:
+        """The controller's record on the pod, replacing (with a Warning Event) any
+        record it did not write: a copy from another pod, an edit, legacy keys."""
+        m = model.meta(pod)
+        key = model.pod_key(m["namespace"], m["name"])
+        ann = model.annotations(pod)
+        foreign = contract.foreign_record_keys(pod, rec)
+        if not foreign and names.ANN_ALLOCATION in ann and names.ANN_ALLOCATION_ERROR not in ann:
+            return
+        legacy_only = set(foreign) <= set(names.ANN_LEGACY_RECORD)
+        if names.ANN_ALLOCATION in foreign:
+            try:
+                have = contract.PodRecord.of(pod)
+                why = have.why_not_for(pod) or "it differs from the controller's allocation"
+            except contract.ContractError as exc:
+                why = str(exc)
+            msg = (f"pod {key}: the {names.ANN_ALLOCATION} annotation was not written by "
+                   f"{names.CONTROLLER_NAME} for this pod ({why}); replaced by its record "
+                   f"({rec.ip} on {rec.subnet})")
+            LOG.warning("%s", msg)
+            metrics.refused("ForeignAllocationRecord")
+            self.ctl.event(pod, "ForeignAllocationRecord", msg)
+        try:
+            r.patch_merge(self.ctl.kube, r.PODS, m["name"], {"metadata": {"annotations": rec.annotations()}},
+                          m["namespace"])
+        except kerr.NotFound:
+            return  # deleted meanwhile: the delete event brings us back
+        if not foreign or legacy_only:
+            LOG.info("pod %s: %s mac %s on %s (node %s)", key, rec.ip, rec.mac, rec.subnet, node)
 
     def _ensure_ip_object(self, ns: str, name: str, alloc, node: str, sts: str | None) -> None:
         ctl = self.ctl
         body = model.ip_object(ns, name, alloc.subnet, alloc.ip, alloc.mac, node, sts)
         obj_name = body["metadata"]["name"]
-        cur = ctl.inf_ips.get(obj_name)
+        cur = ctl.informer("ips").get(obj_name)
         if cur is None:
             try:
                 r.create(ctl.kube, r.IPS, body)
@@ -168,18 +303,19 @@ class PodReconciler:
             first = self._refused.get(key) != message
             self._refused[key] = message
         ann = model.annotations(pod)
-        if ann.get(names.ANN_ALLOCATION_ERROR) == message and ann.get(names.ANN_ALLOCATED) != "true":
+        want = contract.refusal_annotations(message)
+        if all(ann.get(k) == v for k, v in want.items()):
             return
         if first:
             LOG.warning("pod %s refused: %s", key, message)
             metrics.refused(reason)
             self.ctl.event(pod, reason, message)
-        if ann.get(names.ANN_ALLOCATED) == "true":
+        with self.ctl.ipam_lock:
+            held = self.ctl.ipam.lookup(key)
+        if held is not None and _may_be_plumbed(ann):
             return  # a running pod keeps its network; the Event says what is wrong
         try:
-            r.patch_merge(self.ctl.kube, r.PODS, name,
-                          {"metadata": {"annotations": {names.ANN_ALLOCATION_ERROR: message,
-                                                        names.ANN_ALLOCATED: None}}}, ns)
+            r.patch_merge(self.ctl.kube, r.PODS, name, {"metadata": {"annotations": want}}, ns)
         except kerr.NotFound:
             pass
 
@@ -188,7 +324,7 @@ class PodReconciler:
         """StatefulSet pods keep their address while the set has their ordinal."""
         ref = model.statefulset_of(pod) if pod is not None else None
         if ref is None and pod is None:
-            ipobj = self.ctl.inf_ips.get(model.ip_object_name(ns, name)) or {}
+            ipobj = self.ctl.informer("ips").get(model.ip_object_name(ns, name)) or {}
             spec = ipobj.get("spec") or {}
             if spec.get("ownerKind") == names.OWNER_KIND_STATEFULSET and spec.get("ownerName"):
                 sts = spec["ownerName"]
@@ -197,7 +333,7 @@ class PodReconciler:
                     ref = (sts, int(suffix))
         if ref is None:
             return False
-        return model.statefulset_keeps(self.ctl.inf_sts.get(model.pod_key(ns, ref[0])), ref[1])
+        return model.statefulset_keeps(self.ctl.informer("statefulsets").get(model.pod_key(ns, ref[0])), ref[1])
 
     def _release(self, ns: str, name: str, pod: dict | None) -> None:
         ctl = self.ctl
@@ -214,7 +350,7 @@ class PodReconciler:
                 LOG.info("pod %s gone; StatefulSet keeps %s for its re-creation", key, alloc.ip)
             return
         obj_name = model.ip_object_name(ns, name)
-        ipobj = ctl.inf_ips.get(obj_name)
+        ipobj = ctl.informer("ips").get(obj_name)
         if ipobj is not None:
             spec = ipobj.get("spec") or {}
             if spec.get("namespace") == ns and spec.get("pod") == name:
@@ -224,6 +360,6 @@ class PodReconciler:
             if alloc is not None:
                 ctl.ipam.release(key)
         if alloc is not None:
-            ctl.subnets.mark_dirty(alloc.subnet)
+            ctl.feature("subnet").mark_dirty(alloc.subnet)
             LOG.info("pod %s gone: released %s in %s", key, alloc.ip, alloc.subnet)
-            ctl.requeue_waiting_pods()
+            self.requeue_refused()

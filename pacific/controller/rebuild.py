@@ -1,21 +1,22 @@
-"""Restart: rebuild IPAM from IP objects and NB, then queue every known key.
+"""Restart: rebuild IPAM from IP objects and NB before any worker runs.
 
 A new leader knows nothing: it may follow a SIGKILL at any point of a
-reconcile.  Before any worker runs, `rebuild()`:
+reconcile.  The features' `prepare()` call these, in feature order:
 
-1. adds every valid Subnet to IPAM (oldest first, so overlaps resolve as
-   before; the subnet reconciler reports refusals);
-2. restores every IP object's address for its pod key (IP objects are created
-   before the port and the annotations, so every address a pod may use has
-   one), and every node's join address from its NB port (owner Node);
-3. an IP object whose address is already held (should never happen) is
-   logged; its pod is reconciled like any other.
+1. `restore_subnets` (subnet feature): every valid Subnet into IPAM (oldest
+   first, so overlaps resolve as before; the subnet reconciler reports
+   refusals), and rows named by an older naming scheme removed (their
+   reconcilers write them again under today's names);
+2. `restore_node_addresses` (node feature): every node's join address from
+   its NB port (owner Node);
+3. `restore_pod_addresses` (pod feature): every IP object's address for its
+   pod key (IP objects are created before the port and the record, so every
+   address a pod may use has one); one whose address is already held (should
+   never happen) is logged, and its pod is reconciled like any other.
 
-`queue_everything()` then queues every pod, node and subnet key found in the
-caches, in the IP objects and in the NB rows the controller owns, so the
-reconcilers (which treat "object missing" as "remove what it owned") delete
-stale ports/switches/IP objects and create missing ones.  It runs again every
---gc-interval seconds as a safety net.
+Then `Controller.resync()` queues every key each feature names (caches, IP
+objects, owned NB rows), so the level-triggered reconcilers delete what is
+stale and create what is missing.
 """
 from __future__ import annotations
 
@@ -30,10 +31,9 @@ from pacific.ovn import ensure
 LOG = logging.getLogger(__name__)
 
 
-def rebuild(ctl) -> dict:
-    t0 = time.monotonic()
-    stats = {"subnets": 0, "ips": 0, "nodes": 0, "conflicts": 0}
-    subnets = sorted(ctl.inf_subnets.list(),
+def restore_subnets(ctl) -> int:
+    n = 0
+    subnets = sorted(ctl.informer("subnets").list(),
                      key=lambda s: (model.meta(s).get("creationTimestamp") or "", model.meta(s)["name"]))
     with ctl.ipam_lock:
         for obj in subnets:
@@ -44,8 +44,56 @@ def rebuild(ctl) -> dict:
                 ctl.ipam.add_subnet(spec.name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
             except (model.SubnetSpecError, ipam_errors.IPAMError):
                 continue  # the subnet reconciler reports it
-            stats["subnets"] += 1  # "applied" only once the subnet reconciler made its switch
-        for ip in ctl.inf_ips.list():
+            n += 1  # "applied" only once the subnet reconciler made its switch
+    remove_legacy_links(ctl)
+    return n
+
+
+def _legacy(row, prefix: str) -> bool:
+    return not row.name.startswith(prefix)
+
+
+def remove_legacy_links(ctl) -> None:
+    """Router links and node ports written before port names had per-kind
+    prefixes (names.PORT_PREFIX_*): removed, so the subnet and node reconcilers
+    write them again under names that cannot collide."""
+    kinds = (names.OWNER_KIND_SUBNET, names.OWNER_KIND_CLUSTER)
+    lrps = [r.name for k in kinds for r in ctl.nb.rows_owned(ensure.LRP, k)
+            if _legacy(r, names.PORT_PREFIX_ROUTER)]
+    lsps = [r.name for k in kinds for r in ctl.nb.rows_owned(ensure.LSP, k)
+            if r.type == "router" and _legacy(r, names.PORT_PREFIX_ROUTER_LINK)]
+    lsps += [r.name for r in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE)
+             if _legacy(r, names.PORT_PREFIX_NODE)]
+    if not (lrps or lsps):
+        return
+    LOG.warning("removing %d router and %d switch ports named before per-kind prefixes: %s",
+                len(lrps), len(lsps), ", ".join(sorted(lrps + lsps)[:10]))
+    ctl.writer.run([*(lambda api, p=p: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, p)
+                      for p in lrps),
+                    *(lambda api, p=p: ensure.DeletePort(api, p, None) for p in lsps)],
+                   what="legacy port names")
+
+
+def restore_node_addresses(ctl) -> int:
+    n = 0
+    with ctl.ipam_lock:
+        for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
+            node = row.external_ids.get(names.EXT_OWNER)
+            try:
+                mac, ip = row.addresses[0].split()[:2]
+                ctl.ipam.restore(ctl.cfg.join_switch, model.node_owner_key(node), ip, mac)
+                n += 1
+            except (IndexError, ValueError, ipam_errors.IPAMError) as exc:
+                LOG.warning("rebuild: node port %s not restored (%s); the node gets a new address",
+                            row.name, exc)
+    return n
+
+
+def restore_pod_addresses(ctl) -> dict:
+    t0 = time.monotonic()
+    stats = {"ips": 0, "conflicts": 0}
+    with ctl.ipam_lock:
+        for ip in ctl.informer("ips").list():
             spec = ip.get("spec") or {}
             if not (spec.get("namespace") and spec.get("pod")):
                 stats["conflicts"] += 1
@@ -59,40 +107,7 @@ def rebuild(ctl) -> dict:
             except ipam_errors.IPAMError as exc:
                 stats["conflicts"] += 1
                 LOG.error("rebuild: IP object %s not restored: %s", model.meta(ip).get("name"), exc)
-        for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
-            node = row.external_ids.get(names.EXT_OWNER)
-            try:
-                mac, ip = row.addresses[0].split()[:2]
-                ctl.ipam.restore(ctl.cfg.join_switch, model.node_owner_key(node), ip, mac)
-                stats["nodes"] += 1
-            except (IndexError, ValueError, ipam_errors.IPAMError) as exc:
-                LOG.warning("rebuild: node port %s not restored (%s); the node gets a new address",
-                            row.name, exc)
     stats["seconds"] = round(time.monotonic() - t0, 3)
-    LOG.info("IPAM rebuilt in %.3fs: %d subnets, %d pod addresses, %d node addresses, %d conflicts",
-             stats["seconds"], stats["subnets"], stats["ips"], stats["nodes"], stats["conflicts"])
-    queue_everything(ctl)
+    LOG.info("IPAM rebuilt in %.3fs: %d pod addresses, %d conflicts", stats["seconds"],
+             stats["ips"], stats["conflicts"])
     return stats
-
-
-def queue_everything(ctl) -> None:
-    """Queue every key the caches, IP objects and owned NB rows mention."""
-    for s in ctl.inf_subnets.list():
-        ctl.subnet_q.add(model.meta(s)["name"])
-    for row in ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SUBNET):
-        ctl.subnet_q.add(row.external_ids.get(names.EXT_OWNER))
-    for n in ctl.inf_nodes.list():
-        ctl.node_q.add(model.meta(n)["name"])
-    for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
-        ctl.node_q.add(row.external_ids.get(names.EXT_OWNER))
-    keys = {f"{model.meta(p).get('namespace')}/{model.meta(p)['name']}" for p in ctl.inf_pods.list()}
-    for ip in ctl.inf_ips.list():
-        spec = ip.get("spec") or {}
-        keys.add(model.pod_key(spec.get("namespace"), spec.get("pod")))
-    for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_POD):
-        keys.add(row.external_ids.get(names.EXT_OWNER))
-    for key in keys:
-        if key and "/" in key:
-            ctl.pod_q.add(key)
-    LOG.info("queued %d pods, %d nodes, %d subnets for reconciliation", len(keys),
-             len(ctl.inf_nodes.list()), len(ctl.inf_subnets.list()))

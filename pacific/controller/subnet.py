@@ -19,7 +19,8 @@ import logging
 import threading
 
 from pacific import names
-from pacific.controller import model, topology
+from pacific.controller import informers, model, rebuild, topology
+from pacific.controller.feature import Feature
 from pacific.controller.model import SubnetSpec, SubnetSpecError
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
@@ -39,13 +40,41 @@ def subnet_ids(name: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_SUBNET: name}
 
 
-class SubnetReconciler:
+class SubnetFeature(Feature):
+    name = "subnet"
+    informers = {"subnets": informers.SUBNETS, "ips": informers.IPS}
+
     def __init__(self, ctl):
-        self.ctl = ctl
+        super().__init__(ctl)
         self._lock = threading.Lock()
         self.applied: dict[str, SubnetSpec] = {}
         self.refused: dict[str, str] = {}
         self._dirty: set[str] = set()
+        self._binding: dict[str, str] | None = None   # namespace -> subnet, cached
+        self._binding_gen = 0                          # bumped by every invalidation
+
+    # -- feature wiring (informer threads: keys only) ------------------------------
+    def handlers(self):
+        return {"subnets": self._on_subnet}
+
+    def _on_subnet(self, old, new):
+        with self._lock:
+            self._invalidate_binding()
+        return (model.meta(new or old).get("name"),)
+
+    def _invalidate_binding(self) -> None:   # under self._lock
+        self._binding, self._binding_gen = None, self._binding_gen + 1
+
+    def prepare(self) -> None:
+        rebuild.restore_subnets(self.ctl)
+
+    def tick(self) -> None:
+        self.queue_dirty()
+
+    def resync_keys(self):
+        yield from (model.meta(s)["name"] for s in self.ctl.informer("subnets").list())
+        for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SUBNET):
+            yield row.external_ids.get(names.EXT_OWNER)
 
     # -- queries used by the pod reconciler ----------------------------------
     def spec(self, name: str) -> SubnetSpec | None:
@@ -55,7 +84,7 @@ class SubnetReconciler:
     def is_terminating(self, name: str) -> bool:
         """The Subnet object is being deleted: its pods keep their addresses, new
         pods get none."""
-        obj = self.ctl.inf_subnets.get(name)
+        obj = self.ctl.informer("subnets").get(name)
         return obj is not None and bool(model.meta(obj).get("deletionTimestamp"))
 
     def is_refused(self, name: str) -> bool:
@@ -78,10 +107,18 @@ class SubnetReconciler:
         return self.ctl.cfg.default_subnet
 
     def namespace_binding(self) -> dict[str, str]:
+        """namespace -> its applied Subnet; computed once per change of the
+        Subnets or of what is applied, not per pod reconcile."""
         with self._lock:
-            applied = set(self.applied)
-        objs = [s for s in self.ctl.inf_subnets.list() if model.meta(s).get("name") in applied]
-        return model.namespace_subnets(objs)
+            if self._binding is not None:
+                return self._binding
+            applied, gen = set(self.applied), self._binding_gen
+        objs = [s for s in self.ctl.informer("subnets").list() if model.meta(s).get("name") in applied]
+        binding = model.namespace_subnets(objs)
+        with self._lock:
+            if self._binding_gen == gen:   # nothing changed meanwhile
+                self._binding = binding
+        return binding
 
     def mark_dirty(self, name: str) -> None:
         with self._lock:
@@ -91,14 +128,14 @@ class SubnetReconciler:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
         for name in dirty:
-            self.ctl.subnet_q.add(name)
+            self.queue.add(name)
 
     # -- reconcile -------------------------------------------------------------
     def reconcile(self, name: str) -> None:
         ctl = self.ctl
-        if name == ctl.cfg.join_switch and ctl.inf_subnets.get(name) is None:
+        if name == ctl.cfg.join_switch and ctl.informer("subnets").get(name) is None:
             return
-        obj = ctl.inf_subnets.get(name)
+        obj = ctl.informer("subnets").get(name)
         if obj is None:
             self._teardown(name)
             return
@@ -126,6 +163,7 @@ class SubnetReconciler:
                        what=f"subnet {name}")
         with self._lock:
             self.applied[name] = spec
+            self._invalidate_binding()
             was_refused = self.refused.pop(name, None) is not None
         if old != spec:
             LOG.info("subnet %s applied: %s gateway %s exclude %s", name, spec.cidr, spec.gateway,
@@ -133,7 +171,7 @@ class SubnetReconciler:
         self._set_status(obj, True, "Applied", f"logical switch {name} on {names.CLUSTER_ROUTER}, "
                          f"gateway {spec.gateway}", gateway=spec.gateway)
         if old is None or was_refused:
-            ctl.requeue_waiting_pods()
+            ctl.feature("pod").requeue_refused()
 
     # -- pieces ------------------------------------------------------------------
     def _usage(self, name: str) -> tuple[int, int]:
@@ -215,7 +253,7 @@ class SubnetReconciler:
 
     def _holders(self, name: str, limit: int = 5) -> list[str]:
         out = []
-        for ip in self.ctl.inf_ips.list():
+        for ip in self.ctl.informer("ips").list():
             spec = ip.get("spec") or {}
             if spec.get("subnet") == name:
                 out.append(f"{spec.get('namespace')}/{spec.get('pod')}")
@@ -241,6 +279,7 @@ class SubnetReconciler:
         owned = ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SUBNET, name)
         with self._lock:
             was_applied = self.applied.pop(name, None) is not None
+            self._invalidate_binding()
             self.refused.pop(name, None)
             retry = list(self.refused)
         if owned or was_applied:
@@ -249,5 +288,5 @@ class SubnetReconciler:
                             lambda api: ensure.DeleteSwitch(api, name)], what=f"delete subnet {name}")
             LOG.info("subnet %s removed (switch and router port deleted)", name)
         for other in retry:
-            ctl.subnet_q.add(other)
+            self.queue.add(other)
         return True

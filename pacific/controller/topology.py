@@ -66,7 +66,7 @@ def ensure(ctl) -> None:
 
 def ensure_default_subnet(ctl) -> None:
     cfg = ctl.cfg
-    if ctl.inf_subnets.get(cfg.default_subnet) is not None:
+    if ctl.informer("subnets").get(cfg.default_subnet) is not None:
         return
     spec = {"cidrBlock": cfg.default_cidr, "default": True}
     if cfg.default_gateway:
@@ -79,5 +79,5 @@ def ensure_default_subnet(ctl) -> None:
     except kerr.AlreadyExists:
         pass
     # the IPAM rebuild that follows must see it (IP objects may already use it)
-    if ctl.inf_subnets.wait_for(cfg.default_subnet, lambda o: True, 30) is None:
+    if ctl.informer("subnets").wait_for(cfg.default_subnet, lambda o: True, 30) is None:
         raise RuntimeError(f"default Subnet {cfg.default_subnet} never appeared in the watch")

@@ -11,7 +11,7 @@
         raise SystemExit("pods never listed")
     pod = inf.get("default/web-0")                   # dict or None
     pod = inf.wait_for("default/web-0",
-                       lambda p: p["metadata"].get("annotations", {}).get(ANN_ALLOCATED) == "true",
+                       lambda p: contract.own_record(p) is not None,
                        timeout=10)                   # blocks, no polling
     inf.stop()
 

@@ -1,20 +1,15 @@
 """`PodAttachment`: one pod interface as the node daemon plumbs it.
 
-Pure data: built from the controller's pod annotations on ADD, recorded in the
+Pure data: built from the controller's record on the pod (contract.PodRecord) on ADD, recorded in the
 OVS Interface's external_ids (so the daemon rebuilds its view from OVS after a
 restart), rendered as the canonical CNI result the plugin converts.
 """
 from __future__ import annotations
 
-import ipaddress
-import re
 from dataclasses import dataclass
 
 from pacific import names
-from pacific.cni import plugin as proto
-from pacific.cni.plugin import CniError
-
-_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+from pacific.contract import PodRecord
 
 
 def host_ifname(container_id: str) -> str:
@@ -47,40 +42,12 @@ class PodAttachment:
         return int(self.ip_cidr.split("/")[1])
 
     @classmethod
-    def from_annotations(cls, ann: dict, *, container_id: str, ifname: str, netns: str,
-                         pod: str, mtu: int) -> "PodAttachment":
-        """Validate the controller's allocation (ANN_IP_ADDRESS, ANN_MAC_ADDRESS,
-        ANN_CIDR, ANN_GATEWAY, ANN_LSP); a bad value is the controller's bug, so it
-        is reported as ERR_ALLOCATION_REFUSED naming the annotation."""
-        def bad(key, why):
-            return CniError(proto.ERR_ALLOCATION_REFUSED,
-                            f"pod {pod}: annotation {key} {why}", repr(ann.get(key))[:100])
-        ip_s, mac = ann.get(names.ANN_IP_ADDRESS, ""), ann.get(names.ANN_MAC_ADDRESS, "")
-        cidr_s, gw_s = ann.get(names.ANN_CIDR, ""), ann.get(names.ANN_GATEWAY) or None
-        lsp = ann.get(names.ANN_LSP, "")
-        try:
-            ip = ipaddress.ip_address(ip_s)
-        except ValueError:
-            raise bad(names.ANN_IP_ADDRESS, "is not an IP address") from None
-        try:
-            net = ipaddress.ip_network(cidr_s, strict=False)
-        except ValueError:
-            raise bad(names.ANN_CIDR, "is not a CIDR") from None
-        if ip not in net:
-            raise bad(names.ANN_IP_ADDRESS, f"is outside {names.ANN_CIDR} {cidr_s}")
-        mac = mac.lower()
-        if not _MAC.match(mac) or int(mac[:2], 16) & 1:
-            raise bad(names.ANN_MAC_ADDRESS, "is not a unicast MAC address")
-        if gw_s is not None:
-            try:
-                if ipaddress.ip_address(gw_s) not in net:
-                    raise bad(names.ANN_GATEWAY, f"is outside {cidr_s}")
-            except ValueError:
-                raise bad(names.ANN_GATEWAY, "is not an IP address") from None
-        if not lsp:
-            raise bad(names.ANN_LSP, "is missing")
-        return cls(container_id=container_id, ifname=ifname, netns=netns, pod=pod, lsp=lsp,
-                   mac=mac, ip_cidr=f"{ip}/{net.prefixlen}", gateway=gw_s, mtu=mtu)
+    def from_record(cls, rec: PodRecord, *, container_id: str, ifname: str, netns: str,
+                    pod: str, mtu: int) -> "PodAttachment":
+        """The attachment the controller's record asks for (contract.PodRecord,
+        already validated and checked to belong to the pod)."""
+        return cls(container_id=container_id, ifname=ifname, netns=netns, pod=pod,
+                   lsp=rec.port, mac=rec.mac, ip_cidr=rec.ip_cidr, gateway=rec.gateway, mtu=mtu)
 
     def ovs_external_ids(self) -> dict[str, str]:
         ids = {names.OVS_IFACE_ID: self.lsp, names.OVS_IFACE_STATUS: "active",

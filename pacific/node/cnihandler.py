@@ -12,18 +12,14 @@ import logging
 import threading
 from typing import Callable
 
-from pacific import names
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
+from pacific.contract import ContractError, PodRecord, allocation_error, own_record
 from pacific.node.attachment import PodAttachment
 from pacific.node.cnirequest import CniRequest
 from pacific.node.plumbing import Plumber
 
 log = logging.getLogger(__name__)
-
-
-def _annotations(pod: dict) -> dict:
-    return (pod.get("metadata") or {}).get("annotations") or {}
 
 
 class SharedExclusive:
@@ -81,37 +77,49 @@ class CniHandler:
         # while no ADD or DEL touches the node (waiting for an allocation does not).
         self._plumbing = SharedExclusive()
 
-    def _wait_allocation(self, req: CniRequest) -> dict:
+    def _wait_allocation(self, req: CniRequest) -> tuple[dict, PodRecord]:
+        """Wait (informer condition, no polling) until the controller has either
+        recorded an allocation made for THIS pod (its UID, its port) or refused
+        it.  A record that names another pod (copied with its annotations) is
+        never plumbed: the controller replaces it, and meanwhile ADD waits."""
+        def belongs(pod: dict) -> bool:
+            return not req.pod_uid or pod["metadata"].get("uid") == req.pod_uid
+
         def ready(pod: dict) -> bool:
-            if req.pod_uid and pod["metadata"].get("uid") != req.pod_uid:
-                return False
-            ann = _annotations(pod)
-            return ann.get(names.ANN_ALLOCATED) == "true" or names.ANN_ALLOCATION_ERROR in ann
+            return belongs(pod) and (own_record(pod) is not None
+                                     or allocation_error(pod) is not None)
 
         pod = self.pods.wait_for(req.pod_key, ready, self.allocation_timeout)
         if pod is None:
-            seen = self.pods.get(req.pod_key)
-            if seen is None:
-                why = (f"pod {req.pod_key} is not known on this node (not created yet, or "
-                       "spec.nodeName is another node)")
-            elif req.pod_uid and seen["metadata"].get("uid") != req.pod_uid:
-                why = (f"pod {req.pod_key} has uid {seen['metadata'].get('uid')}, the "
-                       f"runtime asked for {req.pod_uid}")
-            else:
-                why = f"the controller has not allocated an address for pod {req.pod_key} yet"
-            raise CniError(proto.ERR_TRY_AGAIN, f"{why} (waited "
+            raise CniError(proto.ERR_TRY_AGAIN, f"{self._why_waiting(req)} (waited "
                            f"{self.allocation_timeout:g} s)")
-        err = _annotations(pod).get(names.ANN_ALLOCATION_ERROR)
-        if err and _annotations(pod).get(names.ANN_ALLOCATED) != "true":
+        rec = own_record(pod)
+        if rec is None:
             raise CniError(proto.ERR_ALLOCATION_REFUSED,
-                           f"the controller refused pod {req.pod_key}: {err}")
-        return pod
+                           f"the controller refused pod {req.pod_key}: {allocation_error(pod)}")
+        return pod, rec
+
+    def _why_waiting(self, req: CniRequest) -> str:
+        seen = self.pods.get(req.pod_key)
+        if seen is None:
+            return (f"pod {req.pod_key} is not known on this node (not created yet, or "
+                    "spec.nodeName is another node)")
+        if req.pod_uid and seen["metadata"].get("uid") != req.pod_uid:
+            return (f"pod {req.pod_key} has uid {seen['metadata'].get('uid')}, the "
+                    f"runtime asked for {req.pod_uid}")
+        try:
+            rec = PodRecord.of(seen)
+        except ContractError as e:
+            return f"pod {req.pod_key}: {e}; waiting for the controller to replace it"
+        if rec is not None:
+            return (f"pod {req.pod_key}: {rec.why_not_for(seen)}; not plumbed, waiting for the "
+                    "controller to replace it")
+        return f"the controller has not allocated an address for pod {req.pod_key} yet"
 
     def add(self, req: CniRequest) -> dict:
-        pod = self._wait_allocation(req)
-        att = PodAttachment.from_annotations(
-            _annotations(pod), container_id=req.container_id, ifname=req.ifname,
-            netns=req.netns, pod=req.pod_key, mtu=self.mtu)
+        _, rec = self._wait_allocation(req)
+        att = PodAttachment.from_record(rec, container_id=req.container_id, ifname=req.ifname,
+                                        netns=req.netns, pod=req.pod_key, mtu=self.mtu)
         with self._plumbing.shared():
             result = self.plumber.add(att)
         log.info("ADD %s %s: %s %s via %s on %s", req.pod_key, req.container_id[:12],
@@ -138,11 +146,11 @@ class CniHandler:
             raise CniError(proto.ERR_CHECK_FAILED, f"CHECK: attachment is in {att.netns}, "
                            f"the runtime says {req.netns}")
         pod = self.pods.get(req.pod_key)
-        if pod is not None:
-            want = _annotations(pod).get(names.ANN_IP_ADDRESS)
-            if want and want != att.ip:
-                raise CniError(proto.ERR_CHECK_FAILED, f"CHECK: pod {req.pod_key} is "
-                               f"annotated {want}, the interface has {att.ip}")
+        rec = own_record(pod) if pod is not None else None
+        if rec is not None and (rec.ip_cidr, rec.port) != (att.ip_cidr, att.lsp):
+            raise CniError(proto.ERR_CHECK_FAILED, f"CHECK: the controller's record for pod "
+                           f"{req.pod_key} is {rec.ip_cidr} on port {rec.port}, the "
+                           f"attachment has {att.ip_cidr} on {att.lsp}")
         self.plumber.check(att, req.prev_result)
 
     def gc(self, req: CniRequest) -> None:

@@ -16,6 +16,7 @@ import threading
 from pyroute2 import IPRoute
 
 from pacific import names
+from pacific.contract import ContractError, NodeRecord
 from pacific.ovn.base import Owner
 
 log = logging.getLogger(__name__)
@@ -69,20 +70,16 @@ class MgmtPort:
 
     def reconcile(self) -> bool:
         """Converge ovn0; False if the node is not annotated yet."""
-        node = self.nodes.get(self.node_name)
-        ann = ((node or {}).get("metadata") or {}).get("annotations") or {}
-        ip_cidr, mac = ann.get(names.ANN_NODE_JOIN_IP), ann.get(names.ANN_NODE_JOIN_MAC)
-        gw, lsp = ann.get(names.ANN_NODE_JOIN_GW), ann.get(names.ANN_NODE_LSP)
-        if not (ip_cidr and mac and gw and lsp):
+        try:
+            rec = NodeRecord.of(self.nodes.get(self.node_name))
+        except ContractError as e:
+            raise ValueError(f"node {self.node_name}: {e}") from None
+        if rec is None:
             log.debug("%s: node %s not annotated yet", self.ifname, self.node_name)
             return False
-        try:
-            iface_ip = ipaddress.ip_interface(ip_cidr)
-            gateway = ipaddress.ip_address(gw)
-        except ValueError as e:
-            raise ValueError(f"node {self.node_name}: annotation {names.ANN_NODE_JOIN_IP}="
-                             f"{ip_cidr!r} or {names.ANN_NODE_JOIN_GW}={gw!r} is not an "
-                             f"address: {e}") from None
+        iface_ip = ipaddress.ip_interface(rec.ip_cidr)
+        gateway = ipaddress.ip_address(rec.gateway)
+        mac, lsp = rec.mac, rec.port
         want_routes = set()
         for sub in self.subnets.list():
             cidr = (sub.get("spec") or {}).get("cidrBlock")

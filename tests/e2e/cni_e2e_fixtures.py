@@ -13,7 +13,7 @@ import itertools
 import logging
 import threading
 
-from pacific import names
+from pacific import contract, names
 from pacific.kube import resources as kr
 from pacific.kube.informer import Informer
 from pacific.ovn.base import Owner
@@ -47,7 +47,7 @@ class FakeController:
     def _on_pod(self, pod: dict) -> None:
         key = kr.object_key(pod)
         ann = pod["metadata"].get("annotations") or {}
-        if key in self.hold or ann.get(names.ANN_ALLOCATED) == "true":
+        if key in self.hold or contract.own_record(pod) is not None:
             return
         threading.Thread(target=self.allocate, args=(pod,), daemon=True).start()
 
@@ -65,10 +65,10 @@ class FakeController:
         self.nb.commit(self.nb.add_switch_port(
             SWITCH, lsp, owner=Owner(names.OWNER_KIND_POD, key),
             addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
-        kr.patch_merge(self.api, kr.PODS, name, {"metadata": {"annotations": {
-            names.ANN_ALLOCATED: "true", names.ANN_IP_ADDRESS: ip, names.ANN_MAC_ADDRESS: mac,
-            names.ANN_CIDR: CIDR, names.ANN_GATEWAY: GATEWAY, names.ANN_LOGICAL_SWITCH: SWITCH,
-            names.ANN_LSP: lsp}}}, namespace=ns)
+        rec = contract.PodRecord(uid=pod["metadata"]["uid"], port=lsp, ip=ip, mac=mac, cidr=CIDR,
+                                 gateway=GATEWAY, subnet=SWITCH)
+        kr.patch_merge(self.api, kr.PODS, name, {"metadata": {"annotations": rec.annotations()}},
+                       namespace=ns)
         log.info("fake controller: %s -> %s %s", key, ip, mac)
 
     def add_router_and_join(self) -> None:
@@ -94,8 +94,7 @@ class FakeController:
         self.nb.commit(self.nb.add_switch_port(
             JOIN, lsp, owner=Owner(names.OWNER_KIND_NODE, node),
             addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
-        ann = {names.ANN_NODE_JOIN_IP: f"{ip}/16", names.ANN_NODE_JOIN_MAC: mac,
-               names.ANN_NODE_JOIN_GW: JOIN_GW, names.ANN_NODE_LSP: lsp}
+        ann = contract.NodeRecord(ip_cidr=f"{ip}/16", mac=mac, gateway=JOIN_GW, port=lsp).annotations()
         if kr.get(self.api, kr.NODES, node) is None:
             kr.create(self.api, kr.NODES, {"apiVersion": "v1", "kind": "Node",
                                            "metadata": {"name": node, "annotations": ann}})

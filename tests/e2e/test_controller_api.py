@@ -13,7 +13,7 @@ import signal
 import pytest
 
 from controller_fixtures import ControlPlane, wait_until
-from pacific import names
+from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.ovn import Owner
 
@@ -60,9 +60,13 @@ def ann(cp, name, ns="default") -> dict:
     return (p or {}).get("metadata", {}).get("annotations") or {}
 
 
-def allocated(cp, name, ns="default", timeout=20) -> dict:
-    return wait_until(lambda: ann(cp, name, ns).get(names.ANN_ALLOCATED) == "true" and ann(cp, name, ns),
-                      timeout, what=f"allocation of {ns}/{name}")
+def record(cp, name, ns="default") -> contract.PodRecord | None:
+    """The controller's record on the pod, if it is one made for this pod."""
+    return contract.own_record(r.get(cp.kube, r.PODS, name, ns) or {})
+
+
+def allocated(cp, name, ns="default", timeout=20) -> contract.PodRecord:
+    return wait_until(lambda: record(cp, name, ns), timeout, what=f"allocation of {ns}/{name}")
 
 
 def refused(cp, name, ns="default", timeout=20) -> str:
@@ -95,23 +99,23 @@ def test_topology_node_and_pod_allocation(cp):
 
     make_pod(cp, "web-0")
     a = allocated(cp, "web-0")
-    assert a[names.ANN_LOGICAL_SWITCH] == names.DEFAULT_SUBNET
-    assert ipaddress.ip_address(a[names.ANN_IP_ADDRESS]) in ipaddress.ip_network(names.DEFAULT_CIDR)
-    assert a[names.ANN_CIDR] == names.DEFAULT_CIDR and a[names.ANN_GATEWAY] == "10.16.0.1"
-    port = lsp(cp, a[names.ANN_LSP])
-    want = f"{a[names.ANN_MAC_ADDRESS]} {a[names.ANN_IP_ADDRESS]}"
+    assert a.subnet == names.DEFAULT_SUBNET
+    assert ipaddress.ip_address(a.ip) in ipaddress.ip_network(names.DEFAULT_CIDR)
+    assert a.cidr == names.DEFAULT_CIDR and a.gateway == "10.16.0.1"
+    port = lsp(cp, a.port)
+    want = f"{a.mac} {a.ip}"
     assert port.addresses == [want] and port.port_security == [want]
     ip = r.get(cp.kube, r.IPS, "web-0.default")
-    assert ip["spec"]["ipAddress"] == a[names.ANN_IP_ADDRESS] and ip["spec"]["nodeName"] == "node1"
+    assert ip["spec"]["ipAddress"] == a.ip and ip["spec"]["nodeName"] == "node1"
     # host-network pods get nothing
     r.create(cp.kube, r.PODS, {"metadata": {"name": "host", "namespace": "default"},
                                "spec": {"nodeName": "node1", "hostNetwork": True,
                                         "containers": [{"name": "c", "image": "x"}]}}, "default")
     # deletion releases everything
     r.delete(cp.kube, r.PODS, "web-0", "default")
-    wait_until(lambda: lsp(cp, "web-0.default") is None and r.get(cp.kube, r.IPS, "web-0.default") is None,
+    wait_until(lambda: lsp(cp, names.pod_lsp_name("default", "web-0")) is None and r.get(cp.kube, r.IPS, "web-0.default") is None,
                20, what="release of web-0")
-    assert names.ANN_ALLOCATED not in ann(cp, "host")
+    assert names.ANN_ALLOCATION not in ann(cp, "host")
 
 
 def test_fixed_address_and_conflicts(cp):
@@ -120,7 +124,7 @@ def test_fixed_address_and_conflicts(cp):
     make_pod(cp, "fixed", ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: "10.17.0.50",
                                names.ANN_MAC_ADDRESS: "0a:00:00:00:00:50"})
     a = allocated(cp, "fixed")
-    assert a[names.ANN_IP_ADDRESS] == "10.17.0.50" and a[names.ANN_MAC_ADDRESS] == "0a:00:00:00:00:50"
+    assert a.ip == "10.17.0.50" and a.mac == "0a:00:00:00:00:50"
     cases = {
         "taken": ("10.17.0.50", "already held by default/fixed"),
         "outside": ("10.99.0.5", "10.99.0.5"),
@@ -132,17 +136,17 @@ def test_fixed_address_and_conflicts(cp):
     for name, (ip, text) in cases.items():
         msg = refused(cp, name)
         assert text in msg, msg
-        assert names.ANN_ALLOCATED not in ann(cp, name)
-        assert lsp(cp, f"{name}.default") is None
+        assert names.ANN_ALLOCATION not in ann(cp, name)
+        assert lsp(cp, names.pod_lsp_name("default", f"{name}")) is None
         wait_until(lambda: events_for(cp, name), 10, what=f"event on {name}")
     assert "does-not-exist" in refused(cp, "nosubnet")
     # nothing else broke: the fixed pod still has its port, a new pod still allocates
-    assert lsp(cp, "fixed.default") is not None
+    assert lsp(cp, names.pod_lsp_name("default", "fixed")) is not None
     make_pod(cp, "ok", ann={names.ANN_LOGICAL_SWITCH: "blue"})
-    assert allocated(cp, "ok")[names.ANN_IP_ADDRESS] != "10.17.0.50"
+    assert allocated(cp, "ok").ip != "10.17.0.50"
     # the holder goes away: the waiting pod gets the address
     r.delete(cp.kube, r.PODS, "fixed", "default")
-    assert allocated(cp, "taken")[names.ANN_IP_ADDRESS] == "10.17.0.50"
+    assert allocated(cp, "taken").ip == "10.17.0.50"
     assert names.ANN_ALLOCATION_ERROR not in ann(cp, "taken")
 
 
@@ -163,7 +167,7 @@ def test_subnet_validation_and_lifecycle(cp):
     wait_until(lambda: _ready(cp, "green"), 20, what="green ready")
     assert cp.nb.lookup("Logical_Router_Port", names.router_port_name("green")).networks == ["10.21.0.1/16"]
     make_pod(cp, "t1", ns="team")
-    assert allocated(cp, "t1", "team")[names.ANN_LOGICAL_SWITCH] == "green"
+    assert allocated(cp, "t1", "team").subnet == "green"
     wait_until(lambda: (r.get(cp.kube, r.SUBNETS, "green").get("status") or {}).get("usedIPs") == 1,
                20, what="usedIPs")
     # deleting a subnet in use is refused with the reason; it goes once unused
@@ -175,7 +179,7 @@ def test_subnet_validation_and_lifecycle(cp):
     make_pod(cp, "t2", ns="team")
     wait_until(lambda: "being deleted" in ann(cp, "t2", "team").get(names.ANN_ALLOCATION_ERROR, ""),
                20, what="SubnetTerminating refusal")
-    assert ann(cp, "t1", "team")[names.ANN_ALLOCATED] == "true"
+    assert record(cp, "t1", "team") is not None
     r.delete(cp.kube, r.PODS, "t2", "team")
     r.delete(cp.kube, r.PODS, "t1", "team")
     wait_until(lambda: r.get(cp.kube, r.SUBNETS, "green") is None, 20, what="green deleted")
@@ -190,14 +194,14 @@ def test_statefulset_pod_keeps_address(cp):
                                        "spec": {"replicas": 2, "serviceName": "db", "selector": {},
                                                 "template": {}}}, "default")
     make_pod(cp, "db-1", node="node1", sts="db")
-    first = allocated(cp, "db-1")[names.ANN_IP_ADDRESS]
+    first = allocated(cp, "db-1").ip
     r.delete(cp.kube, r.PODS, "db-1", "default")
-    wait_until(lambda: lsp(cp, "db-1.default") is None, 20, what="port removed")
+    wait_until(lambda: lsp(cp, names.pod_lsp_name("default", "db-1")) is None, 20, what="port removed")
     assert r.get(cp.kube, r.IPS, "db-1.default") is not None
     make_pod(cp, "other", node="node2")           # must not get db-1's address
-    assert allocated(cp, "other")[names.ANN_IP_ADDRESS] != first
+    assert allocated(cp, "other").ip != first
     make_pod(cp, "db-1", node="node2", sts="db")
-    assert allocated(cp, "db-1")[names.ANN_IP_ADDRESS] == first
+    assert allocated(cp, "db-1").ip == first
     wait_until(lambda: r.get(cp.kube, r.IPS, "db-1.default")["spec"]["nodeName"] == "node2", 20,
                what="IP object follows the node")
     # the StatefulSet shrinks below the ordinal: the address goes
@@ -209,7 +213,7 @@ def test_statefulset_pod_keeps_address(cp):
 def test_restart_rebuilds_and_cleans_stale(cp):
     for i in range(20):
         make_pod(cp, f"p{i}")
-    before = {i: allocated(cp, f"p{i}")[names.ANN_IP_ADDRESS] for i in range(20)}
+    before = {i: allocated(cp, f"p{i}").ip for i in range(20)}
     cp.kill_controller("c1", signal.SIGKILL)
     # while it is down: pods come and go, someone leaves a stale NB port
     for i in range(10):
@@ -221,13 +225,13 @@ def test_restart_rebuilds_and_cleans_stale(cp):
                                        addresses=["0a:58:0a:10:ff:01 10.16.255.1"]))
     cp.start_controller("c2")
     for i in range(10, 20):
-        assert allocated(cp, f"p{i}")[names.ANN_IP_ADDRESS] == before[i]
-    now = {i: allocated(cp, f"p{i}")[names.ANN_IP_ADDRESS] for i in range(10, 30)}
+        assert allocated(cp, f"p{i}").ip == before[i]
+    now = {i: allocated(cp, f"p{i}").ip for i in range(10, 30)}
     assert len(set(now.values())) == 20, "an address was handed out twice"
-    wait_until(lambda: lsp(cp, "ghost.default") is None, 30, what="stale port removed")
+    wait_until(lambda: lsp(cp, names.pod_lsp_name("default", "ghost")) is None, 30, what="stale port removed")
     wait_until(lambda: all(r.get(cp.kube, r.IPS, f"p{i}.default") is None for i in range(10)), 30,
                what="stale IP objects removed")
-    assert all(lsp(cp, f"p{i}.default") is None for i in range(10))
+    assert all(lsp(cp, names.pod_lsp_name("default", f"p{i}")) is None for i in range(10))
 
 
 def test_leader_failover(cp):
@@ -239,7 +243,7 @@ def test_leader_failover(cp):
     wait_until(lambda: cp.leader() == "c2", 15, what="c2 takes over")
     make_pod(cp, "after")
     a = allocated(cp, "after", timeout=30)
-    assert a[names.ANN_IP_ADDRESS] != ann(cp, "before")[names.ANN_IP_ADDRESS]
+    assert a.ip != record(cp, "before").ip
     # a clean stop releases the Lease at once
     cp.start_controller("c3")
     cp.kill_controller("c2", signal.SIGTERM)
@@ -268,15 +272,15 @@ def test_churn_with_sigkill_restarts(cp):
         current = next(tags)
         cp.start_controller(current)
     wait_until(lambda: cp.leader() == current, 30, what="last controller leading")
-    addrs = {name: allocated(cp, name, timeout=60)[names.ANN_IP_ADDRESS] for name in sorted(live)}
+    addrs = {name: allocated(cp, name, timeout=60).ip for name in sorted(live)}
     assert len(set(addrs.values())) == len(addrs), "duplicate address"
 
     def converged():
         items, _ = r.list_(cp.kube, r.IPS)
         ips = {i["spec"]["pod"]: i["spec"]["ipAddress"] for i in items if i["spec"]["namespace"] == "default"}
         ports = {row.name: row.addresses for row in cp.nb.rows_owned("Logical_Switch_Port", names.OWNER_KIND_POD)}
-        return ips if set(ips) == live and set(ports) == {f"{p}.default" for p in live} else None
+        return ips if set(ips) == live and set(ports) == {names.pod_lsp_name("default", p) for p in live} else None
     ips = wait_until(converged, 60, interval=0.5, what="no leaked IP objects / ports")
     assert ips == addrs
     for name, ip in addrs.items():
-        assert lsp(cp, f"{name}.default").addresses[0].endswith(" " + ip)
+        assert lsp(cp, names.pod_lsp_name("default", f"{name}")).addresses[0].endswith(" " + ip)

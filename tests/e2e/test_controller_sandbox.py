@@ -16,7 +16,7 @@ import itertools
 import pytest
 
 from controller_fixtures import ControlPlane, wait_until
-from pacific import names
+from pacific import contract, names
 from pacific.kube import resources as r
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -52,13 +52,9 @@ def add_pod(sb, cp, ns, name, node, ann=None, sts=None):
     r.create(cp.kube, r.PODS, {"metadata": meta, "spec": {
         "nodeName": node, "containers": [{"name": "c", "image": "pause"}]}}, ns)
 
-    def allocated():
-        a = (r.get(cp.kube, r.PODS, name, ns)["metadata"].get("annotations") or {})
-        return a if a.get(names.ANN_ALLOCATED) == "true" else None
-    a = wait_until(allocated, 30, what=f"allocation of {ns}/{name}")
-    plen = a[names.ANN_CIDR].split("/")[1]
-    return sb.add_test_pod(node, f"{name}", a[names.ANN_LSP], a[names.ANN_MAC_ADDRESS],
-                           f"{a[names.ANN_IP_ADDRESS]}/{plen}", a[names.ANN_GATEWAY])
+    a = wait_until(lambda: contract.own_record(r.get(cp.kube, r.PODS, name, ns)), 30,
+                   what=f"allocation of {ns}/{name}")
+    return sb.add_test_pod(node, f"{name}", a.port, a.mac, a.ip_cidr, a.gateway)
 
 
 def test_pods_across_nodes_and_subnets_talk(env):

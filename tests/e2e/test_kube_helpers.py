@@ -68,12 +68,12 @@ def test_dict_calls_and_error_mapping(api):
     assert all(i["kind"] == "Pod" and i["apiVersion"] == "v1" for i in items)
 
     patched = r.patch_merge(api, r.PODS, name,
-                            {"metadata": {"annotations": {names.ANN_ALLOCATED: "true"}}},
+                            {"metadata": {"annotations": {names.ANN_MIRROR: "true"}}},
                             "default")
-    assert patched["metadata"]["annotations"][names.ANN_ALLOCATED] == "true"
+    assert patched["metadata"]["annotations"][names.ANN_MIRROR] == "true"
     removed = r.patch_merge(api, r.PODS, name,
-                            {"metadata": {"annotations": {names.ANN_ALLOCATED: None}}}, "default")
-    assert names.ANN_ALLOCATED not in (removed["metadata"].get("annotations") or {})
+                            {"metadata": {"annotations": {names.ANN_MIRROR: None}}}, "default")
+    assert names.ANN_MIRROR not in (removed["metadata"].get("annotations") or {})
 
     stale = created
     stale["metadata"]["labels"] = {"app": "y"}
@@ -144,10 +144,10 @@ def test_informer_events_cache_and_wait_for(api):
         def annotate():
             time.sleep(0.2)
             r.patch_merge(api, r.PODS, name,
-                          {"metadata": {"annotations": {names.ANN_ALLOCATED: "true"}}}, "default")
+                          {"metadata": {"annotations": {names.ANN_MIRROR: "true"}}}, "default")
         threading.Thread(target=annotate).start()
         got = inf.wait_for(key, lambda p: (p["metadata"].get("annotations") or {})
-                           .get(names.ANN_ALLOCATED) == "true", timeout=10)
+                           .get(names.ANN_MIRROR) == "true", timeout=10)
         assert got is not None
         assert inf.wait_for(key, lambda p: False, timeout=0.2) is None
         r.delete(api, r.PODS, name, "default")

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from pacific import names
+from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
 
@@ -37,7 +37,7 @@ def stack(sandbox):
 
 
 def pod_ip(api, ns, name):
-    return r.get(api, r.PODS, name, ns)["metadata"]["annotations"][names.ANN_IP_ADDRESS]
+    return contract.own_record(r.get(api, r.PODS, name, ns)).ip
 
 
 def ping(sb, netns, ip):

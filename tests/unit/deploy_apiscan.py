@@ -27,6 +27,10 @@ from pacific.kube import resources
 ROOT = Path(__file__).resolve().parents[2]
 RES = "pacific.kube.resources"
 INFORMER = "pacific.kube.informer.Informer"
+# a controller feature declares its informers as InformerSpec(resource, ...)
+# (module level, pacific/controller/informers.py); the controller then makes
+# each Informer from `spec.resource`
+INFORMER_SPEC = "pacific.controller.feature.InformerSpec"
 HELPER_VERBS = {"get": ("get",), "list_": ("list",), "create": ("create",),
                 "replace": ("update",), "patch_merge": ("patch",), "delete": ("delete",)}
 SCANNED_PACKAGES = ("pacific/kube", "pacific/controller", "pacific/node", "pacific/cni",
@@ -166,7 +170,10 @@ def scan(component_modules: list[str]) -> Scan:
             target = mod.resolve(call.func, cls)
             where = f"{mod.name}:{call.lineno}"
             if target == INFORMER:
-                res = _resource(mod, _arg(call, 1, "res"), cls)
+                arg = _arg(call, 1, "res")
+                res = _resource(mod, arg, cls)
+                if res is None and isinstance(arg, ast.Attribute) and arg.attr == "resource":
+                    continue   # made from an InformerSpec: counted where the spec is declared
                 if res is None:
                     out.unresolved.append(f"{where}: Informer on a resource held in a variable")
                     continue
@@ -194,4 +201,15 @@ def scan(component_modules: list[str]) -> Scan:
                 todo.extend(idx.classes[target])
             elif target in idx.owner:
                 todo.append(target)
+    for name in component_modules:   # module-level InformerSpec declarations
+        mod = idx.modules[name]
+        for call in ast.walk(mod.tree):
+            if isinstance(call, ast.Call) and mod.resolve(call.func, None) == INFORMER_SPEC:
+                res = _resource(mod, _arg(call, 0, "resource"), None)
+                if res is None:
+                    out.unresolved.append(f"{mod.name}:{call.lineno}: InformerSpec on a resource "
+                                          "held in a variable")
+                    continue
+                for verb in ("list", "watch"):
+                    out.uses.add(Use(res.group, res.plural, verb, f"{mod.name}:{call.lineno}"))
     return out

@@ -3,14 +3,28 @@ place of netlink/OVS (the plumbing itself is covered by the e2e tests)."""
 import threading
 import time
 
+import pytest
+
 from pacific import names
+from pacific.cni import plugin as proto
+from pacific.cni.plugin import CniError
+from pacific.contract import PodRecord
 from pacific.node.cnihandler import CniHandler
 from pacific.node.cnirequest import CniRequest
 
-ALLOCATED = {"metadata": {"uid": "u1", "annotations": {
-    names.ANN_ALLOCATED: "true", names.ANN_IP_ADDRESS: "10.16.0.5",
-    names.ANN_MAC_ADDRESS: "0a:58:0a:10:00:05", names.ANN_CIDR: "10.16.0.0/16",
-    names.ANN_GATEWAY: "10.16.0.1", names.ANN_LSP: "default_p1"}}}
+
+def record(uid="u1", ns="default", name="p1", ip="10.16.0.5") -> PodRecord:
+    return PodRecord(uid=uid, port=names.pod_lsp_name(ns, name), ip=ip,
+                     mac="0a:58:0a:10:00:05", cidr="10.16.0.0/16", gateway="10.16.0.1",
+                     subnet="ovn-default")
+
+
+def pod(uid="u1", name="p1", rec=None, **extra) -> dict:
+    ann = {names.ANN_ALLOCATION: (rec or record()).to_json(), **extra}
+    return {"metadata": {"uid": uid, "namespace": "default", "name": name, "annotations": ann}}
+
+
+ALLOCATED = pod()
 
 
 class Pods:
@@ -91,3 +105,54 @@ def test_add_waiting_for_its_allocation_does_not_hold_gc():
     h.gc(req("GC", ""))
     assert time.monotonic() - t0 < 0.5
     add.join(5)
+
+
+class RecordingPlumber(Plumber):
+    def __init__(self):
+        super().__init__(0)
+        self.added = []
+
+    def add(self, att):
+        self.added.append(att)
+        return {}
+
+
+def test_add_plumbs_the_record_made_for_this_pod():
+    plumber = RecordingPlumber()
+    CniHandler(plumber, Pods(), 1400, lambda: None).add(req("ADD"))
+    att = plumber.added[0]
+    assert (att.lsp, att.ip_cidr, att.mac) == ("pod:default/p1", "10.16.0.5/16", "0a:58:0a:10:00:05")
+
+
+@pytest.mark.parametrize("forged", [
+    record(uid="victim-uid", name="victim"),        # copied whole from another pod
+    record(uid="u1", name="victim"),                # own uid, another pod's port
+    record(uid="victim-uid"),                       # own port, another pod's uid
+])
+def test_a_record_made_for_another_pod_is_never_plumbed(forged):
+    plumber = RecordingPlumber()
+    h = CniHandler(plumber, Pods(pod=pod(rec=forged)), 1400, lambda: None, allocation_timeout=0.1)
+    with pytest.raises(CniError) as e:
+        h.add(req("ADD"))
+    assert e.value.code == proto.ERR_TRY_AGAIN and "not plumbed" in e.value.msg, e.value.msg
+    assert plumber.added == []
+
+
+def test_a_malformed_record_is_named_and_not_plumbed():
+    plumber = RecordingPlumber()
+    bad = {"metadata": {"uid": "u1", "namespace": "default", "name": "p1",
+                        "annotations": {names.ANN_ALLOCATION: '{"uid": "u1"'}}}
+    h = CniHandler(plumber, Pods(pod=bad), 1400, lambda: None, allocation_timeout=0.1)
+    with pytest.raises(CniError) as e:
+        h.add(req("ADD"))
+    assert names.ANN_ALLOCATION in e.value.msg and "not JSON" in e.value.msg
+    assert plumber.added == []
+
+
+def test_a_refused_pod_with_a_copied_record_is_refused():
+    forged = pod(rec=record(uid="victim-uid", name="victim"),
+                 **{names.ANN_ALLOCATION_ERROR: "address 10.16.0.5 is in use"})
+    h = CniHandler(RecordingPlumber(), Pods(pod=forged), 1400, lambda: None, allocation_timeout=0.1)
+    with pytest.raises(CniError) as e:
+        h.add(req("ADD"))
+    assert e.value.code == proto.ERR_ALLOCATION_REFUSED and "in use" in e.value.msg

@@ -87,13 +87,7 @@ def test_parse_subnet_gateway_and_excludes():
         model.parse_subnet(subnet("join"), reserved_names=("join",))
 
 
-def test_annotations_and_ip_object():
-    ann = model.pod_annotations("10.16.0.5", "0a:58:0a:10:00:05", "10.16.0.0/16", "10.16.0.1",
-                                "ovn-default", "web-0.default")
-    assert ann[names.ANN_ALLOCATED] == "true" and ann[names.ANN_ALLOCATION_ERROR] is None
-    p = pod(ann={k: v for k, v in ann.items() if v is not None})
-    assert model.pod_allocated_matches(p, "10.16.0.5", "0a:58:0a:10:00:05", "ovn-default")
-    assert not model.pod_allocated_matches(p, "10.16.0.6", "0a:58:0a:10:00:05", "ovn-default")
+def test_ip_object():
     obj = model.ip_object("default", "db-0", "ovn-default", "10.16.0.5", "0a:58:0a:10:00:05",
                           "node1", sts="db")
     assert obj["metadata"]["name"] == "db-0.default"

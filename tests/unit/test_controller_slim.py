@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import itertools
 
-from pacific import names
+from pacific import contract, names
 from pacific.controller import model
 
 
@@ -28,8 +28,9 @@ def full_pod(name="web-0", ns="default", node="node1", ann=None, owner=None, hos
     return p
 
 
-ALLOCATED = model.pod_annotations("10.16.0.5", "0a:58:0a:10:00:05", "10.16.0.0/16", "10.16.0.1",
-                                  "ovn-default", "web-0.default")
+ALLOCATED = contract.PodRecord(uid="uid-web-0", port=names.pod_lsp_name("default", "web-0"),
+                               ip="10.16.0.5", mac="0a:58:0a:10:00:05", cidr="10.16.0.0/16",
+                               gateway="10.16.0.1", subnet="ovn-default").annotations()
 VARIANTS = list(itertools.product(
     (None, "node2"), (False, True), ("Running", "Succeeded", None),
     (None, ("StatefulSet", "web"), ("ReplicaSet", "web-abc")),
@@ -49,8 +50,9 @@ def test_decisions_are_the_same_on_trimmed_pods():
         for ns in (None, ns_obj):
             assert model.choose_subnet(slim, ns, {"default": "red"}, "ovn-default") == \
                 model.choose_subnet(full, ns, {"default": "red"}, "ovn-default")
-        assert model.pod_allocated_matches(slim, "10.16.0.5", "0a:58:0a:10:00:05", "ovn-default") == \
-            model.pod_allocated_matches(full, "10.16.0.5", "0a:58:0a:10:00:05", "ovn-default")
+        assert contract.own_record(slim) == contract.own_record(full)
+        assert contract.foreign_record_keys(slim, None) == contract.foreign_record_keys(full, None)
+        assert model.labels_of(slim) == model.labels_of(full)
         assert model.annotations(slim) == {k: v for k, v in model.annotations(full).items()
                                            if k.startswith(names.ANN_PREFIX)}
         # what an Event's involvedObject needs
@@ -64,11 +66,11 @@ def test_trimmed_pod_drops_the_bulk_and_shares_repeated_strings():
     full_a = full_pod("a", ns="".join(["team", "-x"]), ann={k: v for k, v in ALLOCATED.items() if v})
     a = model.slim_pod(full_a)
     b = model.slim_pod(full_pod("b", ns="".join(["team", "-x"]), ann={k: v for k, v in ALLOCATED.items() if v}))
-    assert "containers" not in a["spec"] and "labels" not in a["metadata"]
+    assert "containers" not in a["spec"] and a["metadata"]["labels"] == {"app": "web"}
+    assert next(iter(a["metadata"]["labels"].values())) is next(iter(b["metadata"]["labels"].values()))
     assert "managedFields" not in a["metadata"] and "conditions" not in a.get("status", {})
     assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
     assert a["spec"]["nodeName"] is b["spec"]["nodeName"]
-    assert a["metadata"]["annotations"][names.ANN_CIDR] is b["metadata"]["annotations"][names.ANN_CIDR]
     assert len(repr(a)) < len(repr(full_a)) / 2
 
 
@@ -80,12 +82,14 @@ def test_trimmed_ip_keeps_spec_and_identity():
     assert slim["metadata"] == {"name": "web-0.default", "uid": "u1", "resourceVersion": "9"}
 
 
-def test_same_but_version():
+def test_same_for_allocation_ignores_labels_but_the_cache_keeps_them():
     a = model.slim_pod(full_pod())
     b = model.slim_pod({**full_pod(), "metadata": {**full_pod()["metadata"], "resourceVersion": "18",
                                                     "labels": {"app": "changed"}}})
-    assert model.same_but_version(a, b)           # only fields the controller does not keep changed
+    assert model.same_for_allocation(a, b)        # the pod reconciler does not read labels
+    assert not model.same_but_version(a, b)       # a feature selecting on labels sees the change
+    assert model.same_but_version(a, {**a, "metadata": {**a["metadata"], "resourceVersion": "18"}})
     c = model.slim_pod(full_pod(phase="Succeeded"))
-    assert not model.same_but_version(a, c)
+    assert not model.same_for_allocation(a, c)
     d = model.slim_pod(full_pod(ann={names.ANN_IP_ADDRESS: "10.16.0.9"}))
-    assert not model.same_but_version(a, d)
+    assert not model.same_for_allocation(a, d)

@@ -1,0 +1,223 @@
+"""The controller <-> node daemon contract: every value one writes and the other reads.
+
+The controller decides, the node daemon plumbs.  What passes between them lives
+on Kubernetes objects, which users can also write, so the format is built and
+parsed here and nowhere else (controller, node daemon and the tests' fakes all
+call this module):
+
+* `PodRecord`: the controller's record of a pod's allocation, ONE annotation
+  (`names.ANN_ALLOCATION`, compact JSON).  It names the pod's UID and the
+  logical switch port derived from the pod's namespace and name.  A record
+  copied onto another pod (from `kubectl get -o yaml`, a backup restore, or
+  on purpose) names the wrong UID, so `PodRecord.belongs_to(pod)` is False and
+  the node daemon does not plumb it; the controller replaces or removes what
+  it did not write.  A user's requests (`ANN_IP_ADDRESS`, `ANN_MAC_ADDRESS`,
+  `ANN_LOGICAL_SWITCH`) are separate keys the controller only reads.
+* `NodeRecord`: the node's management-port allocation on the join switch.
+* `allocation_error(pod)`: why the controller refused a pod.
+
+Parsing never trusts its input: anything malformed raises `ContractError`
+naming the annotation and what is wrong with it.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from pacific import names
+
+_MAC = re.compile(r"^[0-9a-f]{2}(:[0-9a-f]{2}){5}$")
+MAX_RECORD = 1024   # bytes: a record is ~250; anything longer is not ours
+
+
+class ContractError(ValueError):
+    """A contract value is malformed; str() names the annotation and the problem."""
+
+
+def _meta(obj: dict | None) -> dict:
+    return (obj or {}).get("metadata") or {}
+
+
+def _annotations(obj: dict | None) -> dict:
+    return _meta(obj).get("annotations") or {}
+
+
+def _mac(value, key: str) -> str:
+    mac = value.lower() if isinstance(value, str) else ""
+    if not _MAC.match(mac) or int(mac[:2], 16) & 1:
+        raise ContractError(f"annotation {key}: {value!r} is not a unicast MAC address")
+    return mac
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    uid: str          # metadata.uid of the pod the allocation was made for
+    port: str         # its logical switch port, names.pod_lsp_name(namespace, name)
+    ip: str
+    mac: str
+    cidr: str         # the subnet's CIDR
+    gateway: str | None
+    subnet: str
+
+    @property
+    def ip_cidr(self) -> str:
+        return f"{self.ip}/{ipaddress.ip_network(self.cidr).prefixlen}"
+
+    # -- writing (controller) ------------------------------------------------
+    def annotations(self) -> dict:
+        """The merge-patch annotations that record this allocation: the record,
+        no refusal, none of the legacy keys."""
+        out = {names.ANN_ALLOCATION: self.to_json(), names.ANN_ALLOCATION_ERROR: None}
+        out.update({k: None for k in names.ANN_LEGACY_RECORD})
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    # -- reading (node daemon, controller) ---------------------------------------
+    @classmethod
+    def parse(cls, text) -> "PodRecord":
+        key = names.ANN_ALLOCATION
+        if not isinstance(text, str) or len(text) > MAX_RECORD:
+            raise ContractError(f"annotation {key} is not a record of at most {MAX_RECORD} bytes")
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            raise ContractError(f"annotation {key} is not JSON") from None
+        if not isinstance(raw, dict):
+            raise ContractError(f"annotation {key} is not a JSON object")
+        fields = ("uid", "port", "ip", "mac", "cidr", "gateway", "subnet")
+        unknown = sorted(set(raw) - set(fields))
+        if unknown:
+            raise ContractError(f"annotation {key} has unknown fields {unknown}")
+        for f in fields:
+            v = raw.get(f)
+            if f == "gateway" and v is None:
+                continue
+            if not isinstance(v, str) or not v:
+                raise ContractError(f"annotation {key}: field {f!r} is missing or not a string")
+        try:
+            ip = ipaddress.ip_address(raw["ip"])
+            net = ipaddress.ip_network(raw["cidr"], strict=True)
+        except ValueError as e:
+            raise ContractError(f"annotation {key}: {e}") from None
+        if ip not in net:
+            raise ContractError(f"annotation {key}: ip {ip} is outside cidr {net}")
+        gw = raw.get("gateway")
+        if gw is not None:
+            try:
+                gw_ip = ipaddress.ip_address(gw)
+            except ValueError:
+                raise ContractError(f"annotation {key}: gateway {gw!r} is not an address") from None
+            if gw_ip not in net:
+                raise ContractError(f"annotation {key}: gateway {gw} is outside cidr {net}")
+        return cls(uid=raw["uid"], port=raw["port"], ip=str(ip),
+                   mac=_mac(raw["mac"], key), cidr=str(net), gateway=gw, subnet=raw["subnet"])
+
+    @classmethod
+    def of(cls, pod: dict) -> "PodRecord | None":
+        """The record on `pod`, None if there is none; ContractError if malformed."""
+        text = _annotations(pod).get(names.ANN_ALLOCATION)
+        return None if text is None else cls.parse(text)
+
+    def why_not_for(self, pod: dict) -> str | None:
+        """None if this record was made for `pod`, else why not (for logs and
+        Events).  Only a record that names the pod's own UID and its own port
+        is ever plumbed."""
+        m = _meta(pod)
+        want_port = names.pod_lsp_name(m.get("namespace", ""), m.get("name", ""))
+        if self.uid != m.get("uid"):
+            return (f"the {names.ANN_ALLOCATION} record names pod uid {self.uid}, not this pod's "
+                    f"uid {m.get('uid')} (copied from another pod?)")
+        if self.port != want_port:
+            return (f"the {names.ANN_ALLOCATION} record names port {self.port!r}, not this pod's "
+                    f"port {want_port!r}")
+        return None
+
+    def belongs_to(self, pod: dict) -> bool:
+        return self.why_not_for(pod) is None
+
+
+def own_record(pod: dict) -> PodRecord | None:
+    """The pod's record if it is valid and made for this pod, else None."""
+    try:
+        rec = PodRecord.of(pod)
+    except ContractError:
+        return None
+    return rec if rec is not None and rec.belongs_to(pod) else None
+
+
+def allocation_error(pod: dict) -> str | None:
+    """The controller's refusal message on `pod`, if any."""
+    err = _annotations(pod).get(names.ANN_ALLOCATION_ERROR)
+    return err if isinstance(err, str) and err else None
+
+
+def refusal_annotations(message: str) -> dict:
+    """Merge-patch annotations of a refused pod: the reason, and no record."""
+    out = {names.ANN_ALLOCATION_ERROR: message, names.ANN_ALLOCATION: None}
+    out.update({k: None for k in names.ANN_LEGACY_RECORD})
+    return out
+
+
+def foreign_record_keys(pod: dict, mine: PodRecord | None) -> list[str]:
+    """Record annotations on `pod` that are not the controller's record `mine`
+    (a copied or edited record, legacy keys): what the controller replaces or
+    removes."""
+    ann = _annotations(pod)
+    out = [k for k in names.ANN_LEGACY_RECORD if k in ann]
+    have = ann.get(names.ANN_ALLOCATION)
+    if have is not None and (mine is None or have != mine.to_json()):
+        out.append(names.ANN_ALLOCATION)
+    return out
+
+
+# --- node ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """The node's management port ovn0: address on the join switch, MAC,
+    gateway (the cluster router) and its logical switch port."""
+    ip_cidr: str      # "100.64.0.2/16"
+    mac: str
+    gateway: str
+    port: str
+
+    def annotations(self) -> dict:
+        return {names.ANN_NODE_JOIN_IP: self.ip_cidr, names.ANN_NODE_JOIN_MAC: self.mac,
+                names.ANN_NODE_JOIN_GW: self.gateway, names.ANN_NODE_LSP: self.port}
+
+    @property
+    def ip(self) -> str:
+        return self.ip_cidr.split("/")[0]
+
+    @classmethod
+    def of(cls, node: dict | None) -> "NodeRecord | None":
+        """The record on a Node; None while the controller has not written all of
+        it, ContractError naming the annotation when a value is malformed."""
+        ann = _annotations(node)
+        keys = (names.ANN_NODE_JOIN_IP, names.ANN_NODE_JOIN_MAC, names.ANN_NODE_JOIN_GW,
+                names.ANN_NODE_LSP)
+        vals = [ann.get(k) for k in keys]
+        if not all(vals):
+            return None
+        ip_cidr, mac, gw, port = vals
+        try:
+            if "/" not in ip_cidr:
+                raise ValueError(ip_cidr)
+            iface = ipaddress.ip_interface(ip_cidr)
+        except ValueError:
+            raise ContractError(f"annotation {names.ANN_NODE_JOIN_IP}: {ip_cidr!r} is not an "
+                                "address with a prefix length") from None
+        try:
+            gateway = ipaddress.ip_address(gw)
+        except ValueError:
+            raise ContractError(f"annotation {names.ANN_NODE_JOIN_GW}: {gw!r} is not an "
+                                "address") from None
+        if gateway not in iface.network:
+            raise ContractError(f"annotation {names.ANN_NODE_JOIN_GW}: {gw} is outside "
+                                f"{iface.network}")
+        return cls(ip_cidr=str(iface), mac=_mac(mac, names.ANN_NODE_JOIN_MAC),
+                   gateway=str(gateway), port=port)

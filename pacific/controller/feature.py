@@ -1,0 +1,98 @@
+"""What a controller feature declares, and how events reach its queue.
+
+A feature is one module (subnet.py, node.py, pod.py; NetworkPolicy, Services
+... later) with one class derived from `Feature`:
+
+    class PolicyFeature(Feature):
+        name = "policy"                                   # queue, metrics, logs
+        informers = {"policies": InformerSpec(r.NETWORK_POLICIES)}
+        def handlers(self):                               # informer -> event -> keys
+            return {"policies": self.on_policy, "pods": self.on_pod_labels}
+        def reconcile(self, key): ...
+        def resync_keys(self): ...                        # caches + owned NB rows
+
+and one line in `features.FEATURES`.  The controller creates each informer
+once (features that name the same informer share it; their specs must agree),
+fans every event out to the handlers that subscribed, and runs the features in
+list order: `prepare()` (rebuild in-memory state after the caches synced),
+`before_workers()` (wait for what must settle first), workers on the queue,
+`tick()` every status interval and `resync_keys()` at start and every
+--gc-interval (stale-row collection: the reconcilers treat "object missing"
+as "remove what it owned").
+
+A handler gets (old, new): (None, obj) on add, (old, new) on update, (obj,
+None) on delete, and returns the keys to queue (an iterable; empty for an
+update it does not care about).  Handlers run on informer threads: they only
+compute keys, never I/O.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from pacific.kube.resources import Resource
+from pacific.kube.workqueue import WorkQueue
+
+Handler = Callable[[dict | None, dict | None], Iterable[str]]
+
+
+@dataclass(frozen=True)
+class InformerSpec:
+    resource: Resource
+    transform: Callable[[dict], dict] | None = None   # trims what the cache keeps
+
+
+class Feature:
+    name = ""
+    informers: dict[str, InformerSpec] = {}
+
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.queue = WorkQueue(name=self.name)
+
+    # -- declared by each feature ------------------------------------------
+    def handlers(self) -> dict[str, Handler]:
+        return {}
+
+    def reconcile(self, key: str) -> None:
+        raise NotImplementedError
+
+    def workers(self, cfg) -> int:
+        return max(1, cfg.workers // 4)
+
+    def prepare(self) -> None:
+        """After every cache synced, before any worker of any feature runs."""
+
+    def before_workers(self, stop: threading.Event) -> None:
+        """Called just before this feature's workers start (features in order)."""
+
+    def tick(self) -> None:
+        """Every status interval on the leader."""
+
+    def resync_keys(self) -> Iterable[str]:
+        """Every key worth a reconcile: objects in the caches and owners of the
+        NB rows this feature wrote (so stale rows are found)."""
+        return ()
+
+    # -- helpers -------------------------------------------------------------
+    def queue_keys(self, keys: Iterable[str]) -> int:
+        n = 0
+        for k in keys:
+            if k:
+                self.queue.add(k)
+                n += 1
+        return n
+
+
+def merge_informer_specs(features: list[Feature]) -> dict[str, InformerSpec]:
+    """name -> spec over all features; two features naming one informer must
+    declare the same spec (one cache, one transform)."""
+    out: dict[str, InformerSpec] = {}
+    for f in features:
+        for name, spec in f.informers.items():
+            if name in out and out[name] != spec:
+                raise ValueError(f"feature {f.name} declares informer {name!r} as {spec}, "
+                                 f"another feature as {out[name]}")
+            out[name] = spec
+    return out

@@ -1,0 +1,13 @@
+"""The controller's features, in the order they prepare and start.
+
+Adding a feature is one module (see feature.py) and one line here.  Order
+matters where one feature's state is another's input: Subnets make the IPAM
+pools that node and pod addresses are restored into.
+"""
+from __future__ import annotations
+
+from pacific.controller.node import NodeFeature
+from pacific.controller.pod import PodFeature
+from pacific.controller.subnet import SubnetFeature
+
+FEATURES = [SubnetFeature, NodeFeature, PodFeature]
