@@ -66,8 +66,13 @@ class CniHandler:
 
     def __init__(self, plumber: Plumber, pods, mtu: int,
                  status_check: Callable[[], None],
-                 allocation_timeout: float = 60.0):
+                 allocation_timeout: float = 60.0,
+                 after_add: Callable[[str], None] | None = None):
+        """after_add(pod key): called once a pod is plumbed, before ADD answers
+        (the pod loop applies the port settings, so they hold from the first
+        packet)."""
         self.plumber = plumber
+        self.after_add = after_add
         self.pods = pods
         self.mtu = mtu
         self.status_check = status_check
@@ -122,6 +127,8 @@ class CniHandler:
                                         netns=req.netns, pod=req.pod_key, mtu=self.mtu)
         with self._plumbing.shared():
             result = self.plumber.add(att)
+        if self.after_add is not None:
+            self.after_add(req.pod_key)
         log.info("ADD %s %s: %s %s via %s on %s", req.pod_key, req.container_id[:12],
                  att.ip_cidr, att.mac, att.gateway, att.host_ifname)
         return result

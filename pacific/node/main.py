@@ -14,11 +14,12 @@ import threading
 from pyroute2 import IPRoute
 
 from pacific import daemonlog, names
-from pacific.node import bootstrap
+from pacific.node import bootstrap, settings
 from pacific.node.cnihandler import CniHandler
 from pacific.node.cniserver import CniServer
 from pacific.node.mgmtport import MgmtPort
 from pacific.node.plumbing import Plumber
+from pacific.node.podloop import PodLoop, ovs_attachments
 from pacific.node.readiness import Readiness
 
 log = logging.getLogger("pacific.node")
@@ -101,6 +102,7 @@ class NodeDaemon:
         self.ovs = self.server = self.plumber = self.readiness = None
         self.informers: list = []
         self.mgmt: MgmtPort | None = None
+        self.pod_loop: PodLoop | None = None
         self.metrics = None   # pacific.metrics.MetricsServer
 
     def start_metrics(self) -> None:
@@ -144,12 +146,15 @@ class NodeDaemon:
         for inf in (nodes, subnets):
             inf.on_add, inf.on_update, inf.on_delete = self.mgmt.kick, self.mgmt.kick, \
                 self.mgmt.kick
+        self.pod_loop = PodLoop(pods, ovs_attachments(self.ovs, mtu),
+                                settings.build(a, self.ovs)).start()
         self.informers = [pods, nodes, subnets]
         for inf in self.informers:
             inf.start()
         self.readiness = readiness = Readiness(self.ovs, a.ovn_rundir)
         handler = CniHandler(plumber, pods, mtu, readiness.check,
-                             allocation_timeout=a.allocation_timeout)
+                             allocation_timeout=a.allocation_timeout,
+                             after_add=self.pod_loop.apply_now)
         # Plugin first, the conflist last: a runtime that sees the conflist finds
         # the plugin and the socket behind it.
         if a.cni_bin_dir:
@@ -172,6 +177,8 @@ class NodeDaemon:
             self.server.stop()
         if self.mgmt:
             self.mgmt.stop()
+        if self.pod_loop:
+            self.pod_loop.stop()
         for inf in self.informers:
             inf.stop()
         if self.metrics:

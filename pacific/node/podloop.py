@@ -1,0 +1,151 @@
+"""The node daemon's pod loop: settings of running pods' ports, kept in line.
+
+CNI ADD plumbs a pod once.  Settings that can change while the pod runs
+(bandwidth limits, mirroring, ...) are applied here instead, level-triggered:
+
+    loop = PodLoop(pods_informer, ports, settings=[QosSetting(...), ...])
+    loop.start()          # subscribes to the informer, runs one worker
+    loop.kick(pod_key)    # e.g. right after ADD plumbed the pod
+
+A `PortSetting` is one node-side feature, a small class:
+
+    class MySetting(PortSetting):
+        name = "my-setting"
+        def wanted(self, pod):            # pod dict -> what the port should have
+            ...                           #  (hashable; None = the default)
+        def apply(self, att, wanted):     # make the port so; idempotent
+            ...
+
+An update of a pod is queued only when some setting's `wanted()` differs
+between the old and the new pod (so status churn costs nothing); every
+`resync` seconds all of the node's pods are queued again, which repairs what a
+restart of ovs-vswitchd or a hand edit undid.  A reconcile applies the
+settings to every interface of the pod found in OVS (the daemon's view, see
+plumbing.py), and only to a pod whose controller record is its own
+(contract.own_record): a pod carrying another pod's copied record gets no
+settings, as it got no network.  A failing setting is retried with backoff
+(workqueue.run_workers) and does not stop the others.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Hashable, Iterable
+
+from pacific import contract, names
+from pacific.kube.resources import object_key
+from pacific.kube.workqueue import WorkQueue, run_workers
+from pacific.node.attachment import PodAttachment
+
+log = logging.getLogger(__name__)
+
+
+class PortSetting:
+    name = ""
+
+    def wanted(self, pod: dict) -> Hashable:
+        raise NotImplementedError
+
+    def apply(self, att: PodAttachment, wanted: Hashable) -> None:
+        raise NotImplementedError
+
+
+class PodLoop:
+    def __init__(self, pods, find_attachments: Callable[[str], Iterable[PodAttachment]],
+                 settings: list[PortSetting], resync: float = 60.0):
+        """pods: the informer of this node's pods; find_attachments(pod key):
+        the pod's attachments as OVS records them."""
+        self.pods = pods
+        self.find_attachments = find_attachments
+        self.settings = list(settings)
+        self.resync = resync
+        self.queue = WorkQueue(name="node-pods")
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- events (informer thread: keys only) ---------------------------------------
+    def on_add(self, pod: dict) -> None:
+        self.kick(object_key(pod))
+
+    def on_update(self, old: dict, new: dict) -> None:
+        if old is new or any(s.wanted(old) != s.wanted(new) for s in self.settings) \
+                or contract.own_record(old) != contract.own_record(new):
+            self.kick(object_key(new))
+
+    def on_delete(self, pod: dict) -> None:
+        pass   # the port goes with CNI DEL; nothing to reconcile
+
+    def kick(self, key: str) -> None:
+        if self.settings:
+            self.queue.add(key)
+
+    def apply_now(self, key: str) -> None:
+        """Apply the settings of a just-plumbed pod in the caller's thread (CNI
+        ADD); a failure is logged and left to the loop's retries, never fails
+        the ADD."""
+        if not self.settings:
+            return
+        try:
+            self.reconcile(key)
+        except Exception as exc:
+            log.warning("pod %s: port settings not applied yet (%s); retrying", key, exc)
+            self.queue.add_rate_limited(key)
+
+    # -- life cycle ------------------------------------------------------------------
+    def start(self) -> "PodLoop":
+        self.pods.on_add, self.pods.on_update, self.pods.on_delete = \
+            self.on_add, self.on_update, self.on_delete
+        if not self.settings:
+            log.info("pod loop: no port settings configured")
+            return self
+        self._threads = run_workers(self.queue, self.reconcile, 1, name="node-pods")
+        t = threading.Thread(target=self._resync_loop, name="node-pods-resync", daemon=True)
+        t.start()
+        self._threads.append(t)
+        log.info("pod loop: settings %s, resync every %gs",
+                 ", ".join(s.name for s in self.settings), self.resync)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.shutdown()
+        for t in self._threads:
+            t.join(5)
+
+    def _resync_loop(self) -> None:
+        while not self._stop.wait(self.resync):
+            for key in self.pods.keys():
+                self.queue.add(key)
+
+    # -- reconcile -----------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        rec = contract.own_record(pod)
+        if rec is None:
+            return   # not (yet) the controller's record for this pod: not plumbed
+        atts = [a for a in self.find_attachments(key) if a.lsp == rec.port]
+        failed = []
+        for s in self.settings:
+            want = s.wanted(pod)
+            for att in atts:
+                try:
+                    s.apply(att, want)
+                except Exception as exc:   # one setting's failure must not stop the others
+                    log.warning("pod %s: %s on %s failed: %s", key, s.name, att.host_ifname, exc)
+                    failed.append(f"{s.name} on {att.host_ifname}: {exc}")
+        if failed:
+            raise RuntimeError(f"pod {key}: " + "; ".join(failed))
+
+
+def ovs_attachments(ovs, mtu: int) -> Callable[[str], list[PodAttachment]]:
+    """find_attachments for PodLoop: the pod's interfaces recorded in OVS."""
+    def find(key: str) -> list[PodAttachment]:
+        out = []
+        for iface in ovs.find_interfaces({names.OVS_POD: key}):
+            att = PodAttachment.from_ovs(dict(iface.external_ids), mtu)
+            if att is not None:
+                out.append(att)
+        return out
+    return find

@@ -1,0 +1,122 @@
+"""The node daemon's pod loop (pacific/node/podloop.py): which pod events reach
+the port settings, which ports they are applied to, and that a running pod's
+changed setting is applied without any CNI call."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pacific import contract, names
+from pacific.node.attachment import PodAttachment
+from pacific.node.podloop import PodLoop, PortSetting
+
+UID = "uid-web"
+
+
+def pod(rate=None, uid=UID, rec_uid=UID, phase="Running"):
+    port = names.pod_lsp_name("default", "web")
+    rec = contract.PodRecord(uid=rec_uid, port=port, ip="10.16.0.5", mac="0a:00:00:00:00:05",
+                             cidr="10.16.0.0/16", gateway="10.16.0.1", subnet="ovn-default")
+    ann = {names.ANN_ALLOCATION: rec.to_json()}
+    if rate is not None:
+        ann[names.ANN_INGRESS_RATE] = rate
+    return {"metadata": {"name": "web", "namespace": "default", "uid": uid, "annotations": ann},
+            "status": {"phase": phase}}
+
+
+def att(lsp=None, ifname="eth0"):
+    return PodAttachment(container_id="c1", ifname=ifname, netns="/run/netns/x", pod="default/web",
+                         lsp=lsp or names.pod_lsp_name("default", "web"), mac="0a:00:00:00:00:05",
+                         ip_cidr="10.16.0.5/16", gateway="10.16.0.1", mtu=1400)
+
+
+class Pods:
+    """The informer surface the loop uses: get, keys and the three callbacks."""
+
+    def __init__(self, *objs):
+        self.objs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o for o in objs}
+        self.on_add = self.on_update = self.on_delete = None
+
+    def get(self, key):
+        return self.objs.get(key)
+
+    def keys(self):
+        return list(self.objs)
+
+
+class Rate(PortSetting):
+    name = "rate"
+
+    def __init__(self, fail=False):
+        self.applied: list[tuple[str, object]] = []
+        self.fail = fail
+        self.changed = threading.Event()
+
+    def wanted(self, pod):
+        return (pod["metadata"].get("annotations") or {}).get(names.ANN_INGRESS_RATE)
+
+    def apply(self, a, wanted):
+        if self.fail:
+            raise OSError("ovs-vswitchd is gone")
+        self.applied.append((a.host_ifname, wanted))
+        self.changed.set()
+
+
+def test_only_updates_that_change_a_setting_or_the_record_are_queued():
+    s = Rate()
+    loop = PodLoop(Pods(), lambda key: [], [s])
+    loop.on_update(pod("10"), pod("10", phase="Succeeded"))   # status churn
+    assert loop.queue.pending() == 0
+    loop.on_update(pod("10"), pod("20"))
+    assert loop.queue.pending() == 1
+    loop.queue.done(loop.queue.get(0))
+    loop.on_update(pod("10"), pod("10", rec_uid="other"))      # the record changed
+    assert loop.queue.pending() == 1
+
+
+def test_settings_go_to_the_pods_own_port_only():
+    s = Rate()
+    pods = Pods(pod("10"))
+    loop = PodLoop(pods, lambda key: [att(), att(lsp="pod:default/other", ifname="net1")], [s])
+    loop.reconcile("default/web")
+    assert s.applied == [(att().host_ifname, "10")]
+
+
+def test_a_pod_carrying_another_pods_record_gets_no_settings():
+    s = Rate()
+    loop = PodLoop(Pods(pod("10", rec_uid="victim-uid")), lambda key: [att()], [s])
+    loop.reconcile("default/web")
+    assert s.applied == []
+
+
+def test_a_failing_setting_does_not_stop_the_others_and_is_retried():
+    bad, good = Rate(fail=True), Rate()
+    loop = PodLoop(Pods(pod("10")), lambda key: [att()], [bad, good])
+    with pytest.raises(RuntimeError, match="rate on .*ovs-vswitchd is gone"):
+        loop.reconcile("default/web")
+    assert good.applied == [(att().host_ifname, "10")]
+    loop.apply_now("default/web")            # at ADD: logged, left to the loop's retries
+    assert loop.queue.pending() == 1
+
+
+def test_a_running_pods_changed_setting_is_applied_by_the_loop():
+    s = Rate()
+    pods = Pods(pod("10"))
+    loop = PodLoop(pods, lambda key: [att()], [s], resync=3600).start()
+    try:
+        assert pods.on_update == loop.on_update    # the loop subscribed to the informer
+        old, new = pods.objs["default/web"], pod("25")
+        pods.objs["default/web"] = new
+        pods.on_update(old, new)
+        assert s.changed.wait(5)
+        assert s.applied[-1] == (att().host_ifname, "25")
+    finally:
+        loop.stop()
+
+
+def test_no_settings_no_worker():
+    loop = PodLoop(Pods(pod("10")), lambda key: [att()], []).start()
+    loop.on_add(pod("10"))
+    assert loop.queue.pending() == 0 and loop._threads == []
+    loop.stop()
