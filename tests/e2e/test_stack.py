@@ -124,3 +124,64 @@ def test_bad_fixed_address_is_refused_and_nothing_else_breaks(stack):
     # the cluster still serves: a new pod gets an address and talks
     add(sb, "team-a/after", "node3")
     assert ping(sb, pod_netns(sb, "team-a", "after"), pod_ip(api, "team-a", "a1"))
+
+
+def events(api, ns, name) -> list[str]:
+    items, _ = r.list_(api, r.EVENTS, ns)
+    return [f"{e.get('reason')}: {e.get('message')}" for e in items
+            if (e.get("involvedObject") or {}).get("name") == name]
+
+
+def victim_annotations(api, ns, name) -> dict:
+    """What `kubectl get -o yaml` of the victim shows, plus the keys the record
+    used to be (a copy from an old backup)."""
+    rec = contract.own_record(r.get(api, r.PODS, name, ns))
+    ann = dict(r.get(api, r.PODS, name, ns)["metadata"]["annotations"])
+    ann.update({names.ANN_IP_ADDRESS: rec.ip, names.ANN_MAC_ADDRESS: rec.mac,
+                "pacific.io/allocated": "true", "pacific.io/cidr": rec.cidr,
+                "pacific.io/gateway": rec.gateway, "pacific.io/logical_switch_port": rec.port})
+    return ann
+
+
+@pytest.mark.parametrize("thief_node", ["node1", "node3"])
+def test_a_pod_with_another_pods_copied_annotations_does_not_take_its_network(stack, thief_node):
+    """Security: a pod created with the victim's annotations (record, address,
+    MAC, port) gets no network; the victim keeps its port and keeps talking,
+    whether the forged pod lands on the victim's node or another one."""
+    from pacific.sandbox import cnipods as sandboxpods
+    sb, api = stack
+    victim, thief = f"victim-{thief_node}", f"thief-{thief_node}"
+    add(sb, f"team-a/{victim}", "node1")
+    add(sb, f"team-a/peer-{thief_node}", "node2")
+    vip = pod_ip(api, "team-a", victim)
+    def victim_port():
+        return sb.node("node1").vsctl("--columns=name,external_ids", "find", "Interface",
+                                      f"external_ids:{names.OVS_POD}=team-a/{victim}")
+    port_before = victim_port()
+    with pytest.raises(sandboxpods.PodError) as err:
+        sandboxpods.add_pod(sb, "team-a", thief, thief_node, api=api,
+                            annotations=victim_annotations(api, "team-a", victim))
+    assert "refused" in str(err.value) and vip in str(err.value), err.value
+    assert any(e.startswith(("AddressTaken", "AddressInUse", "IPInUse")) or vip in e
+               for e in events(api, "team-a", thief)), events(api, "team-a", thief)
+    assert victim_port() == port_before and port_before.strip()
+    assert pod_ip(api, "team-a", victim) == vip
+    assert ping(sb, pod_netns(sb, "team-a", f"peer-{thief_node}"), vip)
+    assert ping(sb, sb.node("node3").netns, vip)
+
+
+def test_a_copied_record_alone_is_replaced_by_the_pods_own(stack):
+    """A pod restored from a backup carries an old record (another UID): the
+    controller replaces it with the pod's own allocation and says so; the pod
+    whose record it was keeps its address and keeps talking."""
+    sb, api = stack
+    add(sb, "team-b/orig", "node1")
+    orig = r.get(api, r.PODS, "orig", "team-b")["metadata"]["annotations"]
+    add(sb, "team-b/restored", "node3", "--annotation",
+        f"{names.ANN_ALLOCATION}={orig[names.ANN_ALLOCATION]}")
+    mine = contract.own_record(r.get(api, r.PODS, "restored", "team-b"))
+    assert mine.ip != pod_ip(api, "team-b", "orig")
+    assert mine.port == names.pod_lsp_name("team-b", "restored")
+    assert any(e.startswith("ForeignAllocationRecord") for e in events(api, "team-b", "restored"))
+    assert ping(sb, pod_netns(sb, "team-b", "restored"), pod_ip(api, "team-b", "orig"))
+    assert ping(sb, sb.node("node2").netns, pod_ip(api, "team-b", "orig"))
