@@ -1,0 +1,167 @@
+"""The pod and node reconcilers, the restart rebuild and the feature wiring,
+against a fake API and a fake NB writer (controller_fakes.py): the real
+Controller, its features and handlers, the product's own API helpers."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from controller_fakes import drain, make_controller
+from pacific import contract, names
+from pacific.controller import model, rebuild
+from pacific.kube import resources as r
+from pacific.ovn import ensure
+
+
+def pod_body(name, ns="default", node="node1", ann=None, labels=None):
+    return {"metadata": {"name": name, "namespace": ns, "annotations": dict(ann or {}),
+                         "labels": dict(labels or {})},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause"}]}}
+
+
+def pod(ctl, name, ns="default"):
+    return r.get(ctl.kube, r.PODS, name, ns)
+
+
+def record(ctl, name, ns="default"):
+    return contract.own_record(pod(ctl, name, ns))
+
+
+def events(ctl, name, ns="default") -> list[str]:
+    return [f"{e['reason']}: {e['message']}" for e in ctl.kube.of(r.EVENTS)
+            if e["involvedObject"]["name"] == name and e["involvedObject"]["namespace"] == ns]
+
+
+@pytest.fixture
+def ctl():
+    c = make_controller()
+    drain(c)     # the default Subnet gets its switch
+    assert c.feature("subnet").spec(names.DEFAULT_SUBNET) is not None
+    return c
+
+
+def test_a_new_pod_gets_ip_object_port_and_a_record_naming_itself(ctl):
+    created = ctl.kube.add(r.PODS, pod_body("web"), "default")
+    drain(ctl)
+    rec = record(ctl, "web")
+    assert rec is not None and rec.uid == created["metadata"]["uid"]
+    assert rec.port == names.pod_lsp_name("default", "web") and rec.subnet == names.DEFAULT_SUBNET
+    ports = [c for c in ctl.writer.commands(ensure.EnsurePort) if c.name == rec.port]
+    assert ports and ports[-1].addresses == [f"{rec.mac} {rec.ip}"] == ports[-1].port_security
+    ip = r.get(ctl.kube, r.IPS, model.ip_object_name("default", "web"))
+    assert ip["spec"]["ipAddress"] == rec.ip and ip["spec"]["nodeName"] == "node1"
+
+
+def test_a_forged_record_is_replaced_with_an_event(ctl):
+    ctl.kube.add(r.PODS, pod_body("victim"), "default")
+    drain(ctl)
+    stolen = pod(ctl, "victim")["metadata"]["annotations"][names.ANN_ALLOCATION]
+    ctl.kube.add(r.PODS, pod_body("thief", ann={names.ANN_ALLOCATION: stolen}), "default")
+    drain(ctl)
+    mine = record(ctl, "thief")
+    assert mine is not None and mine.port == names.pod_lsp_name("default", "thief")
+    assert mine.ip != record(ctl, "victim").ip
+    assert any(e.startswith("ForeignAllocationRecord") and "copied from another pod" in e
+               for e in events(ctl, "thief"))
+
+
+def test_a_copied_address_request_is_refused_and_the_record_removed(ctl):
+    ctl.kube.add(r.PODS, pod_body("victim"), "default")
+    drain(ctl)
+    v = record(ctl, "victim")
+    forged = {names.ANN_ALLOCATION: v.to_json(), names.ANN_IP_ADDRESS: v.ip,
+              names.ANN_MAC_ADDRESS: v.mac, "pacific.io/allocated": "true",
+              "pacific.io/logical_switch_port": v.port}
+    ctl.kube.add(r.PODS, pod_body("thief", ann=forged), "default")
+    drain(ctl)
+    ann = pod(ctl, "thief")["metadata"]["annotations"]
+    assert v.ip in ann[names.ANN_ALLOCATION_ERROR]
+    assert names.ANN_ALLOCATION not in ann and not set(names.ANN_LEGACY_RECORD) & set(ann)
+    assert not [c for c in ctl.writer.commands(ensure.EnsurePort)
+                if c.name == names.pod_lsp_name("default", "thief")]
+    assert record(ctl, "victim") == v
+    assert events(ctl, "thief")
+
+
+def test_a_running_pods_address_does_not_move_when_its_request_is_edited(ctl):
+    ctl.kube.add(r.PODS, pod_body("run"), "default")
+    drain(ctl)
+    before = record(ctl, "run")
+    writes = len(ctl.writer.writes)
+    r.patch_merge(ctl.kube, r.PODS, "run", {"metadata": {"annotations": {
+        names.ANN_IP_ADDRESS: "10.16.200.200"}}}, "default")
+    drain(ctl)
+    assert record(ctl, "run") == before
+    assert any(e.startswith("AddressImmutable") for e in events(ctl, "run"))
+    assert all(c.addresses == [f"{before.mac} {before.ip}"]
+               for _, cmds in ctl.writer.writes[writes:] for c in cmds
+               if isinstance(c, ensure.EnsurePort))
+
+
+def test_a_deleted_pod_releases_address_port_and_ip_object(ctl):
+    ctl.kube.add(r.PODS, pod_body("gone"), "default")
+    drain(ctl)
+    rec = record(ctl, "gone")
+    r.delete(ctl.kube, r.PODS, "gone", "default")
+    drain(ctl)
+    assert ctl.ipam.lookup("default/gone") is None
+    assert r.get(ctl.kube, r.IPS, model.ip_object_name("default", "gone")) is None
+    assert [c for c in ctl.writer.commands(ensure.DeletePort) if c.name == rec.port]
+
+
+def test_a_label_change_does_not_requeue_the_pod_reconciler(ctl):
+    ctl.kube.add(r.PODS, pod_body("lab", labels={"app": "a"}), "default")
+    drain(ctl)
+    r.patch_merge(ctl.kube, r.PODS, "lab", {"metadata": {"labels": {"app": "b"}}}, "default")
+    assert ctl.feature("pod").queue.pending() == 0
+    assert ctl.informer("pods").get("default/lab")["metadata"]["labels"] == {"app": "b"}
+
+
+def test_a_pod_refused_for_a_missing_subnet_is_retried_when_it_appears(ctl):
+    ctl.kube.add(r.PODS, pod_body("early", ann={names.ANN_LOGICAL_SWITCH: "blue"}), "default")
+    drain(ctl)
+    assert "blue" in pod(ctl, "early")["metadata"]["annotations"][names.ANN_ALLOCATION_ERROR]
+    ctl.kube.add(r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                             "metadata": {"name": "blue"}, "spec": {"cidrBlock": "10.17.0.0/24"}})
+    drain(ctl)
+    rec = record(ctl, "early")
+    assert rec is not None and rec.subnet == "blue" and rec.ip.startswith("10.17.0.")
+
+
+def test_node_gets_its_record_and_keeps_its_address_across_a_restart(ctl):
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
+    drain(ctl)
+    rec = contract.NodeRecord.of(r.get(ctl.kube, r.NODES, "node1"))
+    assert rec.port == names.node_lsp_name("node1") and rec.gateway == ctl.cfg.join_gateway
+    assert [c for c in ctl.writer.commands(ensure.EnsurePort) if c.name == rec.port]
+    # a new leader: its NB holds the node's port; IPAM is rebuilt from it
+    nxt = make_controller()
+    nxt.nb.owned.append(SimpleNamespace(
+        table=ensure.LSP, name=rec.port, type="", addresses=[f"{rec.mac} {rec.ip}"],
+        external_ids={names.EXT_OWNER_KIND: names.OWNER_KIND_NODE, names.EXT_OWNER: "node1"}))
+    assert rebuild.restore_node_addresses(nxt) == 1
+    assert nxt.ipam.lookup(model.node_owner_key("node1")).ip == rec.ip
+
+
+def test_rebuild_restores_pod_addresses_from_ip_objects(ctl):
+    for i in range(3):
+        ctl.kube.add(r.PODS, pod_body(f"p{i}"), "default")
+    drain(ctl)
+    want = {f"default/p{i}": record(ctl, f"p{i}").ip for i in range(3)}
+    nxt = make_controller()
+    for ip in ctl.kube.of(r.IPS):
+        nxt.kube.add(r.IPS, {k: v for k, v in ip.items() if k != "status"})
+    stats = rebuild.restore_pod_addresses(nxt)
+    assert stats["ips"] == 3 and stats["conflicts"] == 0
+    assert {k: nxt.ipam.lookup(k).ip for k in want} == want
+
+
+def test_resync_names_stale_ports_for_removal(ctl):
+    ctl.nb.owned.append(SimpleNamespace(
+        table=ensure.LSP, name=names.pod_lsp_name("default", "ghost"), type="", addresses=[],
+        external_ids={names.EXT_OWNER_KIND: names.OWNER_KIND_POD, names.EXT_OWNER: "default/ghost"}))
+    ctl.resync()
+    drain(ctl)
+    assert [c for c in ctl.writer.commands(ensure.DeletePort)
+            if c.name == names.pod_lsp_name("default", "ghost")]
