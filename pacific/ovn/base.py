@@ -104,11 +104,22 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         super().__init__(remote, helper)
         self.notify_handler = handler
 
+    connected = False   # published by the connection thread, see run()
+
+    def run(self):
+        # the connection thread, under the connection lock: publish the
+        # session state as a plain bool other threads read without the lock
+        try:
+            return super().run()
+        finally:
+            self.connected = self._session.is_connected()
+
     def notify(self, event, row, updates=None):
+        # the connection thread, under the connection lock (inside run())
         if event == ovs_idl.ROW_CREATE:
             _intern_map_strings(row, row._data)
         elif event == ovs_idl.ROW_UPDATE and updates is not None:
-            _intern_map_strings(row, getattr(updates, "_data", None))  # the changed columns
+            _intern_map_strings(row, updates._data)  # the changed columns
         self.notify_handler.notify(event, row, updates)
 
     def cooperative_yield(self):
@@ -126,7 +137,10 @@ def _intern_map_strings(row, columns) -> None:
     every key and value of every row, so 100,000 ports held 600,000 copies of
     "pacific.io/owner-kind" and friends (~15% of the replica's memory).
     Equal strings hash alike, so replacing an Atom's value in place keeps every
-    dict valid.  Big sets (ports, address sets) are left alone: O(1) per row."""
+    dict valid.  Big sets (ports, address sets) are left alone: O(1) per row.
+
+    Reads the Rows' private ``_data`` (column -> Datum) in the connection
+    thread; tests/unit/test_ovn_internals.py fails if ovs changes it."""
     if not columns:
         return
     data = row._data
@@ -266,16 +280,29 @@ class PacificTransaction(ovsdbapp_txn.Transaction):
             return [cmd.result for cmd in self.commands]
 
 
-def _init_ref_sets(row) -> None:
-    """Give a row inserted in this transaction empty reference-set columns.
+def is_new(row) -> bool:
+    """Was `row` inserted by the transaction being built (no committed form)?
+    The ovs IDL's private ``_data`` is None exactly then (ovs/db/idl.py
+    Row.__init__; checked by tests/unit/test_ovn_internals.py)."""
+    return row._data is None
+
+
+def _init_ref_sets(table, row) -> None:
+    """Give `row` of `table` (an IDL TableSchema, ``api.tables[name]``),
+    inserted in this transaction, empty reference-set columns.
 
     The ovs IDL raises AttributeError reading an unset column of a new row,
     so e.g. an ACL added to a switch created in the same transaction would
-    fail on ``switch.acls``; empty sets are the schema defaults anyway."""
-    for name, col in row._table.columns.items():
+    fail on ``switch.acls``; empty sets are the schema defaults anyway.
+    Only monitored columns exist for the IDL (and can be written)."""
+    for name, col in table.columns.items():
         t = col.type
-        if (t.key.ref_table_name and t.n_min == 0 and t.n_max > 1
-                and t.value is None and name not in row._changes):
+        if not (t.key.ref_table_name and t.n_min == 0 and t.n_max > 1
+                and t.value is None):
+            continue
+        try:
+            getattr(row, name)      # set earlier in this transaction
+        except AttributeError:
             setattr(row, name, [])
 
 
@@ -300,14 +327,15 @@ class StampOwner(ovsdbapp_cmd.BaseCommand):
     def run_idl(self, txn):
         self.inner.run_idl(txn)
         res = self.inner.result
-        if isinstance(res, rowview.RowView):
-            row = res._row
-        elif isinstance(res, ovs_idl.Row):
+        table = self.api.tables[self.table]
+        if isinstance(res, ovs_idl.Row):
             row = res
-        else:
-            row = self.api.tables[self.table].rows[res]
-        if row._data is None:
-            _init_ref_sets(row)
+        elif isinstance(res, rowview.RowView):   # an existing row
+            row = table.rows[res.uuid]
+        else:   # a uuid (rows inserted by the transaction are in table.rows too)
+            row = table.rows[res]
+        if is_new(row):
+            _init_ref_sets(table, row)
         for col, val in self.columns.items():
             if getattr(row, col, _UNSET) != val:
                 self.set_column(row, col, val)
@@ -400,9 +428,9 @@ class ApiBase:
             helper.register_table(table)
         self._handler = ovsdbapp_event.RowEventHandler()
         idl = NotifyingIdl(remote, helper, self._handler)
-        session = getattr(idl, "_session", None)
-        if session is not None:
-            session.reconnect.set_backoff(MIN_BACKOFF_MS, MAX_BACKOFF_MS)
+        # no public API for the back-off: the IDL's private session (checked
+        # by tests/unit/test_ovn_internals.py), before its thread starts
+        idl._session.reconnect.set_backoff(MIN_BACKOFF_MS, MAX_BACKOFF_MS)
         conn = ovsdbapp_conn.Connection(idl, timeout)
         try:
             super().__init__(conn, start=True, auto_index=True)
@@ -439,9 +467,10 @@ class ApiBase:
         self.close()
 
     def is_connected(self) -> bool:
-        """True while the IDL session to the server is up."""
-        session = getattr(self.idl, "_session", None)
-        return bool(session is not None and session.is_connected())
+        """True while the IDL session to the server is up (as the connection
+        thread last saw it: no lock, so a health probe never waits for a
+        large update to be applied)."""
+        return self.idl.connected
 
     # --- transactions --------------------------------------------------------
     def create_transaction(self, check_error=True, log_errors=True, **kwargs):
@@ -515,14 +544,14 @@ class ApiBase:
         event = _Predicate(table, predicate)
         with self.ovsdb_connection.lock:
             self._handler.watch_event(event)
-            for row in self.tables[table].rows.values():
-                try:
-                    ok = predicate(row)
-                except Exception:
-                    ok = False
-                if ok:
-                    self._handler.unwatch_event(event)
-                    return rowview.RowView(row)
+            try:
+                for row in self.tables[table].rows.values():
+                    if predicate(row):
+                        self._handler.unwatch_event(event)
+                        return rowview.RowView(row)
+            except BaseException:   # a bug in the predicate: raise it here
+                self._handler.unwatch_event(event)
+                raise
         if event.event.wait(timeout):
             return event.row
         self._handler.unwatch_event(event)

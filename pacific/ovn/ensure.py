@@ -94,7 +94,12 @@ def has_ref(parent, column: str, child) -> bool:
     transaction several times over: with 10,000 pods on one switch that was most
     of the controller's CPU.  This checks the committed datum and the pending
     mutations directly, O(1).  Falls back to the attribute when the column was
-    replaced wholesale in this transaction."""
+    replaced wholesale in this transaction.
+
+    Reads private state of the ovs IDL Row (``_changes``, ``_mutations``,
+    ``_data``, see ovs/db/idl.py Row.__init__): call it from the connection
+    thread (a command's run_idl) or under ``api.ovsdb_connection.lock``.
+    tests/unit/test_ovn_internals.py fails if ovs changes that layout."""
     changes = parent._changes
     if changes and column in changes:
         return child in getattr(parent, column)
@@ -110,30 +115,35 @@ def has_ref(parent, column: str, child) -> bool:
 
 
 def referrers(api, table: str, column: str, child) -> list:
-    """Rows of `table` whose reference set `column` holds `child`."""
-    return [r for r in list(api.tables[table].rows.values()) if has_ref(r, column, child)]
+    """Rows of `table` whose reference set `column` holds `child` (connection
+    thread or under the connection lock, as has_ref)."""
+    return [r for r in api.tables[table].rows.values() if has_ref(r, column, child)]
 
 
 def port_is(api, switch: str, name: str, addresses: list[str], port_security: list[str],
             external_ids: dict, type: str = "", options: dict | None = None) -> bool:
-    """Does the local replica already hold exactly this switch port?  A
-    lock-free read from a worker thread, used to skip a no-op NB submission;
-    any doubt (row changing under us, missing row) answers False, and the
-    caller then submits EnsurePort as usual."""
-    try:
-        row = api.lookup(LSP, name)
-        ls = api.lookup(LS, switch)
+    """Does the local replica already hold exactly this switch port?  Used
+    from worker threads to skip a no-op NB submission, so it reads under the
+    connection lock (the IDL thread holds it while it applies updates: rows
+    never change under the read).  A missing switch or port answers False;
+    anything else (a column not monitored, a changed ovs IDL) raises."""
+    with api.ovsdb_connection.lock:
+        try:
+            row = api.lookup(LSP, name)
+            ls = api.lookup(LS, switch)
+        except idlutils.RowNotFound:
+            return False
         return (has_ref(ls, "ports", row) and row.addresses == list(addresses)
                 and row.port_security == list(port_security) and row.type == type
                 and row.options == dict(options or {}) and row.external_ids == dict(external_ids))
-    except Exception:   # noqa: BLE001 - not found, or changed while we looked
-        return False
 
 
 def owned_rows(api, table: str, kind: str, owner_kind_key: str) -> list:
-    """Rows of `table` whose external_ids[owner_kind_key] == kind (IDL read)."""
-    return [r for r in api.tables[table].rows.values()
-            if r.external_ids.get(owner_kind_key) == kind]
+    """Rows of `table` whose external_ids[owner_kind_key] == kind (IDL read,
+    under the connection lock; RowViews)."""
+    with api.ovsdb_connection.lock:
+        return [rowview.RowView(r) for r in api.tables[table].rows.values()
+                if r.external_ids.get(owner_kind_key) == kind]
 
 
 def _ids(row) -> dict:
@@ -193,7 +203,7 @@ class _EnsureParent(_Ensure):
             row = insert(self.api, txn, self.TABLE, self.name)
             # empty reference sets, so ovsdbapp commands later in this
             # transaction (acl_add, lr_nat_add, ...) can read them
-            _init_ref_sets(row)
+            _init_ref_sets(self.api.tables[self.TABLE], row)
         self._converge(row)
 
 

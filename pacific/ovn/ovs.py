@@ -164,8 +164,10 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
     def create_transaction(self, check_error=True, log_errors=True,
                            wait_vswitchd: bool | None = None, **kwargs):
         wait = self.wait_vswitchd if wait_vswitchd is None else wait_vswitchd
-        if wait and not self.tables["Open_vSwitch"].rows:
-            wait = False  # nothing to count with: not initialised yet
+        if wait:
+            with self.ovsdb_connection.lock:
+                # nothing to count with until the root row exists
+                wait = bool(self.tables["Open_vSwitch"].rows)
         return OvsTransaction(self, self.ovsdb_connection,
                               self.ovsdb_connection.timeout,
                               check_error=True, log_errors=log_errors,

@@ -389,3 +389,34 @@ def test_same_transaction_create_then_reference(nb):
     nb.commit(*batch())
     assert {t: len(nb.tables[t].rows) for t in KINDS} == counts
     assert len(nb.tables["Logical_Switch_Port"].rows) == 2
+
+
+def test_port_is_reads_under_the_connection_lock(nb):
+    """ensure.port_is (called per pod reconcile from worker threads) waits
+    while the connection thread holds the lock (applying an update), answers
+    False only for a missing switch or port, and raises anything else."""
+    from pacific.ovn import ensure
+    addr = ["0a:00:00:10:00:05 10.16.0.5"]
+    nb.commit(ensure.EnsureSwitch(nb, "s1", {}),
+              ensure.EnsurePort(nb, "s1", "p1", addr, addr, {"k": "v"}))
+    assert ensure.port_is(nb, "s1", "p1", addr, addr, {"k": "v"})
+    assert not ensure.port_is(nb, "s1", "nope", addr, addr, {"k": "v"})
+    assert not ensure.port_is(nb, "nope", "p1", addr, addr, {"k": "v"})
+    done = threading.Event()
+    with nb.ovsdb_connection.lock:
+        t = threading.Thread(target=lambda: (ensure.port_is(nb, "s1", "p1", addr, addr, {}),
+                                             done.set()))
+        t.start()
+        assert not done.wait(0.3)
+    assert done.wait(5)
+    t.join()
+    with pytest.raises(TypeError):   # a bug is not "port differs"
+        ensure.port_is(nb, "s1", "p1", addr, addr, external_ids=5)
+
+
+def test_wait_for_row_raises_a_broken_predicate(nb):
+    nb.commit(nb.add_switch("s1", owner=SUBNET))
+    with pytest.raises(KeyError):
+        nb.wait_for_row("Logical_Switch", lambda r: r.external_ids["missing"] == "x", 0.1)
+    # the watcher was removed: a later wait works
+    assert nb.wait_for_row("Logical_Switch", lambda r: r.name == "s1", 1) is not None
