@@ -15,6 +15,8 @@ call this module):
   `ANN_LOGICAL_SWITCH`) are separate keys the controller only reads.
 * `NodeRecord`: the node's management-port allocation on the join switch.
 * `allocation_error(pod)`: why the controller refused a pod.
+* `QosRecord`: the bandwidth the controller decided for a pod (ONE annotation,
+  `names.ANN_QOS`), from the pod's and its namespace's requests.
 
 Parsing never trusts its input: anything malformed raises `ContractError`
 naming the annotation and what is wrong with it.
@@ -172,6 +174,58 @@ def foreign_record_keys(pod: dict, mine: PodRecord | None) -> list[str]:
     if have is not None and (mine is None or have != mine.to_json()):
         out.append(names.ANN_ALLOCATION)
     return out
+
+
+# --- bandwidth -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QosRecord:
+    """The controller's decision on a pod's bandwidth, in kbit/s; None = no
+    limit.  ingress: into the pod; egress: out of it.  It names the pod's UID,
+    so a copy on another pod is ignored like a copied allocation record."""
+    uid: str
+    ingress_kbps: int | None
+    egress_kbps: int | None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def limited(self) -> bool:
+        return self.ingress_kbps is not None or self.egress_kbps is not None
+
+    @classmethod
+    def parse(cls, text) -> "QosRecord":
+        key = names.ANN_QOS
+        if not isinstance(text, str) or len(text) > MAX_RECORD:
+            raise ContractError(f"annotation {key} is not a record of at most {MAX_RECORD} bytes")
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            raise ContractError(f"annotation {key} is not JSON") from None
+        if not isinstance(raw, dict) or set(raw) != {"uid", "ingress_kbps", "egress_kbps"}:
+            raise ContractError(f"annotation {key} must have exactly uid, ingress_kbps, egress_kbps")
+        if not isinstance(raw["uid"], str) or not raw["uid"]:
+            raise ContractError(f"annotation {key}: uid is not a string")
+        limit = names.QOS_MAX_MBPS * 1000
+        for f in ("ingress_kbps", "egress_kbps"):
+            v = raw[f]
+            if v is not None and (type(v) is not int or not 0 < v <= limit):
+                raise ContractError(f"annotation {key}: {f} {v!r} is not an integer in 1..{limit}")
+        return cls(uid=raw["uid"], ingress_kbps=raw["ingress_kbps"], egress_kbps=raw["egress_kbps"])
+
+
+def own_qos(pod: dict | None) -> QosRecord | None:
+    """The bandwidth the controller decided for this pod; None if none (or a
+    record that is malformed or made for another pod)."""
+    text = _annotations(pod).get(names.ANN_QOS)
+    if text is None:
+        return None
+    try:
+        rec = QosRecord.parse(text)
+    except ContractError:
+        return None
+    return rec if rec.uid == _meta(pod).get("uid") else None
 
 
 # --- node ----------------------------------------------------------------------

@@ -19,13 +19,21 @@ ANN_MAC_ADDRESS = "pacific.io/mac_address"        # requested fixed MAC
 ANN_LOGICAL_SWITCH = "pacific.io/logical_switch"  # subnet choice (pod or namespace)
 ANN_INGRESS_RATE = "pacific.io/ingress_rate"      # Mbit/s
 ANN_EGRESS_RATE = "pacific.io/egress_rate"        # Mbit/s
-ANN_MIRROR = "pacific.io/mirror"
+ANN_MIRROR = "pacific.io/mirror"                  # "true": copy the pod's traffic to mirror0
+# Kubernetes' own bandwidth annotations (quantities, bit/s), honoured too; the
+# pacific.io/ ones win when both are set
+ANN_K8S_INGRESS_BANDWIDTH = "kubernetes.io/ingress-bandwidth"
+ANN_K8S_EGRESS_BANDWIDTH = "kubernetes.io/egress-bandwidth"
 # written by the controller for the node daemon: ONE value, its record of the
 # allocation (JSON, built and parsed only by pacific/contract.py).  It names the
 # pod's UID and the port derived from the pod, so a copy on another pod is
 # recognised and never plumbed.  The user's requests above stay separate keys.
 ANN_ALLOCATION = "pacific.io/allocation"
 ANN_ALLOCATION_ERROR = "pacific.io/allocation_error"
+# the controller's decision on a pod's bandwidth (contract.QosRecord) and why a
+# requested value was refused (the previous limit stays)
+ANN_QOS = "pacific.io/qos"
+ANN_QOS_ERROR = "pacific.io/qos_error"
 # keys of the record before it was one value (read by nothing; the controller
 # removes them where it finds them, so an old copy cannot confuse a reader)
 ANN_LEGACY_RECORD = ("pacific.io/allocated", "pacific.io/cidr", "pacific.io/gateway",
@@ -102,6 +110,12 @@ def pod_lsp_name(namespace: str, name: str) -> str:
 def node_lsp_name(node: str) -> str:
     return f"{PORT_PREFIX_NODE}{node}"
 
+
+# --- Node-side port settings ---------------------------------------------------
+MIRROR_PORT = "mirror0"              # per node: receives the copies of mirrored pods' traffic
+MIRROR_NAME = "pacific-mirror"       # the OVS Mirror row on br-int
+MIRROR_MODES = ("annotated", "all", "off")
+QOS_MAX_MBPS = 32_000                # a tbf rate above ~34 Gbit/s does not fit its 32-bit field
 
 # --- Defaults -----------------------------------------------------------------
 DEFAULT_CIDR = "10.16.0.0/16"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pacific.controller.node import NodeFeature
 from pacific.controller.pod import PodFeature
+from pacific.controller.qos import QosFeature
 from pacific.controller.subnet import SubnetFeature
 
-FEATURES = [SubnetFeature, NodeFeature, PodFeature]
+FEATURES = [SubnetFeature, NodeFeature, PodFeature, QosFeature]

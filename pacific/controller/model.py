@@ -127,6 +127,7 @@ def choose_subnet(pod: dict, namespace: dict | None, ns_binding: dict[str, str],
 
 _intern = sys.intern
 _SHARED_ANN = frozenset((names.ANN_LOGICAL_SWITCH,))
+_K8S_ANN = frozenset((names.ANN_K8S_INGRESS_BANDWIDTH, names.ANN_K8S_EGRESS_BANDWIDTH))
 _SHARED_IP_SPEC = frozenset(("namespace", "subnet", "nodeName", "ownerKind"))
 
 
@@ -143,7 +144,8 @@ def _slim_meta(m: dict, annotations_too: bool, labels_too: bool = False) -> dict
                          if isinstance(k, str) and isinstance(v, str)}
     if annotations_too:
         ann = {_intern(k): (_intern(v) if k in _SHARED_ANN and isinstance(v, str) else v)
-               for k, v in (m.get("annotations") or {}).items() if k.startswith(names.ANN_PREFIX)}
+               for k, v in (m.get("annotations") or {}).items()
+               if k.startswith(names.ANN_PREFIX) or k in _K8S_ANN}
         if ann:
             out["annotations"] = ann
     return out

@@ -70,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "server runs) and /readyz (the CNI STATUS check: OVS reachable, "
                    "ovn-controller connected); ':PORT' for every address, '' for none "
                    "(default: %(default)s)")
+    p.add_argument("--mirror-mode", choices=names.MIRROR_MODES, default="annotated",
+                   help=f"copy pod traffic to the node's {names.MIRROR_PORT} interface: "
+                   f"'annotated' pods ({names.ANN_MIRROR}: \"true\"), 'all' pods of the "
+                   "node, or 'off' (default: %(default)s)")
+    p.add_argument("--pod-resync", type=float, default=60.0,
+                   help="seconds between re-applications of every pod's port settings "
+                   "(bandwidth, mirroring), which repairs what a restart of ovs-vswitchd "
+                   "undid (default: %(default)s)")
     p.add_argument("--log-file", help="log here instead of stderr")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
@@ -147,7 +155,7 @@ class NodeDaemon:
             inf.on_add, inf.on_update, inf.on_delete = self.mgmt.kick, self.mgmt.kick, \
                 self.mgmt.kick
         self.pod_loop = PodLoop(pods, ovs_attachments(self.ovs, mtu),
-                                settings.build(a, self.ovs)).start()
+                                settings.build(a, self.ovs), resync=a.pod_resync).start()
         self.informers = [pods, nodes, subnets]
         for inf in self.informers:
             inf.start()

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 class PortSetting:
     name = ""
 
+    def start(self) -> None:
+        """Once, before the loop runs (node-wide set-up such as mirror0)."""
+
     def wanted(self, pod: dict) -> Hashable:
         raise NotImplementedError
 
@@ -62,6 +65,14 @@ class PodLoop:
         self.queue = WorkQueue(name="node-pods")
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._started: set[str] = set()
+        self._start_lock = threading.Lock()
+
+    def _ensure_started(self, s: PortSetting) -> None:
+        with self._start_lock:
+            if s.name not in self._started:
+                s.start()
+                self._started.add(s.name)
 
     # -- events (informer thread: keys only) ---------------------------------------
     def on_add(self, pod: dict) -> None:
@@ -98,6 +109,11 @@ class PodLoop:
         if not self.settings:
             log.info("pod loop: no port settings configured")
             return self
+        for s in self.settings:
+            try:
+                self._ensure_started(s)
+            except Exception as exc:   # e.g. br-int not there yet: retried per pod
+                log.warning("pod loop: %s not set up yet: %s", s.name, exc)
         self._threads = run_workers(self.queue, self.reconcile, 1, name="node-pods")
         t = threading.Thread(target=self._resync_loop, name="node-pods-resync", daemon=True)
         t.start()
@@ -131,6 +147,7 @@ class PodLoop:
             want = s.wanted(pod)
             for att in atts:
                 try:
+                    self._ensure_started(s)
                     s.apply(att, want)
                 except Exception as exc:   # one setting's failure must not stop the others
                     log.warning("pod %s: %s on %s failed: %s", key, s.name, att.host_ifname, exc)

@@ -5,9 +5,11 @@ module with a `podloop.PortSetting` subclass and one line in `build()`.
 """
 from __future__ import annotations
 
+from pacific.node.mirror import MirrorSetting
 from pacific.node.podloop import PortSetting
+from pacific.node.qos import QosSetting
 
 
 def build(args, ovs) -> list[PortSetting]:
     """The settings this daemon applies (args: pacific-node's parsed options)."""
-    return []
+    return [QosSetting(ovs), MirrorSetting(ovs, args.mirror_mode)]

@@ -187,10 +187,13 @@ class FakeWriter:
 
 
 class FakeNB:
+    """Holds no rows but the owned ones a test adds: every port is missing, so
+    every reconcile submits its write (recorded by FakeWriter)."""
     remote = "fake"
 
     def __init__(self):
         self.owned: list = []   # SimpleNamespace rows: table, name, external_ids, addresses, type
+        self.ovsdb_connection = SimpleNamespace(lock=threading.Lock())
 
     def rows_owned(self, table, kind, owner=None):
         from pacific import names
@@ -199,7 +202,8 @@ class FakeNB:
                 and (owner is None or row.external_ids.get(names.EXT_OWNER) == owner)]
 
     def lookup(self, table, name, default=None):
-        raise KeyError(name)
+        from ovsdbapp.backend.ovs_idl import idlutils
+        raise idlutils.RowNotFound(table=table, col="name", match=name)
 
     def is_connected(self):
         return True

@@ -35,6 +35,7 @@ VARIANTS = list(itertools.product(
     (None, "node2"), (False, True), ("Running", "Succeeded", None),
     (None, ("StatefulSet", "web"), ("ReplicaSet", "web-abc")),
     ({}, {names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: "10.17.0.9"},
+     {names.ANN_K8S_INGRESS_BANDWIDTH: "10M", names.ANN_EGRESS_RATE: "5"},
      {k: v for k, v in ALLOCATED.items() if v is not None})))
 
 
@@ -54,7 +55,8 @@ def test_decisions_are_the_same_on_trimmed_pods():
         assert contract.foreign_record_keys(slim, None) == contract.foreign_record_keys(full, None)
         assert model.labels_of(slim) == model.labels_of(full)
         assert model.annotations(slim) == {k: v for k, v in model.annotations(full).items()
-                                           if k.startswith(names.ANN_PREFIX)}
+                                           if k.startswith(names.ANN_PREFIX)
+                                           or k.startswith("kubernetes.io/")}
         # what an Event's involvedObject needs
         for k in ("name", "namespace", "uid", "resourceVersion"):
             assert model.meta(slim)[k] == model.meta(full)[k]
