@@ -9,6 +9,10 @@ converge an existing row to the desired one.  These commands "make it so":
     txn.add(EnsureSwitch(api, "s1", ext))
     txn.add(EnsurePort(api, "s1", "p.ns", ["0a:58:... 10.16.0.5"], [...], ext))
     txn.add(DeletePort(api, "p.ns", switch="s1"))
+    txn.add(EnsurePortGroup(api, "pg_ns", ext))
+    txn.add(PortGroupAddPorts(api, "pg_ns", ["p.ns"]))      # a mutation
+    txn.add(EnsureAddressSet(api, "as_ns", ext))
+    txn.add(AddressSetAddAddresses(api, "as_ns", ["10.16.0.5"]))
 
 ``NorthboundAPI.add_switch`` / ``add_router`` / ``add_switch_port`` /
 ``add_router_port`` are built on them (adding owner stamping), and the
@@ -18,6 +22,12 @@ Each is an ovsdbapp ``BaseCommand``.  Rows created in a transaction are
 remembered on the transaction object so later commands find them by name.
 After the commit an ensure command's ``result`` is a ``RowView`` of its row
 (inside the transaction, the row's uuid, usable as a reference).
+
+Port group and address set membership is changed only by mutation
+(``PortGroupAddPorts`` / ``PortGroupRemovePorts``, ``AddressSetAddAddresses``
+/ ``AddressSetRemoveAddresses``: OVSDB "mutate" insert/delete of the members
+named), never by writing the whole column: two batches built from the same
+view that each add a member both keep theirs.
 
 Column arguments: a value is the desired content of the column; ``KEEP``
 means "not managed": an existing row keeps its value, a new row gets the
@@ -100,18 +110,52 @@ def has_ref(parent, column: str, child) -> bool:
     ``_data``, see ovs/db/idl.py Row.__init__): call it from the connection
     thread (a command's run_idl) or under ``api.ovsdb_connection.lock``.
     tests/unit/test_ovn_internals.py fails if ovs changes that layout."""
+    return _has(parent, column, child, ovs_data.Atom(ovs_types.UuidType, child.uuid))
+
+
+def has_value(parent, column: str, value: str) -> bool:
+    """Is the string `value` in the set column `parent.<column>` (e.g. an
+    address set's addresses), counting this transaction's mutations?  O(1),
+    as has_ref."""
+    return _has(parent, column, value, ovs_data.Atom(ovs_types.StringType, value))
+
+
+def _has(parent, column: str, member, atom) -> bool:
     changes = parent._changes
     if changes and column in changes:
-        return child in getattr(parent, column)
+        return member in getattr(parent, column)
     mutations = parent._mutations or {}
-    if child in mutations.get("_removes", {}).get(column, ()):
+    if member in mutations.get("_removes", {}).get(column, ()):
         return False
-    if child in mutations.get("_inserts", {}).get(column, ()):
+    if member in mutations.get("_inserts", {}).get(column, ()):
         return True
     committed = parent._data
     if not committed or column not in committed:
         return False
-    return ovs_data.Atom(ovs_types.UuidType, child.uuid) in committed[column].values
+    return atom in committed[column].values
+
+
+def _cancel_pending(row, kind: str, column: str, member) -> None:
+    """Forget a pending addvalue (kind "_inserts") or delvalue ("_removes")
+    of `member` in this transaction.  The IDL sends a row's removals before
+    its insertions whatever their order, so "add X, then remove X" in one
+    batch would leave X in; the later command cancels the earlier one."""
+    pending = (row._mutations or {}).get(kind, {}).get(column)
+    if pending:
+        pending.discard(member)
+
+
+def _mutate_set(row, column: str, member, present: bool, add: bool) -> bool:
+    """Make `member` present (add) or absent in set `column` of `row` with a
+    mutation (insert/delete on the server: concurrent writers of other
+    members do not lose each other's).  `present`: whether the committed
+    replica plus this transaction already hold it.  True if a mutation was
+    queued."""
+    _cancel_pending(row, "_removes" if add else "_inserts", column, member)
+    if add == present:
+        return False
+    (row.addvalue if add else row.delvalue)(column, member)
+    return True
 
 
 def referrers(api, table: str, column: str, child) -> list:
@@ -364,6 +408,149 @@ class DeleteRouterPort(Command):
             p.delvalue("ports", row)
         row.delete()
         self.result = True
+
+
+PG = "Port_Group"
+AS = "Address_Set"
+
+
+class EnsurePortGroup(_EnsureParent):
+    """Port group `name` with these external_ids (merged) and columns.  Its
+    members are not managed here: PortGroupAddPorts / PortGroupRemovePorts
+    change them by mutation, so batched or concurrent writers never replace
+    each other's members."""
+
+    TABLE = PG
+
+    def __init__(self, api, name: str, external_ids: dict, *, columns: dict | None = None,
+                 merge_ids: bool = True):
+        super().__init__(api, name, external_ids, columns, merge_ids)
+
+
+class EnsureAddressSet(_EnsureParent):
+    """Address set `name` with these external_ids (merged) and columns; its
+    addresses change by mutation (AddressSetAddAddresses / ...Remove...)."""
+
+    TABLE = AS
+
+    def __init__(self, api, name: str, external_ids: dict, *, columns: dict | None = None,
+                 merge_ids: bool = True):
+        super().__init__(api, name, external_ids, columns, merge_ids)
+
+
+class _Members(Command):
+    """Add or remove members of one set column of a named row, by mutation;
+    idempotent (nothing is sent for a member already as wanted).  The row may
+    be created earlier in the same transaction.  result: how many members
+    were queued for a change."""
+
+    TABLE = ""
+    COLUMN = ""
+    ADD = True
+
+    def __init__(self, api, name: str, members):
+        super().__init__(api)
+        self.name = name
+        self.members = [members] if isinstance(members, str) else list(members)
+
+    def describe(self):
+        shown = ", ".join(map(str, self.members[:5]))
+        more = f", ... ({len(self.members)})" if len(self.members) > 5 else ""
+        return f"{self.name}: {shown}{more}"
+
+    def run_idl(self, txn):
+        row = find(self.api, txn, self.TABLE, self.name)
+        if row is None:
+            raise idlutils.RowNotFound(table=self.TABLE, col="name", match=self.name)
+        self.result = 0
+        for m in self.members:
+            member = self._member(txn, m)
+            if member is None:
+                continue
+            self.result += _mutate_set(row, self.COLUMN, member, self._has(row, member),
+                                       self.ADD)
+
+    def _has(self, row, member) -> bool:
+        return has_value(row, self.COLUMN, member)
+
+    def _member(self, txn, m):
+        return m
+
+
+class _PortMembers(_Members):
+    TABLE = PG
+    COLUMN = "ports"
+
+    def _has(self, row, member) -> bool:
+        return has_ref(row, self.COLUMN, member)
+
+    def _member(self, txn, m):
+        lsp = find(self.api, txn, LSP, m)
+        if lsp is None and self.ADD:
+            raise idlutils.RowNotFound(table=LSP, col="name", match=m)
+        return lsp    # removing a port that does not exist: nothing to do
+
+
+class PortGroupAddPorts(_PortMembers):
+    """Add logical switch ports (by name; they may be created earlier in the
+    same transaction) to port group `name`; a missing port is an error."""
+
+    ADD = True
+
+
+class PortGroupRemovePorts(_PortMembers):
+    """Remove logical switch ports (by name) from port group `name`; a port
+    that is not a member, or does not exist, is a no-op."""
+
+    ADD = False
+
+
+class _AddressMembers(_Members):
+    TABLE = AS
+    COLUMN = "addresses"
+
+
+class AddressSetAddAddresses(_AddressMembers):
+    """Add addresses (strings as OVN takes them: "10.16.0.5", "10.16.0.0/24")
+    to address set `name`."""
+
+    ADD = True
+
+
+class AddressSetRemoveAddresses(_AddressMembers):
+    """Remove addresses from address set `name`; an absent one is a no-op."""
+
+    ADD = False
+
+
+class _DeleteNamed(Command):
+    TABLE = ""
+
+    def __init__(self, api, name: str):
+        super().__init__(api)
+        self.name = name
+
+    def describe(self):
+        return self.name
+
+    def run_idl(self, txn):
+        row = find(self.api, txn, self.TABLE, self.name)
+        if row is None:
+            return
+        row.delete()
+        self.result = True
+
+
+class DeletePortGroup(_DeleteNamed):
+    """Delete port group `name` (and so its ACLs) if it exists."""
+
+    TABLE = PG
+
+
+class DeleteAddressSet(_DeleteNamed):
+    """Delete address set `name` if it exists."""
+
+    TABLE = AS
 
 
 class DeleteSwitch(Command):

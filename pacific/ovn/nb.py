@@ -168,7 +168,9 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
     # --- address sets, port groups, ACLs --------------------------------------
     def add_address_set(self, name: str, addresses: Iterable[str] = (), *,
                         owner: Owner, extra_ids: dict | None = None):
-        """Create address set `name`, or replace its addresses."""
+        """Create address set `name`, or replace its addresses.  Replacing
+        loses members another writer added meanwhile: to change membership
+        use ensure.AddressSetAddAddresses / AddressSetRemoveAddresses."""
         return self._ensure("Address_Set",
                             self.address_set_add(name, may_exist=True),
                             owner, extra_ids,
@@ -177,7 +179,9 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
     def add_port_group(self, name: str, ports: Iterable = (), *,
                        owner: Owner, extra_ids: dict | None = None):
         """Create port group `name`, or replace its ports (LSP rows/uuids,
-        or commands creating them in the same transaction)."""
+        or commands creating them in the same transaction).  Replacing
+        loses members another writer added meanwhile: to change membership
+        use ensure.PortGroupAddPorts / PortGroupRemovePorts."""
         return self._ensure("Port_Group", self.pg_add(name, may_exist=True),
                             owner, extra_ids, {"ports": list(ports)})
 

@@ -420,3 +420,127 @@ def test_wait_for_row_raises_a_broken_predicate(nb):
         nb.wait_for_row("Logical_Switch", lambda r: r.external_ids["missing"] == "x", 0.1)
     # the watcher was removed: a later wait works
     assert nb.wait_for_row("Logical_Switch", lambda r: r.name == "s1", 1) is not None
+
+
+# --- port group / address set membership by mutation ---------------------------
+
+def _members(api, table, name):
+    from pacific.ovn import ensure
+    with api.ovsdb_connection.lock:
+        row = api.lookup(table, name)
+        if table == ensure.PG:
+            return sorted(p.name for p in row.ports)
+        return sorted(row.addresses)
+
+
+class _Pause:
+    """A command that holds its transaction (and its API's replica, which the
+    same thread updates) until released: the transaction commits what it
+    built from the view it had."""
+
+    def __init__(self):
+        self.reached, self.release = threading.Event(), threading.Event()
+
+    def command(self, api):
+        from pacific.ovn import ensure
+        pause = self
+
+        class Cmd(ensure.Command):
+            def run_idl(self, txn):
+                pause.reached.set()
+                assert pause.release.wait(10)
+        return Cmd(api)
+
+
+@pytest.mark.parametrize("kind", ["port_group", "address_set"])
+def test_members_added_from_the_same_stale_view_both_survive(nbdb, nb, kind):
+    from pacific.ovn import ensure
+    if kind == "port_group":
+        table, create, add = ensure.PG, ensure.EnsurePortGroup, ensure.PortGroupAddPorts
+        first, second = "p1", "p2"
+    else:
+        table, create, add = ensure.AS, ensure.EnsureAddressSet, ensure.AddressSetAddAddresses
+        first, second = "10.16.0.5", "10.16.0.6"
+    nb.commit(ensure.EnsureSwitch(nb, "s1", {}),
+              *[ensure.EnsurePort(nb, "s1", p, [], [], {}) for p in ("p1", "p2")],
+              create(nb, "m", {"k": "v"}))
+    nb2 = NorthboundAPI(nbdb.remote, timeout=10)
+    try:
+        assert _members(nb2, table, "m") == []
+        pause = _Pause()
+        errors = []
+
+        def second_writer():
+            try:
+                with nb2.transaction() as txn:
+                    txn.add(add(nb2, "m", [second]))    # built from a view without `first`
+                    txn.add(pause.command(nb2))
+            except Exception as exc:   # noqa: BLE001 - reported below
+                errors.append(exc)
+        t = threading.Thread(target=second_writer)
+        t.start()
+        assert pause.reached.wait(10)
+        nb.commit(add(nb, "m", [first]))           # commits while the other waits
+        pause.release.set()
+        t.join(15)
+        assert not errors
+        want = sorted([first, second])
+        deadline = time.monotonic() + 5
+        while _members(nb, table, "m") != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _members(nb, table, "m") == want
+        assert nb.lookup(table, "m").external_ids == {"k": "v"}
+    finally:
+        nb2.close()
+
+
+def test_member_commands_are_idempotent_and_remove_absent_is_a_noop(nb):
+    from pacific.ovn import ensure
+    nb.commit(ensure.EnsureSwitch(nb, "s1", {}),
+              *[ensure.EnsurePort(nb, "s1", p, [], [], {}) for p in ("p1", "p2")],
+              ensure.EnsurePortGroup(nb, "pg", {}), ensure.EnsureAddressSet(nb, "as", {}))
+    add_p, add_a = (nb.commit(ensure.PortGroupAddPorts(nb, "pg", ["p1"]),
+                              ensure.AddressSetAddAddresses(nb, "as", ["10.0.0.1"])))
+    assert (add_p, add_a) == (1, 1)
+    # again: nothing to change, nothing sent
+    assert nb.commit(ensure.PortGroupAddPorts(nb, "pg", ["p1"]),
+                     ensure.AddressSetAddAddresses(nb, "as", ["10.0.0.1"])) == [0, 0]
+    # absent members (and a port that does not exist at all): no-ops
+    assert nb.commit(ensure.PortGroupRemovePorts(nb, "pg", ["p2", "nope"]),
+                     ensure.AddressSetRemoveAddresses(nb, "as", ["10.0.0.9"])) == [0, 0]
+    assert _members(nb, ensure.PG, "pg") == ["p1"]
+    assert _members(nb, ensure.AS, "as") == ["10.0.0.1"]
+    assert nb.commit(ensure.PortGroupRemovePorts(nb, "pg", "p1"),
+                     ensure.AddressSetRemoveAddresses(nb, "as", "10.0.0.1")) == [1, 1]
+    assert _members(nb, ensure.PG, "pg") == [] and _members(nb, ensure.AS, "as") == []
+    # adding a port that does not exist is an error naming it
+    with pytest.raises(OvnTransactionError, match="nope"):
+        nb.commit(ensure.PortGroupAddPorts(nb, "pg", ["nope"]))
+    assert nb.commit(ensure.DeletePortGroup(nb, "pg"), ensure.DeleteAddressSet(nb, "as"),
+                     ensure.DeletePortGroup(nb, "pg")) == [True, True, None]
+    assert nb.lookup(ensure.PG, "pg", default=None) is None
+
+
+def test_members_of_a_group_created_in_the_same_transaction(nb):
+    from pacific.ovn import ensure
+    nb.commit(ensure.EnsureSwitch(nb, "s1", {}),
+              *[ensure.EnsurePort(nb, "s1", p, [], [], {}) for p in ("p1", "p2", "p3")],
+              ensure.EnsurePortGroup(nb, "pg", {"o": "1"}),
+              ensure.PortGroupAddPorts(nb, "pg", ["p1", "p2", "p3"]),
+              ensure.PortGroupRemovePorts(nb, "pg", ["p2"]),     # added then removed: out
+              ensure.EnsureAddressSet(nb, "as", {"o": "1"}),
+              ensure.AddressSetAddAddresses(nb, "as", ["10.0.0.1", "10.0.0.2"]),
+              ensure.AddressSetRemoveAddresses(nb, "as", ["10.0.0.2"]),
+              ensure.AddressSetAddAddresses(nb, "as", ["10.0.0.2", "10.0.0.3"]))  # and back in
+    assert _members(nb, ensure.PG, "pg") == ["p1", "p3"]
+    assert _members(nb, ensure.AS, "as") == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    # a port created in the same transaction as the group and its membership
+    nb.commit(ensure.EnsurePort(nb, "s1", "p4", [], [], {}),
+              ensure.PortGroupAddPorts(nb, "pg", ["p4"]),
+              ensure.PortGroupRemovePorts(nb, "pg", ["p1"]),
+              ensure.PortGroupAddPorts(nb, "pg", ["p1"]))   # removed then added: in
+    assert _members(nb, ensure.PG, "pg") == ["p1", "p3", "p4"]
+    # an ACL on the new group in the same transaction still works
+    nb.commit(ensure.EnsurePortGroup(nb, "pg2", {}),
+              nb.pg_acl_add("pg2", "to-lport", 1000, "outport == @pg2", "drop", may_exist=True))
+    assert len(nb.lookup(ensure.PG, "pg2").acls) == 1
