@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ovn-rundir", default="/var/run/ovn",
                    help="where ovn-controller keeps its pidfile and unixctl socket "
                    "(for STATUS; default: %(default)s)")
+    p.add_argument("--ovs-rundir", default="/var/run/openvswitch",
+                   help="where ovs-vswitchd keeps its pidfile and unixctl socket (to make it "
+                   "revalidate its datapath flows when mirroring changes; default: "
+                   "%(default)s)")
     p.add_argument("--cni-socket", default=names.CNI_SOCKET, help="default: %(default)s")
     p.add_argument("--cni-conf-dir", default="/etc/cni/net.d",
                    help="where the conflist is written (default: %(default)s; '' to skip)")

@@ -15,7 +15,9 @@ it selects a port, and everything is removed when the mode is `off`.
 from __future__ import annotations
 
 import logging
+import os
 
+from ovs.unixctl.client import UnixctlClient
 from pyroute2 import IPRoute
 
 from pacific import names
@@ -29,10 +31,11 @@ MIRROR_IDS = {names.EXT_CREATED_BY: "pacific-node", names.EXT_OWNER_KIND: "Mirro
 class MirrorSetting(PortSetting):
     name = "mirror"
 
-    def __init__(self, ovs, mode: str, bridge: str = names.INTEGRATION_BRIDGE):
+    def __init__(self, ovs, mode: str, bridge: str = names.INTEGRATION_BRIDGE,
+                 ovs_rundir: str = "/var/run/openvswitch"):
         if mode not in names.MIRROR_MODES:
             raise ValueError(f"mirror mode {mode!r} is not one of {', '.join(names.MIRROR_MODES)}")
-        self.ovs, self.mode, self.bridge = ovs, mode, bridge
+        self.ovs, self.mode, self.bridge, self.ovs_rundir = ovs, mode, bridge, ovs_rundir
 
     # -- node-wide -------------------------------------------------------------------
     def start(self) -> None:
@@ -42,11 +45,7 @@ class MirrorSetting(PortSetting):
         # the commit waits for ovs-vswitchd, so the interface exists afterwards
         self.ovs.commit(self.ovs.add_interface_port(self.bridge, names.MIRROR_PORT,
                                                     type="internal", external_ids=dict(MIRROR_IDS)))
-        with IPRoute() as ipr:
-            idx = ipr.link_lookup(ifname=names.MIRROR_PORT)
-            if not idx:
-                raise OSError(f"{names.MIRROR_PORT} was not created by ovs-vswitchd")
-            ipr.link("set", index=idx[0], state="up")
+        _link_up(names.MIRROR_PORT)
         log.info("mirroring: mode %s, copies on %s", self.mode, names.MIRROR_PORT)
 
     def _remove_all(self) -> None:
@@ -73,6 +72,8 @@ class MirrorSetting(PortSetting):
             raise OSError(f"port {att.host_ifname if port is None else names.MIRROR_PORT} "
                           f"is not on {self.bridge}")
         selected = mirror is not None and port.uuid in {p.uuid for p in mirror.select_src_port}
+        if wanted:   # a restarted ovs-vswitchd re-creates mirror0 down
+            _link_up(names.MIRROR_PORT)
         if selected == wanted:
             return
         with self.ovs.transaction() as txn:
@@ -89,6 +90,9 @@ class MirrorSetting(PortSetting):
             else:
                 for col in ("select_src_port", "select_dst_port"):
                     txn.add(self.ovs.db_remove("Mirror", mirror.uuid, col, port.uuid))
+        # ovs-vswitchd (3.1, userspace datapath) keeps using the datapath flows of
+        # connections already open: make it rebuild them with the mirror
+        revalidate(self.ovs_rundir)
         log.info("pod %s: %s mirrored to %s", att.pod, "now" if wanted else "no longer",
                  names.MIRROR_PORT)
 
@@ -101,3 +105,43 @@ class MirrorSetting(PortSetting):
     def _port(self, name: str):
         with self.ovs.ovsdb_connection.lock:
             return next((p for p in self.ovs.tables["Port"].rows.values() if p.name == name), None)
+
+
+def vswitchd_ctl(rundir: str) -> str | None:
+    """ovs-vswitchd's unixctl socket: <rundir>/ovs-vswitchd.ctl when it was
+    started with --unixctl there, else ovs-vswitchd.<pid>.ctl from its pidfile."""
+    fixed = os.path.join(rundir, "ovs-vswitchd.ctl")
+    if os.path.exists(fixed):
+        return fixed
+    try:
+        with open(os.path.join(rundir, "ovs-vswitchd.pid")) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    path = os.path.join(rundir, f"ovs-vswitchd.{pid}.ctl")
+    return path if os.path.exists(path) else None
+
+
+def revalidate(rundir: str) -> None:
+    """`ovs-appctl revalidator/purge`, spoken over the unixctl socket."""
+    path = vswitchd_ctl(rundir)
+    if path is None:
+        raise OSError(f"no ovs-vswitchd control socket in {rundir} (--ovs-rundir)")
+    err, client = UnixctlClient.create(path)
+    if err:
+        raise OSError(err, f"cannot connect to {path}: {os.strerror(err)}")
+    try:
+        err, error, _ = client.transact("revalidator/purge", [])
+    finally:
+        client.close()
+    if err or error:
+        raise OSError(f"revalidator/purge on {path} failed: {error or os.strerror(err)}")
+
+
+def _link_up(name: str) -> None:
+    with IPRoute() as ipr:
+        idx = ipr.link_lookup(ifname=name)
+        if not idx:
+            raise OSError(f"{name} does not exist (ovs-vswitchd has not created it yet)")
+        if not ipr.link("get", index=idx[0])[0]["flags"] & 1:   # IFF_UP
+            ipr.link("set", index=idx[0], state="up")

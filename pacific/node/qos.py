@@ -52,7 +52,7 @@ def shape(ipr: IPRoute, ifname: str, kbps: int | None) -> bool:
     if kbps is None:
         if kind != "tbf":
             return False
-        ipr.tc("del", index=idx, handle=cur[0]["handle"])
+        ipr.tc("del", index=idx, root=True)
         return True
     want = tbf_params(kbps)
     if kind == "tbf" and _tbf_rate(cur[0]) == want["rate"]:

@@ -12,4 +12,4 @@ from pacific.node.qos import QosSetting
 
 def build(args, ovs) -> list[PortSetting]:
     """The settings this daemon applies (args: pacific-node's parsed options)."""
-    return [QosSetting(ovs), MirrorSetting(ovs, args.mirror_mode)]
+    return [QosSetting(ovs), MirrorSetting(ovs, args.mirror_mode, ovs_rundir=args.ovs_rundir)]

@@ -109,6 +109,31 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
              node.ovs_remote)
 
 
+def restart_node_daemon(sb: "Sandbox", node: "SandboxNode", daemon: str,
+                        timeout: float = 30) -> None:
+    """Stop and start one of a node's daemons ("ovs-vswitchd" or
+    "ovn-controller"), as a crash and a supervisor's restart would.  The
+    userspace datapath's tap devices (br-phy, internal ports) go with
+    ovs-vswitchd and come back without their addresses, so the underlay
+    address, default route and tunnel neighbours are restored afterwards."""
+    starters = {"ovs-vswitchd": daemons.ovs_vswitchd, "ovn-controller": daemons.ovn_controller}
+    if daemon not in starters:
+        raise ValueError(f"cannot restart {daemon!r}: one of {', '.join(starters)}")
+    tag = f"{node.name}/{daemon}"
+    sb.stop(tag)
+    st = starters[daemon](node.ovs_remote, node.netns, node.rundir)
+    sb._record_daemon(tag, st, node.netns)
+    if daemon == "ovs-vswitchd":
+        wait_for(lambda: netns_has_link(node.netns, PHYS_BRIDGE), timeout,
+                 f"{PHYS_BRIDGE} in {node.netns}")
+        run(["ip", "addr", "replace", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev",
+             PHYS_BRIDGE], netns=node.netns)
+        run(["ip", "link", "set", "dev", PHYS_BRIDGE, "up"], netns=node.netns)
+        run(["ip", "route", "replace", "default", "via", sb.external_ip], netns=node.netns)
+        warm_tunnels(sb, timeout)
+    log.info("%s restarted (pid %d)", tag, st.pid)
+
+
 def netns_has_link(ns: str, dev: str) -> bool:
     return run(["ip", "link", "show", "dev", dev], netns=ns, check=False).returncode == 0
 

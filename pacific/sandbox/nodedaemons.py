@@ -52,7 +52,7 @@ def argv(sandbox, node, kubeconfig: str, extra=()) -> list[str]:
     return [sys.executable, "-m", "pacific.node.main", "--node-name", node.name,
             "--kubeconfig", kubeconfig, "--ovs-remote", node.ovs_remote,
             "--ovn-remote", sandbox.sb_tcp_remote, "--encap-ip", node.underlay_ip,
-            "--ovn-rundir", node.rundir, "--mtu", str(node.mtu),
+            "--ovn-rundir", node.rundir, "--ovs-rundir", node.rundir, "--mtu", str(node.mtu),
             "--cni-socket", p.socket, "--cni-conf-dir", p.conf_dir, "--cni-bin-dir", p.bin_dir,
             *extra]
 

@@ -1,0 +1,272 @@
+"""Per-pod bandwidth and mirroring in the sandbox, with real packets: iperf3 TCP
+and UDP through OVS (same node and across nodes), tc state checked on the
+interfaces, tcpdump on mirror0; the whole stack (controllers, node daemons)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+from pacific import contract, names
+from pacific.kube import client
+from pacific.kube import resources as r
+from pacific.sandbox import bringup, nodedaemons
+from pacific.sandbox import cnipods as sandboxpods
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+NS = "qos"
+
+
+@pytest.fixture(scope="module")
+def env(sandbox):
+    api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
+    pods = {"lim": "node1", "same": "node1", "far": "node2"}
+    for name, node in pods.items():
+        sandboxpods.add_pod(sandbox, NS, name, node, api=api)
+    yield sandbox, api
+    for name in pods:
+        sandboxpods.delete_pod(sandbox, NS, name, api=api)
+
+
+def netns(sb, name):
+    return f"{sb.netns_prefix}pod-{NS}-{name}"
+
+
+def ip_of(api, name):
+    return contract.own_record(r.get(api, r.PODS, name, NS)).ip
+
+
+def annotate(api, name, **ann):
+    r.patch_merge(api, r.PODS, name, {"metadata": {"annotations": ann}}, NS)
+
+
+_ports = iter(range(5300, 6300))
+
+
+def iperf(sb, api, src, dst, udp_mbps=None, seconds=3) -> float:
+    """Mbit/s the receiver got from src to dst (first second omitted: TCP slow start)."""
+    port = str(next(_ports))
+    server = subprocess.Popen(["ip", "netns", "exec", netns(sb, dst), "iperf3", "-s", "-1",
+                               "-p", port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait(lambda: sb.exec(netns(sb, dst), ["ss", "-Hltn", f"sport = :{port}"]).stdout.strip(),
+             10, f"iperf3 server in {dst}")
+        argv = ["iperf3", "-c", ip_of(api, dst), "-p", port, "-t", str(seconds), "-O", "1", "--json"]
+        if udp_mbps:
+            argv += ["-u", "-b", f"{udp_mbps}M"]
+        out = sb.exec(netns(sb, src), argv, check=False, timeout=seconds + 30)
+        assert out.returncode == 0, f"iperf3 {src} -> {dst}: {out.stdout[-800:]} {out.stderr}"
+    finally:
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    return json.loads(out.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+
+
+def host_veth(sb, name):
+    att = sandboxpods.load(sb, NS, name)
+    rows = sb.node(att.node).vsctl("--bare", "--columns=name", "find", "Interface",
+                                   f"external_ids:{names.OVS_POD}={NS}/{name}")
+    return rows.split()[0], att.node
+
+
+def tbf_rate(sb, name, side) -> str | None:
+    """The tbf rate on the pod's host veth ('ingress') or its eth0 ('egress')."""
+    if side == "ingress":
+        dev, node = host_veth(sb, name)
+        out = sb.exec(sb.node(node).netns, ["tc", "qdisc", "show", "dev", dev]).stdout
+    else:
+        out = sb.exec(netns(sb, name), ["tc", "qdisc", "show", "dev", "eth0"]).stdout
+    for line in out.splitlines():
+        if line.startswith("qdisc tbf"):
+            return line.split(" rate ")[1].split()[0]
+    return None
+
+
+def wait(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+    return timeout - (deadline - time.monotonic())
+
+
+@pytest.mark.parametrize("peer", ["same", "far"])
+@pytest.mark.parametrize("direction", ["ingress", "egress"])
+def test_rates_hold_for_tcp_and_udp_in_one_direction_only(env, peer, direction):
+    sb, api = env
+    key = names.ANN_INGRESS_RATE if direction == "ingress" else names.ANN_EGRESS_RATE
+    into, out_of = ("lim", peer), (peer, "lim")
+    limited, free = (out_of, into) if direction == "ingress" else (into, out_of)
+    limited = (limited[0], limited[1])
+    try:
+        for rate in (10, 50, 100):
+            annotate(api, "lim", **{key: str(rate)})
+            wait(lambda: tbf_rate(sb, "lim", direction) == f"{rate}Mbit", 5, f"{rate}Mbit {direction}")
+            src, dst = (peer, "lim") if direction == "ingress" else ("lim", peer)
+            tcp = iperf(sb, api, src, dst)
+            udp = iperf(sb, api, src, dst, udp_mbps=rate * 2)
+            assert abs(tcp - rate) <= rate * 0.10, f"TCP {direction} {tcp:.1f} vs {rate}"
+            assert abs(udp - rate) <= rate * 0.10, f"UDP {direction} {udp:.1f} vs {rate}"
+        # the other direction is not limited (well above the last limit)
+        src, dst = ("lim", peer) if direction == "ingress" else (peer, "lim")
+        assert iperf(sb, api, src, dst, seconds=2) > 150
+    finally:
+        annotate(api, "lim", **{key: None})
+    wait(lambda: tbf_rate(sb, "lim", direction) is None, 5, "limit removed")
+
+
+def test_a_change_on_a_running_pod_applies_within_a_second_and_removal_unlimits(env):
+    sb, api = env
+    annotate(api, "lim", **{names.ANN_INGRESS_RATE: "20"})
+    took = wait(lambda: tbf_rate(sb, "lim", "ingress") == "20Mbit", 1.0, "20Mbit applied")
+    annotate(api, "lim", **{names.ANN_INGRESS_RATE: "40"})
+    took = max(took, wait(lambda: tbf_rate(sb, "lim", "ingress") == "40Mbit", 1.0, "40Mbit"))
+    assert tbf_rate(sb, "lim", "egress") is None            # the other direction untouched
+    annotate(api, "lim", **{names.ANN_INGRESS_RATE: None})
+    wait(lambda: tbf_rate(sb, "lim", "ingress") is None, 1.0, "limit removed")
+    assert iperf(sb, api, "far", "lim", seconds=2) > 150
+
+
+def test_a_bad_value_keeps_the_limit_with_an_event_and_error(env):
+    sb, api = env
+    annotate(api, "lim", **{names.ANN_EGRESS_RATE: "30"})
+    wait(lambda: tbf_rate(sb, "lim", "egress") == "30Mbit", 5, "30Mbit")
+    try:
+        for bad in ("-3", "lots", "1e9"):
+            annotate(api, "lim", **{names.ANN_EGRESS_RATE: bad})
+            wait(lambda: repr(bad) in (r.get(api, r.PODS, "lim", NS)["metadata"]["annotations"]
+                                       .get(names.ANN_QOS_ERROR) or ""), 5, f"error naming {bad!r}")
+            assert tbf_rate(sb, "lim", "egress") == "30Mbit"
+        items, _ = r.list_(api, r.EVENTS, NS)
+        assert any(e["reason"] == "InvalidBandwidth" and e["involvedObject"]["name"] == "lim"
+                   for e in items)
+        assert iperf(sb, api, "same", "far", seconds=2) > 150    # nothing else broke
+    finally:
+        annotate(api, "lim", **{names.ANN_EGRESS_RATE: None})
+    wait(lambda: tbf_rate(sb, "lim", "egress") is None, 5, "limit removed")
+
+
+@pytest.mark.parametrize("daemon", ["pacific-node", "ovn-controller", "ovs-vswitchd"])
+def test_limits_survive_restarts(env, daemon):
+    sb, api = env
+    annotate(api, "lim", **{names.ANN_INGRESS_RATE: "25", names.ANN_EGRESS_RATE: "15"})
+    wait(lambda: tbf_rate(sb, "lim", "ingress") == "25Mbit"
+         and tbf_rate(sb, "lim", "egress") == "15Mbit", 5, "limits applied")
+    try:
+        if daemon == "pacific-node":
+            nodedaemons.restart(sb, "node1", kill=True)
+            nodedaemons.wait_ready(sb, "node1")
+        else:
+            bringup.restart_node_daemon(sb, sb.node("node1"), daemon)
+        assert tbf_rate(sb, "lim", "ingress") == "25Mbit"
+        assert tbf_rate(sb, "lim", "egress") == "15Mbit"
+        wait(lambda: sb.exec(netns(sb, "far"), ["ping", "-c1", "-W1", ip_of(api, "lim")],
+                             check=False).returncode == 0, 20, "lim reachable again")
+        rate = iperf(sb, api, "far", "lim")
+        assert abs(rate - 25) <= 2.5, rate
+        annotate(api, "lim", **{names.ANN_INGRESS_RATE: "35"})     # and changes still apply
+        wait(lambda: tbf_rate(sb, "lim", "ingress") == "35Mbit", 5, "35Mbit after restart")
+    finally:
+        annotate(api, "lim", **{names.ANN_INGRESS_RATE: None, names.ANN_EGRESS_RATE: None})
+    wait(lambda: tbf_rate(sb, "lim", "ingress") is None, 5, "limit removed")
+
+
+# --- mirroring ------------------------------------------------------------------------
+
+class Capture:
+    """tcpdump -i mirror0 on a node, lines of what it saw."""
+
+    def __init__(self, sb, node):
+        self.p = subprocess.Popen(["ip", "netns", "exec", sb.node(node).netns, "tcpdump", "-nli",
+                                   names.MIRROR_PORT, "-U", "ip"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        lines = [self.p.stderr.readline() for _ in range(2)]   # "listening on ..." once it captures
+        if not any("listening on" in line for line in lines):
+            self.p.kill()
+            raise AssertionError(f"tcpdump on {names.MIRROR_PORT} did not start: {lines}")
+
+    def stop(self) -> str:
+        time.sleep(0.2)   # what is in flight reaches the capture
+        self.p.terminate()
+        out, _ = self.p.communicate(10)
+        return out
+
+
+def test_mirror0_shows_a_mirrored_pods_traffic_both_ways_and_nothing_else(env):
+    sb, api = env
+    lim, same, far = (ip_of(api, n) for n in ("lim", "same", "far"))
+    annotate(api, "lim", **{names.ANN_MIRROR: "true"})
+    wait(lambda: "pacific-mirror" in sb.node("node1").vsctl("--bare", "--columns=name", "list",
+                                                            "Mirror"), 5, "Mirror row")
+    cap = Capture(sb, "node1")
+    for src, dst in (("far", lim), ("lim", far), ("same", lim), ("far", same)):
+        assert sb.exec(netns(sb, src), ["ping", "-c1", "-W2", dst], check=False).returncode == 0
+    iperf(sb, api, "far", "lim", seconds=1)
+    seen = cap.stop()
+    assert f"{far} > {lim}: ICMP echo request" in seen and f"{lim} > {far}: ICMP echo reply" in seen
+    assert f"{lim} > {far}: ICMP echo request" in seen and f"{far} > {lim}: ICMP echo reply" in seen
+    assert f"{same} > {lim}: ICMP echo request" in seen
+    for a, b in ((far, lim), (lim, far)):                               # TCP both ways
+        assert re.search(rf"{re.escape(a)}\.\d+ > {re.escape(b)}\.\d+: Flags", seen), (a, b)
+    assert f"{far} > {same}" not in seen and f"{same} > {far}" not in seen   # not mirrored
+
+    annotate(api, "lim", **{names.ANN_MIRROR: None})               # off at run time
+    wait(lambda: not sb.node("node1").vsctl("--bare", "--columns=name", "list", "Mirror").strip(),
+         5, "Mirror row removed")
+    cap = Capture(sb, "node1")
+    assert sb.exec(netns(sb, "far"), ["ping", "-c1", "-W2", lim], check=False).returncode == 0
+    assert f"{lim}" not in cap.stop()
+
+
+def test_mirroring_switched_on_also_mirrors_a_connection_already_open(env):
+    sb, api = env
+    lim, far = ip_of(api, "lim"), ip_of(api, "far")
+    pinger = subprocess.Popen(["ip", "netns", "exec", netns(sb, "far"), "ping", "-i", "0.1", lim],
+                              stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)   # the flow exists before the mirror does
+        cap = Capture(sb, "node1")
+        annotate(api, "lim", **{names.ANN_MIRROR: "true"})
+        wait(lambda: "pacific-mirror" in sb.node("node1").vsctl("--bare", "--columns=name",
+                                                                "list", "Mirror"), 5, "Mirror row")
+        time.sleep(0.5)
+        seen = cap.stop()
+    finally:
+        pinger.terminate()
+        pinger.wait(5)
+        annotate(api, "lim", **{names.ANN_MIRROR: None})
+    assert f"{far} > {lim}: ICMP echo request" in seen and f"{lim} > {far}: ICMP echo reply" in seen
+
+
+def test_mirror_modes_all_and_off(env):
+    """--mirror-mode all mirrors every pod of the node without annotations;
+    off leaves no mirror0 and no Mirror row.  node2 runs `far`."""
+    sb, api = env
+    node = sb.node("node2")
+    lim, far = ip_of(api, "lim"), ip_of(api, "far")
+    try:
+        nodedaemons.restart(sb, "node2", extra=("--mirror-mode", "all"))
+        nodedaemons.wait_ready(sb, "node2")
+        wait(lambda: "pacific-mirror" in node.vsctl("--bare", "--columns=name", "list", "Mirror"),
+             10, "Mirror row in mode all")
+        cap = Capture(sb, "node2")
+        assert sb.exec(netns(sb, "lim"), ["ping", "-c1", "-W2", far], check=False).returncode == 0
+        seen = cap.stop()
+        assert f"{lim} > {far}: ICMP echo request" in seen and f"{far} > {lim}: ICMP echo reply" in seen
+
+        nodedaemons.restart(sb, "node2", extra=("--mirror-mode", "off"))
+        nodedaemons.wait_ready(sb, "node2")
+        wait(lambda: not node.vsctl("--bare", "--columns=name", "list", "Mirror").strip(), 10,
+             "no Mirror row in mode off")
+        assert names.MIRROR_PORT not in node.vsctl("list-ports", names.INTEGRATION_BRIDGE).split()
+    finally:
+        nodedaemons.restart(sb, "node2")
+        nodedaemons.wait_ready(sb, "node2")
