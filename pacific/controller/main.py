@@ -182,14 +182,16 @@ def main(argv=None) -> int:
         return 2
     from pacific.controller.core import Controller
     from pacific.kube import client
-    from pacific.ovn.nb import NorthboundAPI, OvnError
+    from pacific.ovn.nb import CONTROLLER_MONITOR, NorthboundAPI, OvnError
 
     shutdown = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: shutdown.set())
     try:
         kube = client.load(cfg.kubeconfig)
-        nb = NorthboundAPI(cfg.nb_remote, created_by=names.CONTROLLER_NAME)
+        # only the NB tables/columns the controller reads: a smaller replica
+        nb = NorthboundAPI(cfg.nb_remote, created_by=names.CONTROLLER_NAME,
+                           monitor=CONTROLLER_MONITOR)
     except (client.KubeconfigError, OvnError) as exc:
         LOG.error("%s", exc)
         return 1

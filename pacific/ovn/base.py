@@ -26,7 +26,7 @@ import queue
 import sys
 import time
 import uuid as uuidlib
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from ovs.db import idl as ovs_idl
 from ovs.db import types as ovs_types
@@ -103,6 +103,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
     def __init__(self, remote, helper, handler):
         super().__init__(remote, helper)
         self.notify_handler = handler
+        self.compactor = _Compactor()
 
     connected = False   # published by the connection thread, see run()
 
@@ -117,9 +118,9 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
     def notify(self, event, row, updates=None):
         # the connection thread, under the connection lock (inside run())
         if event == ovs_idl.ROW_CREATE:
-            _intern_map_strings(row, row._data)
+            self.compactor.compact(row._data, row._data)
         elif event == ovs_idl.ROW_UPDATE and updates is not None:
-            _intern_map_strings(row, updates._data)  # the changed columns
+            self.compactor.compact(row._data, updates._data)  # the changed columns
         self.notify_handler.notify(event, row, updates)
 
     def cooperative_yield(self):
@@ -129,37 +130,108 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
 
 
 _MAP_INTERN_MAX = 64
+_SMALL_SET = 4
 
 
-def _intern_map_strings(row, columns) -> None:
-    """Share one copy of the strings in a new or changed row's string maps
-    (external_ids, options, other_config).  The JSON parser makes a new str for
-    every key and value of every row, so 100,000 ports held 600,000 copies of
-    "pacific.io/owner-kind" and friends (~15% of the replica's memory).
-    Equal strings hash alike, so replacing an Atom's value in place keeps every
-    dict valid.  Big sets (ports, address sets) are left alone: O(1) per row.
+class _Compactor:
+    """Shrinks the replica of a new or changed row, O(its small columns).
 
-    Reads the Rows' private ``_data`` (column -> Datum) in the connection
-    thread; tests/unit/test_ovn_internals.py fails if ovs changes it."""
-    if not columns:
-        return
-    data = row._data
-    if data is None:
-        return
-    for name in columns:
-        datum = data.get(name)
-        if datum is None or not datum.type.is_map():
-            continue
-        t = datum.type
-        if t.key.type is not ovs_types.StringType:
-            continue
-        value_is_str = t.value.type is ovs_types.StringType
-        for k, v in datum.values.items():
-            if len(k.value) <= _MAP_INTERN_MAX:
-                k.value = sys.intern(k.value)
-            if value_is_str and len(v.value) <= _MAP_INTERN_MAX:
-                v.value = sys.intern(v.value)
+    The ovs IDL keeps every value of every row as its own objects: a Datum
+    with a dict of Atoms, each holding a str the JSON parser made.  For
+    100,000 pod ports that is ~4 KB per port, mostly copies of the same few
+    values.  Without changing any value, this
 
+    * interns the strings of string maps (external_ids, options, ...): one
+      copy of "pacific.io/owner-kind" instead of 100,000;
+    * shares one Atom object among all rows for a map key, and for a map
+      value or small-set member that recurs (seen at least twice: "Pod",
+      the subnet's name...); unique ones (a pod's name) are left alone;
+    * shares one Datum among rows for a recurring single-valued scalar column
+      (a port's type "", a router port's peer): ovs replaces such a Datum on
+      update (``Datum.diff`` returns the new one), never edits it;
+    * inside one row, reuses an Atom for an equal string in another small set
+      (a pod port's port_security is its addresses).
+
+    Atoms and Datums are values for the IDL: it builds new ones on every
+    change and never edits them in place, except ``Datum.diff`` on sets and
+    maps (edits the row's own values dict: those dicts are never shared).
+    tests/unit/test_ovn_internals.py pins both.  Connection thread only.
+    Big sets (a switch's 100,000 ports) are left alone."""
+
+    SHARED_MAX = 4096     # shared Atoms/Datums kept (recurring values are few)
+    SEEN_MAX = 8192       # values seen once, candidates for sharing
+
+    def __init__(self):
+        self.atoms: dict = {}      # (type, value) -> shared Atom
+        self.datums: dict = {}     # (column type id, value) -> shared Datum
+        self.seen: set = set()
+
+    def _recurs(self, key) -> bool:
+        """Has `key` been seen before (recently)?  Remembers it if not."""
+        if key in self.seen:
+            self.seen.discard(key)
+            return True
+        if len(self.seen) >= self.SEEN_MAX:
+            self.seen.clear()
+        self.seen.add(key)
+        return False
+
+    def atom(self, atom, always: bool = False):
+        """The shared Atom equal to `atom`, if it recurs (or `always`)."""
+        if atom is None:
+            return None
+        key = (atom.type, atom.value)
+        shared = self.atoms.get(key)
+        if shared is not None:
+            return shared
+        if (always or self._recurs(("a",) + key)) and len(self.atoms) < self.SHARED_MAX:
+            self.atoms[key] = atom
+        return atom
+
+    def compact(self, data, columns) -> None:
+        if not columns or data is None:
+            return
+        local: dict = {}
+        for name in columns:
+            datum = data.get(name)
+            if datum is None:
+                continue
+            t = datum.type
+            values = datum.values
+            if t.is_map():
+                if t.key.type is not ovs_types.StringType or len(values) > 64:
+                    continue
+                value_is_str = t.value.type is ovs_types.StringType
+                new = {}
+                for k, v in values.items():
+                    if len(k.value) <= _MAP_INTERN_MAX:
+                        k.value = sys.intern(k.value)
+                        k = self.atom(k, always=True)
+                    if value_is_str and len(v.value) <= _MAP_INTERN_MAX:
+                        v.value = sys.intern(v.value)
+                        v = self.atom(v)
+                    new[k] = v
+                datum.values = new
+            elif t.n_max == 1 and len(values) == 1:
+                # a single-valued scalar: diff() replaces it, so it may be shared
+                (k,) = values
+                if k.type is ovs_types.UuidType:
+                    continue
+                key = (id(t), k.type, k.value)
+                shared = self.datums.get(key)
+                if shared is None:
+                    if self._recurs(("d",) + key) and len(self.datums) < self.SHARED_MAX:
+                        self.datums[key] = datum
+                    continue
+                data[name] = shared
+            elif len(values) <= _SMALL_SET and t.key.type is ovs_types.StringType:
+                for k in list(values):
+                    use = local.get(k.value)
+                    if use is None:
+                        use = local[k.value] = self.atom(k)
+                    if use is not k:   # in place: a 1-entry dict keeps its size
+                        del values[k]
+                        values[use] = None
 
 class _Predicate(ovsdbapp_event.WaitEvent):
     """One-shot event: any create/update of `table` where predicate(row)."""
@@ -402,6 +474,26 @@ class _DeleteRows(ovsdbapp_cmd.BaseCommand):
                             prow.delvalue(col.name, ref)
 
 
+_SCAN_CHUNK = 2000
+
+
+def _is_ref(t) -> bool:
+    return bool(t.key.ref_table_name or (t.value is not None and t.value.ref_table_name))
+
+
+class RowSnapshot:
+    """A copy of a row's plain columns, taken under the connection lock, so
+    any thread can read it (a RowView reads the live row)."""
+
+    def __init__(self, uuid, external_ids: dict, columns: dict):
+        self.__dict__.update(columns)
+        self.uuid = uuid
+        self.external_ids = external_ids
+
+    def __repr__(self):
+        return f"RowSnapshot({self.__dict__})"
+
+
 class ApiBase:
     """Mixin giving an ovsdbapp Backend its own connection (see module doc).
 
@@ -413,19 +505,34 @@ class ApiBase:
 
     def __init__(self, remote: str, timeout: float = DEFAULT_TIMEOUT,
                  tables: Iterable[str] | None = None,
-                 created_by: str | None = None):
+                 created_by: str | None = None,
+                 monitor: Mapping[str, Iterable[str] | None] | None = None):
         self.remote = remote
         self.created_by = created_by
         self._conn = None
         cjson.enable()   # the C JSON parser if the system has one (see cjson.py)
         helper = fetch_schema_helper(remote, self.schema, timeout)
         available = helper.schema_json["tables"]
-        wanted = list(dict.fromkeys(list(self.TABLES) + list(tables or ())))
-        for table in wanted:
+        # table -> columns (None: all); `monitor` replaces TABLES
+        plan: dict[str, list[str] | None] = (
+            {t: None for t in self.TABLES} if monitor is None
+            else {t: (None if c is None else list(c)) for t, c in monitor.items()})
+        for t in tables or ():
+            plan[t] = None
+        for table, columns in plan.items():
             if table not in available:
                 raise OvnConnectionError(remote, self.schema,
                                          f"table {table} not in server schema")
-            helper.register_table(table)
+            if columns is None:
+                helper.register_table(table)
+                continue
+            missing = set(columns) - set(available[table]["columns"])
+            if missing:
+                raise OvnConnectionError(
+                    remote, self.schema, f"column(s) {', '.join(sorted(missing))} "
+                    f"of table {table} not in server schema")
+            helper.register_columns(table, columns)
+        wanted = [t if c is None else f"{t}({len(c)} columns)" for t, c in plan.items()]
         self._handler = ovsdbapp_event.RowEventHandler()
         idl = NotifyingIdl(remote, helper, self._handler)
         # no public API for the back-off: the IDL's private session (checked
@@ -506,21 +613,33 @@ class ApiBase:
                           columns)
 
     def rows_owned(self, table: str, kind: str | None = None,
-                   owner: str | None = None) -> list:
+                   owner: str | None = None) -> list["RowSnapshot"]:
         """Rows of `table` (from the local cache) owned by Pacific, filtered
-        by owner kind and/or owner name. Returns RowViews."""
+        by owner kind and/or owner name.
+
+        Returns snapshots (uuid and every monitored column except references
+        to other rows), read under the connection lock in chunks: the caller
+        reads them without the lock, and the IDL thread is never held up for
+        a whole 100,000-row scan."""
         with self.ovsdb_connection.lock:
-            out = []
-            for row in self.tables[table].rows.values():
-                ids = row.external_ids
-                if names.EXT_OWNER_KIND not in ids:
-                    continue
-                if kind is not None and ids[names.EXT_OWNER_KIND] != kind:
-                    continue
-                if owner is not None and ids.get(names.EXT_OWNER) != owner:
-                    continue
-                out.append(rowview.RowView(row))
-            return out
+            t = self.tables[table]
+            rows = list(t.rows.values())
+            plain = [c for c, col in t.columns.items()
+                     if c != "external_ids" and not _is_ref(col.type)]
+        out = []
+        for start in range(0, len(rows), _SCAN_CHUNK):
+            with self.ovsdb_connection.lock:
+                for row in rows[start:start + _SCAN_CHUNK]:
+                    ids = row.external_ids
+                    if names.EXT_OWNER_KIND not in ids:
+                        continue
+                    if kind is not None and ids[names.EXT_OWNER_KIND] != kind:
+                        continue
+                    if owner is not None and ids.get(names.EXT_OWNER) != owner:
+                        continue
+                    out.append(RowSnapshot(row.uuid, ids,
+                                           {c: getattr(row, c) for c in plain}))
+        return out
 
     def delete_rows(self, table: str, rows: Iterable[Any]):
         """Command deleting rows (RowViews/Rows/uuids) of any table, root or not."""

@@ -52,7 +52,7 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ovsdbapp.schema.ovn_northbound import impl_idl
 
@@ -62,7 +62,8 @@ from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
                                 OvnTransactionError)
 
 __all__ = ["NorthboundAPI", "Owner", "OvnError", "OvnConnectionError",
-           "OvnTransactionError", "OvnTimeoutError", "NB_TABLES"]
+           "OvnTransactionError", "OvnTimeoutError", "NB_TABLES",
+           "CONTROLLER_MONITOR"]
 
 # Only these tables are monitored (pass tables=[...] to add more).
 NB_TABLES = (
@@ -73,6 +74,24 @@ NB_TABLES = (
     "HA_Chassis",
 )
 
+# What pacific-controller monitors (``NorthboundAPI(..., monitor=CONTROLLER_MONITOR)``):
+# the tables and columns it and pacific.ovn.ensure read or write, so the IDL
+# replica (100,000 pod ports at scale) holds nothing else.  A column not here
+# does not exist for the controller's IDL: reading or writing it raises
+# AttributeError/KeyError.  A controller feature that needs another table or
+# column adds it here (None: every column of the table).
+CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
+    "Logical_Switch": ("name", "ports", "other_config", "external_ids"),
+    "Logical_Switch_Port": ("name", "addresses", "port_security", "type",
+                            "options", "external_ids"),
+    "Logical_Router": ("name", "ports", "external_ids"),
+    "Logical_Router_Port": ("name", "mac", "networks", "peer", "external_ids"),
+    # NetworkPolicy / tenant isolation (ensure.EnsurePortGroup, ...)
+    "Port_Group": ("name", "ports", "acls", "external_ids"),
+    "Address_Set": ("name", "addresses", "external_ids"),
+    "ACL": None,
+}
+
 
 class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
     """OVN Northbound database; one IDL connection per instance.
@@ -80,17 +99,23 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
     Args:
         remote: OVSDB remote, e.g. "unix:/path/nb.sock" or "tcp:127.0.0.1:6641".
         timeout: seconds to connect, and per transaction (incl. retries).
-        tables: extra NB tables to monitor beyond NB_TABLES.
+        tables: extra NB tables to monitor (every column) beyond NB_TABLES
+            (or `monitor`).
         created_by: component name stamped as names.EXT_CREATED_BY.
+        monitor: only these tables, each with only these columns (None:
+            all columns), instead of every column of NB_TABLES; e.g.
+            CONTROLLER_MONITOR.  The node daemon, sandbox and tests keep
+            the default (everything in NB_TABLES).
     """
 
     TABLES = NB_TABLES
 
     def __init__(self, remote: str, timeout: float = DEFAULT_TIMEOUT,
                  tables: Iterable[str] | None = None,
-                 created_by: str | None = None):
+                 created_by: str | None = None,
+                 monitor: Mapping[str, Iterable[str] | None] | None = None):
         super().__init__(remote, timeout=timeout, tables=tables,
-                         created_by=created_by)
+                         created_by=created_by, monitor=monitor)
 
     # --- switches and routers -------------------------------------------------
     # Built on pacific.ovn.ensure: create-or-update, and rows created earlier

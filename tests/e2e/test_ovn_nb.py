@@ -544,3 +544,76 @@ def test_members_of_a_group_created_in_the_same_transaction(nb):
     nb.commit(ensure.EnsurePortGroup(nb, "pg2", {}),
               nb.pg_acl_add("pg2", "to-lport", 1000, "outport == @pg2", "drop", may_exist=True))
     assert len(nb.lookup(ensure.PG, "pg2").acls) == 1
+
+
+def test_replica_sharing_survives_updates_of_one_row(nbdb, nb):
+    """pacific.ovn.base._Compactor shares Datums/Atoms of equal values among
+    rows of the replica: a change to one row (through the server's update
+    stream) must change that row only."""
+    from pacific.ovn import ensure
+    addr = ["0a:00:00:10:00:05 10.16.0.5"]
+    nb.commit(ensure.EnsureSwitch(nb, "s1", {}),
+              *[ensure.EnsurePort(nb, "s1", f"p{i}", addr, addr, {"k": "v", "u": str(i)},
+                                  type="localnet", options={"network_name": "phys"})
+                for i in range(5)])
+    other = NorthboundAPI(nbdb.remote, timeout=10)
+    try:
+        other.commit(ensure.EnsurePort(other, "s1", "p1", ["0a:00:00:10:00:06 10.16.0.6"], addr,
+                                       {"k": "w", "u": "1"}, type="router",
+                                       options={"router-port": "x"}),
+                     other.db_set("Logical_Switch_Port", "p2", ("external_ids", {"n": "m"})))
+    finally:
+        other.close()
+    assert nb.wait_for_row("Logical_Switch_Port",
+                           lambda r: r.name == "p2" and r.external_ids.get("n") == "m", 5)
+    assert nb.wait_for_row("Logical_Switch_Port", lambda r: r.name == "p1" and r.type == "router", 5)
+    with nb.ovsdb_connection.lock:
+        rows = {i: nb.lookup("Logical_Switch_Port", f"p{i}") for i in range(5)}
+        got = {i: (r.type, r.options, r.external_ids, r.addresses, r.port_security)
+               for i, r in rows.items()}
+    for i in (0, 3, 4):
+        assert got[i] == ("localnet", {"network_name": "phys"}, {"k": "v", "u": str(i)}, addr, addr)
+    assert got[1] == ("router", {"router-port": "x"}, {"k": "w", "u": "1"},
+                      ["0a:00:00:10:00:06 10.16.0.6"], addr)
+    assert got[2] == ("localnet", {"network_name": "phys"}, {"k": "v", "u": "2", "n": "m"}, addr, addr)
+
+
+def test_controller_monitor_holds_only_its_columns_and_every_command_works(nbdb, nb):
+    """NorthboundAPI(monitor=CONTROLLER_MONITOR), as pacific-controller
+    connects: the replica has only the listed tables/columns, and everything
+    the controller and the ensure layer do still works on it."""
+    from pacific.ovn import ensure
+    from pacific.ovn.nb import CONTROLLER_MONITOR
+    ctl = NorthboundAPI(nbdb.remote, timeout=10, created_by="test", monitor=CONTROLLER_MONITOR)
+    try:
+        assert set(ctl.tables) == set(CONTROLLER_MONITOR)
+        assert set(ctl.tables["Logical_Switch_Port"].columns) == set(
+            CONTROLLER_MONITOR["Logical_Switch_Port"])
+        addr = ["0a:00:00:10:00:05 10.16.0.5"]
+        ids = {names.EXT_OWNER_KIND: names.OWNER_KIND_POD, names.EXT_OWNER: "ns/p"}
+        ctl.commit(ensure.EnsureRouter(ctl, LR, {}), ensure.EnsureSwitch(ctl, SW, {}),
+                   ensure.EnsureRouterPort(ctl, LR, "rp", "0a:00:00:10:00:01", ["10.16.0.1/16"], {}),
+                   ensure.EnsurePort(ctl, SW, "sp", ["router"], [], {}, type="router",
+                                     options={"router-port": "rp"}),
+                   ensure.EnsurePort(ctl, SW, "p.ns", addr, addr, ids),
+                   ensure.EnsurePortGroup(ctl, "pg", {}),
+                   ensure.PortGroupAddPorts(ctl, "pg", ["p.ns"]),
+                   ensure.EnsureAddressSet(ctl, "as", {}),
+                   ensure.AddressSetAddAddresses(ctl, "as", ["10.16.0.5"]),
+                   ctl.pg_acl_add("pg", "to-lport", 1001, "outport == @pg", "allow",
+                                  may_exist=True))
+        assert ensure.port_is(ctl, SW, "p.ns", addr, addr, ids)
+        assert [r.name for r in ctl.rows_owned("Logical_Switch_Port", names.OWNER_KIND_POD)] \
+            == ["p.ns"]
+        # the full replica (another client, e.g. northd) sees the same rows
+        assert nb.wait_for_row("Port_Group", lambda r: r.name == "pg" and len(r.ports) == 1, 5)
+        # a column not monitored is not there (the controller must not read it)
+        with pytest.raises(AttributeError):
+            ctl.lookup("Logical_Switch_Port", "p.ns").up
+        ctl.commit(ensure.DeletePort(ctl, "p.ns", SW), ensure.DeleteRouterPort(ctl, LR, "rp"),
+                   ensure.DeletePortGroup(ctl, "pg"), ensure.DeleteSwitch(ctl, SW))
+        assert ctl.lookup("Logical_Switch", SW, default=None) is None
+    finally:
+        ctl.close()
+    with pytest.raises(OvnConnectionError, match="nonsense"):
+        NorthboundAPI(nbdb.remote, timeout=5, monitor={"Logical_Switch": ("name", "nonsense")})

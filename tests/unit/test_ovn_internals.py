@@ -4,10 +4,13 @@ pacific.ovn uses a few underscore attributes of ovs.db.idl objects because
 the library has no public way to do the same thing cheaply:
 
 * ``Row._data`` (committed column -> Datum, None for a row inserted by the
-  transaction being built): ``base.is_new``, ``base._intern_map_strings``
+  transaction being built): ``base.is_new``, ``base._Compactor``
   (also on the ``updates`` Row passed to ``Idl.notify``), ``ensure.has_ref``;
 * ``Row._changes`` / ``Row._mutations`` (``{"_inserts"|"_removes": {column:
   set}}``): ``ensure.has_ref``;
+* ``Datum.values`` / ``Atom.value`` edited or replaced by ``base._Compactor``,
+  which relies on ``Datum.diff`` replacing a single-valued scalar and
+  editing only a set's or map's own dict;
 * ``Idl._session`` (``reconnect.set_backoff``, ``is_connected``):
   ``ApiBase.__init__`` and ``NotifyingIdl.run``.
 
@@ -151,3 +154,70 @@ def test_rowview_exposes_uuid():
     class R:
         uuid = uuid.uuid4()
     assert rowview.RowView(R()).uuid == R.uuid
+
+
+def _ident(atom, base):
+    return atom
+
+
+def test_datum_diff_replaces_scalars_and_edits_only_sets_and_maps():
+    """base._Compactor shares single-valued scalar Datums among rows: safe
+    only while ovs's update path (Datum.diff) returns a new Datum for them."""
+    helper = ovs_idl.SchemaHelper(location=NB_SCHEMA)
+    helper.register_table("Logical_Switch_Port")
+    cols = helper.get_idl_schema().tables["Logical_Switch_Port"].columns
+    old = ovs_data.Datum.from_python(cols["type"].type, "", ovs_idl._row_to_uuid)
+    new = ovs_data.Datum.from_python(cols["type"].type, "router", ovs_idl._row_to_uuid)
+    assert old.diff(new) is new and old.to_python(_ident) == ""
+    ids = ovs_data.Datum.from_python(cols["external_ids"].type, {"a": "1"}, ovs_idl._row_to_uuid)
+    before = ids.values
+    change = ovs_data.Datum.from_python(cols["external_ids"].type, {"b": "2"}, ovs_idl._row_to_uuid)
+    assert ids.diff(change) is ids and ids.values is before   # in place: never share these
+    assert ids.to_python(_ident) == {"a": "1", "b": "2"}
+
+
+def test_compactor_shares_recurring_values_and_keeps_every_value(idl):
+    addr = "0a:58:0a:10:00:05 10.16.0.5"
+
+    def port(i):
+        return committed_row(idl, "Logical_Switch_Port", name=f"p{i}",
+                             addresses=["".join([addr[:-1], str(i)])],
+                             external_ids={"".join(["pacific.io/", "owner-kind"]): "".join(["Po", "d"]),
+                                           "".join(["pacific.io/", "owner"]): f"ns/p{i}"})
+    rows = [port(i) for i in range(4)]
+    for r in rows:
+        idl.notify(ovs_idl.ROW_CREATE, r)
+    for i, r in enumerate(rows):        # every value reads back unchanged
+        assert r.name == f"p{i}" and r.addresses == [addr[:-1] + str(i)]
+        assert r.external_ids == {"pacific.io/owner-kind": "Pod", "pacific.io/owner": f"ns/p{i}"}
+
+    def atoms(r):
+        return {k.value: (k, v) for k, v in r._data["external_ids"].values.items()}
+    a = [atoms(r) for r in rows]
+    # map keys: one Atom for all rows; a recurring value ("Pod"): shared from
+    # its second sighting on; a unique value: the row's own
+    assert all(x["pacific.io/owner"][0] is a[0]["pacific.io/owner"][0] for x in a)
+    assert a[2]["pacific.io/owner-kind"][1] is a[3]["pacific.io/owner-kind"][1]
+    assert a[2]["pacific.io/owner"][1] is not a[3]["pacific.io/owner"][1]
+
+
+def test_compactor_shares_scalar_datums_and_equal_atoms_inside_a_row():
+    helper = ovs_idl.SchemaHelper(location=NB_SCHEMA)
+    helper.register_columns("Logical_Switch_Port", ["name", "type", "addresses", "port_security"])
+    idl = base.NotifyingIdl("unix:/nonexistent/pacific-test.sock", helper, _NullHandler())
+    try:
+        rows = []
+        for i in range(3):
+            a = f"0a:58:0a:10:00:0{i} 10.16.0.{i}"
+            r = committed_row(idl, "Logical_Switch_Port", name=f"p{i}", type="".join(["rou", "ter"]),
+                              addresses=[a], port_security=["".join([a, ""])])
+            idl.notify(ovs_idl.ROW_CREATE, r)
+            rows.append(r)
+        assert rows[1]._data["type"] is rows[2]._data["type"]       # recurring: shared
+        assert [r.type for r in rows] == ["router"] * 3
+        for r in rows:       # port_security reuses the addresses' Atom
+            (ka,), (kp,) = r._data["addresses"].values, r._data["port_security"].values
+            assert ka is kp and r.addresses == r.port_security
+            assert rows[0]._data["name"] is not r._data["name"] or r is rows[0]
+    finally:
+        idl.close()
