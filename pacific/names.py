@@ -38,6 +38,9 @@ ANN_QOS_ERROR = "pacific.io/qos_error"
 # removes them where it finds them, so an old copy cannot confuse a reader)
 ANN_LEGACY_RECORD = ("pacific.io/allocated", "pacific.io/cidr", "pacific.io/gateway",
                      "pacific.io/logical_switch_port")
+# namespace label: the tenant a namespace belongs to ("global": reaches and is
+# reached by every tenant); no label: the namespace is a tenant of its own
+LABEL_TENANT = "pacific.io/tenant"
 # node annotations (management port ovn0)
 ANN_NODE_JOIN_IP = "pacific.io/join_ip"           # "100.64.0.2/16"
 ANN_NODE_JOIN_MAC = "pacific.io/join_mac"
@@ -51,6 +54,7 @@ EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
 EXT_POD_NAMESPACE = "pacific.io/pod-namespace"
 EXT_POD_NAME = "pacific.io/pod-name"
 EXT_SUBNET = "pacific.io/subnet"
+EXT_RULE = "pacific.io/rule"               # which rule of its owner an ACL is (trace names it)
 # OVS Interface external_ids used by the node daemon
 OVS_IFACE_ID = "iface-id"
 OVS_IFACE_STATUS = "iface-status"
@@ -66,6 +70,10 @@ OVS_GATEWAY = "pacific.io/gateway"
 OWNER_KIND_POD = "Pod"
 OWNER_KIND_NODE = "Node"
 OWNER_KIND_SUBNET = "Subnet"
+OWNER_KIND_TENANT = "Tenant"
+OWNER_KIND_POLICY = "NetworkPolicy"
+PG_ISOLATED = "pacific_isolated"     # port group: every pod of a non-global namespace
+DEFAULT_GLOBAL_NAMESPACES = ("kube-system", "pacific-system")
 OWNER_KIND_CLUSTER = "Cluster"
 
 # --- Controller (pacific-controller) -------------------------------------------
@@ -155,7 +163,9 @@ def sandbox_node_name(index: int) -> str:
 # --- ACL / policy priorities (OVN allows 0..32767) ----------------------------
 PRIO_ACL_DEFAULT_ALLOW = 1000
 PRIO_ACL_NODE_ALLOW = 2000
-PRIO_ACL_ISOLATION_DROP = 1500
+PRIO_ACL_ISOLATION_DROP = 3000     # above every NetworkPolicy ACL: a tier above them
+PRIO_ACL_NP_DENY = 1000            # a pod selected by a policy: what no rule allows is dropped
+PRIO_ACL_NP_ALLOW = 1001           # a rule of any policy selecting the pod allows (they add up)
 PRIO_ACL_ISOLATION_ALLOW = 1600
 PRIO_POLICY_NODE_LOCAL = 31000
 PRIO_POLICY_DISTRIBUTED_EGRESS = 29000

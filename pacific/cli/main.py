@@ -9,6 +9,7 @@ import sys
 
 from pacific.cli import demo as demo_cli
 from pacific.cli import sandbox as sandbox_cli
+from pacific.cli import tenant as tenant_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     sandbox_cli.register(sub)
     demo_cli.register(sub)
+    tenant_cli.register(sub)
     return parser
 
 

@@ -26,6 +26,8 @@ class Config:
     batch_delay: float = 0.001
     gc_interval: float = 300.0
     status_interval: float = 1.0
+    isolation: bool = True                      # tenant isolation between namespaces
+    global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
 
     def validate(self) -> "Config":
         for flag, value in (("--default-cidr", self.default_cidr), ("--join-cidr", self.join_cidr)):

@@ -70,6 +70,12 @@ class Feature:
     def tick(self) -> None:
         """Every status interval on the leader."""
 
+    def port_builders(self, pod: dict, lsp: str) -> list:
+        """NB command builders to run in the transaction that creates or rewrites
+        a pod's port (e.g. joining its port groups), so the pod never sends or
+        receives a packet before this feature's rules hold for it."""
+        return []
+
     def resync_keys(self) -> Iterable[str]:
         """Every key worth a reconcile: objects in the caches and owners of the
         NB rows this feature wrote (so stale rows are found)."""

@@ -10,5 +10,6 @@ from pacific.controller.node import NodeFeature
 from pacific.controller.pod import PodFeature
 from pacific.controller.qos import QosFeature
 from pacific.controller.subnet import SubnetFeature
+from pacific.controller.tenant import TenantFeature
 
-FEATURES = [SubnetFeature, NodeFeature, PodFeature, QosFeature]
+FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PodFeature, QosFeature]

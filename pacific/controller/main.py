@@ -51,6 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="name of the join switch carrying the nodes' ovn0 ports [PACIFIC_NODE_SWITCH]")
     g.add_argument("--join-cidr", default=_env("PACIFIC_JOIN_CIDR", names.JOIN_CIDR),
                    help="CIDR of the join switch (node addresses) [PACIFIC_JOIN_CIDR]")
+    g = p.add_argument_group("tenant isolation")
+    g.add_argument("--no-isolation", dest="isolation", action="store_false",
+                   default=_env("PACIFIC_ISOLATION", "true").lower() not in ("false", "0", "no"),
+                   help="switch tenant isolation between namespaces off cluster-wide "
+                   "(default: on; PACIFIC_ISOLATION=false)")
+    g.add_argument("--global-namespaces",
+                   default=_env("PACIFIC_GLOBAL_NAMESPACES", ",".join(names.DEFAULT_GLOBAL_NAMESPACES)),
+                   help="comma-separated namespaces that are global (reach and are reached by "
+                   f"every tenant) unless labelled {names.LABEL_TENANT}=... "
+                   "(default: %(default)s)")
     g = p.add_argument_group("performance")
     g.add_argument("--workers", type=int, default=int(_env("PACIFIC_WORKERS", "16")),
                    help="pod reconcile workers (nodes and subnets get a quarter each) [PACIFIC_WORKERS]")
@@ -98,7 +108,9 @@ def config_from_args(args) -> Config:
                   default_gateway=args.default_gateway, join_switch=args.node_switch,
                   join_cidr=args.join_cidr, workers=args.workers, batch=not args.no_batch,
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
-                  gc_interval=args.gc_interval).validate()
+                  gc_interval=args.gc_interval, isolation=args.isolation,
+                  global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")
+                                          if n.strip())).validate()
 
 
 def _ensure_namespace(kube, namespace: str) -> None:

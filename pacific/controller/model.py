@@ -212,6 +212,8 @@ class SubnetSpec:
     gateway: str
     exclude: tuple[str, ...] = field(default_factory=tuple)
     default: bool = False
+    private: bool = False                 # only its own addresses, allow_subnets, nodes
+    allow_subnets: tuple[str, ...] = ()   # CIDRs
 
     @property
     def prefixlen(self) -> int:
@@ -254,8 +256,15 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
         if len(ips) > 2 or (len(ips) == 2 and ips[0] > ips[1]):
             raise SubnetSpecError(f"spec.excludeIps entry {item!r} is not an address or a range a..b")
         exclude.append(item)
+    allow = []
+    for item in spec.get("allowSubnets") or []:
+        try:
+            allow.append(str(ipaddress.ip_network(str(item).strip(), strict=False)))
+        except ValueError:
+            raise SubnetSpecError(f"spec.allowSubnets entry {item!r} is not a CIDR") from None
     return SubnetSpec(name=name, cidr=str(net), gateway=str(gw_ip), exclude=tuple(exclude),
-                      default=bool(spec.get("default")))
+                      default=bool(spec.get("default")), private=bool(spec.get("private")),
+                      allow_subnets=tuple(allow))
 
 
 def router_mac(gateway: str) -> str:

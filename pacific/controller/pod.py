@@ -241,9 +241,12 @@ class PodFeature(Feature):
             legacy = self._legacy_ports.pop(key, [])
         if legacy or not ensure.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids):
             # a port named by an older scheme goes in the same transaction
+            # the port joins the groups other features keep (tenant, policies) in
+            # the transaction that creates it: no packet before they apply
+            joins = [b for f in ctl.features for b in f.port_builders(pod, lsp)]
             ctl.writer.run([*(lambda api, p=p: ensure.DeletePort(api, p, None) for p in legacy),
-                            lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids)],
-                           what=f"pod port {lsp}")
+                            lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids),
+                            *joins], what=f"pod port {lsp}")
         self._write_record(pod, contract.PodRecord(
             uid=model.meta(pod).get("uid"), port=lsp, ip=alloc.ip, mac=alloc.mac, cidr=alloc.cidr,
             gateway=alloc.gateway, subnet=alloc.subnet), node)

@@ -25,7 +25,7 @@ from pacific.controller.model import SubnetSpec, SubnetSpecError
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
-from pacific.ovn import ensure
+from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
 READY = "Ready"
@@ -38,6 +38,19 @@ def _now() -> str:
 def subnet_ids(name: str) -> dict:
     return {names.EXT_OWNER_KIND: names.OWNER_KIND_SUBNET, names.EXT_OWNER: name,
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_SUBNET: name}
+
+
+def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
+    """A private Subnet's switch drops IPv4 to its addresses from anything but
+    its own addresses, its allowSubnets and the nodes (join addresses); the
+    same tier as tenant isolation, above NetworkPolicy."""
+    if not spec.private:
+        return []
+    allowed = ", ".join([spec.cidr, *spec.allow_subnets, join_cidr])
+    return [acl.AclSpec(direction="to-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
+                        match=f"ip4 && ip4.dst == {spec.cidr} && ip4.src != {{{allowed}}}",
+                        action="drop", name=f"private-subnet:{spec.name}"[:63],
+                        external_ids={**subnet_ids(spec.name), names.EXT_RULE: "private"})]
 
 
 class SubnetFeature(Feature):
@@ -158,8 +171,10 @@ class SubnetFeature(Feature):
             self._refuse(obj, exc.reason, str(exc))
             return
         ids = subnet_ids(name)
+        acls = private_acls(spec, ctl.cfg.join_cidr)
         ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids),
-                        *topology.router_link_builders(name, spec.gateway, spec.prefixlen, ids)],
+                        *topology.router_link_builders(name, spec.gateway, spec.prefixlen, ids),
+                        lambda api: acl.EnsureACLs(api, name, acls, table=ensure.LS)],
                        what=f"subnet {name}")
         with self._lock:
             self.applied[name] = spec

@@ -81,7 +81,7 @@ NB_TABLES = (
 # AttributeError/KeyError.  A controller feature that needs another table or
 # column adds it here (None: every column of the table).
 CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
-    "Logical_Switch": ("name", "ports", "other_config", "external_ids"),
+    "Logical_Switch": ("name", "ports", "acls", "other_config", "external_ids"),
     "Logical_Switch_Port": ("name", "addresses", "port_security", "type",
                             "options", "external_ids"),
     "Logical_Router": ("name", "ports", "external_ids"),

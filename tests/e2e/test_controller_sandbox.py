@@ -31,7 +31,9 @@ def env(sandbox_factory, tmp_path):
         with ControlPlane(tmp_path, nb_remote=sb.nb_remote) as cp:
             cp.start_controller("c1", leader_elect=False)
             for subnet, (cidr, ns) in SUBNETS.items():
-                r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": ns}})
+                # one tenant: pods of both subnets are to talk
+                r.create(cp.kube, r.NAMESPACES, {"metadata": {
+                    "name": ns, "labels": {names.LABEL_TENANT: "blue-green"}}})
                 r.create(cp.kube, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
                                               "metadata": {"name": subnet},
                                               "spec": {"cidrBlock": cidr, "namespaces": [ns]}})
@@ -82,7 +84,7 @@ def test_statefulset_pod_moves_node_keeps_address(env):
     first = db.ip
     sb.delete_test_pod(db)
     r.delete(cp.kube, r.PODS, "db-0", "ns-a")
-    wait_until(lambda: cp.nb.lookup("Logical_Switch_Port", "db-0.ns-a", default=None) is None, 20,
+    wait_until(lambda: cp.nb.lookup("Logical_Switch_Port", names.pod_lsp_name("ns-a", "db-0"), default=None) is None, 20,
                what="old port removed")
     db2 = add_pod(sb, cp, "ns-a", "db-0", "node2", sts="db")
     assert db2.ip == first

@@ -29,7 +29,9 @@ def cli(sb, *args, check=True):
 def stack(sandbox):
     api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
     for subnet, (cidr, ns) in SUBNETS.items():
-        r.create(api, r.NAMESPACES, {"metadata": {"name": ns}})
+        # one tenant: these tests are about subnets and nodes, not isolation
+        r.create(api, r.NAMESPACES, {"metadata": {"name": ns,
+                                                  "labels": {names.LABEL_TENANT: "stack"}}})
         r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
                                   "metadata": {"name": subnet},
                                   "spec": {"cidrBlock": cidr, "namespaces": [ns]}})

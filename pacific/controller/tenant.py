@@ -1,0 +1,229 @@
+"""Tenant isolation between namespaces, in OVN port groups and ACLs.
+
+Model.  Each namespace is a tenant of its own (named after it), unless it
+carries the label `pacific.io/tenant: NAME`: namespaces with the same value form
+one tenant.  The value `global` makes a namespace global: its pods reach, and
+are reached by, every tenant.  The namespaces of `--global-namespaces`
+(kube-system and Pacific's own by default) are global unless labelled
+otherwise.  `--no-isolation` switches it all off (no rows at all).
+
+OVN form (rows grow with tenants, not pods):
+
+* port group `pacific_isolated`: the ports of every pod of a non-global
+  namespace (OVN keeps the address set `$pacific_isolated_ip4` of it);
+* per tenant T, port group `pt_<hash of T>` with its pods' ports and ONE ACL:
+  to-lport, priority names.PRIO_ACL_ISOLATION_DROP (above every NetworkPolicy
+  ACL: no policy admits traffic between tenants),
+  `outport == @pt_T && ip4 && ip4.src == $pacific_isolated_ip4 &&
+  ip4.src != $pt_T_ip4` -> drop.  So a pod of T receives nothing from a pod
+  of another isolated tenant, in either direction; global pods, nodes (join
+  addresses) and anything outside the pod network are not matched.
+
+A pod's port joins its groups in the transaction that creates it (the pod
+feature asks every feature for `port_builders`).  A namespace whose tenant
+changes moves all its pods in ONE transaction (remove from the old group, add
+to the new one, isolated-set membership): no moment where traffic is open that
+should not be, or cut that should not be.  Groups of tenants left without
+namespaces are removed by the resync.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+
+from pacific import contract, names
+from pacific.controller import informers, model
+from pacific.controller.feature import Feature
+from pacific.ovn import acl, ensure
+
+LOG = logging.getLogger(__name__)
+GLOBAL = "global"
+KEY_ALL = "*"                 # queue key: every namespace (e.g. after a resync)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def tenant_of(ns: dict | None, name: str, global_namespaces: frozenset[str]) -> tuple[str, str | None]:
+    """(tenant, problem): the namespace's tenant, GLOBAL for a global one, and
+    why its label was not used (None if it was, or there is none)."""
+    label = model.labels_of(ns or {}).get(names.LABEL_TENANT)
+    if label is not None:
+        if label and len(label) <= 63 and _LABEL_VALUE.match(label):
+            return label, None
+        problem = (f"label {names.LABEL_TENANT}={label!r} is not a valid tenant name "
+                   "(a label value: 1-63 letters, digits, '-', '_', '.')")
+    else:
+        problem = None
+    return (GLOBAL if name in global_namespaces else name), problem
+
+
+def group_name(tenant: str) -> str:
+    """Port group of a tenant: OVN names in ACL matches are [A-Za-z_][A-Za-z0-9_]*,
+    so a hash of the tenant (named in the group's external_ids)."""
+    return "pt_" + hashlib.sha256(tenant.encode()).hexdigest()[:16]
+
+
+def tenant_ids(tenant: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_TENANT, names.EXT_OWNER: tenant,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME}
+
+
+def isolation_match(tenant: str) -> str:
+    pg = group_name(tenant)
+    return (f"outport == @{pg} && ip4 && ip4.src == ${names.PG_ISOLATED}_ip4 && "
+            f"ip4.src != ${pg}_ip4")
+
+
+def isolation_acl(tenant: str) -> acl.AclSpec:
+    return acl.AclSpec(direction="to-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
+                       match=isolation_match(tenant), action="drop",
+                       name=f"tenant:{tenant}"[:63],
+                       external_ids={**tenant_ids(tenant), names.EXT_RULE: "isolation"})
+
+
+def group_builders(tenant: str) -> list:
+    """The tenant's port group and its isolation ACL (idempotent)."""
+    pg, ids, spec = group_name(tenant), tenant_ids(tenant), isolation_acl(tenant)
+    return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
+            lambda api: acl.EnsurePortGroupACLs(api, pg, [spec])]
+
+
+def isolated_builders() -> list:
+    ids = tenant_ids(names.PG_ISOLATED)
+    return [lambda api: ensure.EnsurePortGroup(api, names.PG_ISOLATED, ids)]
+
+
+class TenantFeature(Feature):
+    name = "tenant"
+    informers = {"namespaces": informers.NAMESPACES, "pods": informers.PODS}
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        self.globals = frozenset(ctl.cfg.global_namespaces)
+        self._warned: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._ports: dict[str, dict[str, str]] = {}   # namespace -> pod name -> its port
+
+    # -- feature wiring --------------------------------------------------------------
+    def handlers(self):
+        return {"namespaces": self._on_namespace, "pods": self._on_pod}
+
+    def _on_pod(self, old, new):
+        """Index the ports of each namespace's pods (no keys: a new port joins its
+        groups through port_builders, in the pod's own transaction)."""
+        m = model.meta(new or old)
+        ns, name = m.get("namespace"), m.get("name")
+        rec = contract.own_record(new) if new is not None else None
+        with self._lock:
+            pods = self._ports.setdefault(ns, {})
+            if rec is None:
+                pods.pop(name, None)
+            else:
+                pods[name] = rec.port
+        return ()
+
+    def _on_namespace(self, old, new):
+        if old is not None and new is not None and \
+                model.labels_of(old).get(names.LABEL_TENANT) == model.labels_of(new).get(names.LABEL_TENANT):
+            return ()
+        return (model.meta(new or old).get("name"),)
+
+    def tenant(self, ns_name: str) -> str:
+        t, _ = tenant_of(self.ctl.informer("namespaces").get(ns_name), ns_name, self.globals)
+        return t
+
+    def resync_keys(self):
+        keys = [model.meta(n)["name"] for n in self.ctl.informer("namespaces").list()]
+        return [*keys, KEY_ALL]
+
+    # -- the pod feature's hook: a new port joins its groups in its own transaction --------
+    def port_builders(self, pod: dict, lsp: str) -> list:
+        if not self.ctl.cfg.isolation:
+            return []
+        t = self.tenant(model.meta(pod)["namespace"])
+        if t == GLOBAL:
+            return []
+        return [*isolated_builders(), *group_builders(t),
+                lambda api: ensure.PortGroupAddPorts(api, names.PG_ISOLATED, [lsp]),
+                lambda api: ensure.PortGroupAddPorts(api, group_name(t), [lsp])]
+
+    # -- reconcile -------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        if key == KEY_ALL:
+            self._collect_stale()
+            return
+        ns_obj = self.ctl.informer("namespaces").get(key)
+        want, problem = tenant_of(ns_obj, key, self.globals)
+        self._report(ns_obj, key, problem)
+        if not self.ctl.cfg.isolation or ns_obj is None:
+            want = None
+        isolated_want = want not in (None, GLOBAL)
+        groups = {self._tenant_of_group(row): row.name for row in self._groups()}
+        groups.pop(names.PG_ISOLATED, None)
+        ports = self._ports_of(key)
+        holding = acl.groups_holding(self.ctl.nb, ports, [*groups.values(), names.PG_ISOLATED])
+        tenant_by_group = {g: t for t, g in groups.items()}
+        changes, moved = [], 0
+        for lsp in ports:
+            now_in = {tenant_by_group[g] for g in holding[lsp] if g in tenant_by_group}
+            for t in now_in - {want}:
+                changes.append(lambda api, g=group_name(t), p=lsp: ensure.PortGroupRemovePorts(api, g, [p]))
+            if isolated_want and want not in now_in:
+                changes.append(lambda api, g=group_name(want), p=lsp: ensure.PortGroupAddPorts(api, g, [p]))
+            if (names.PG_ISOLATED in holding[lsp]) != isolated_want:
+                cmd = ensure.PortGroupAddPorts if isolated_want else ensure.PortGroupRemovePorts
+                changes.append(lambda api, c=cmd, p=lsp: c(api, names.PG_ISOLATED, [p]))
+            moved += bool(now_in - {want}) or (isolated_want and want not in now_in)
+        setup = []
+        if isolated_want and not (self._has_isolated() and self._group_ok(want)):
+            setup = [*isolated_builders(), *group_builders(want)]
+        if not setup and not changes:
+            return
+        # ONE transaction: the namespace is never in two tenants, or in none
+        self.ctl.writer.run(setup + changes, what=f"tenant of namespace {key}")
+        if moved:
+            LOG.info("namespace %s: %d pod ports now in tenant %s", key, moved,
+                     want or "(isolation off)")
+
+    def _group_ok(self, tenant: str) -> bool:
+        return acl.acls_are(self.ctl.nb, group_name(tenant), [isolation_acl(tenant)])
+
+    def _has_isolated(self) -> bool:
+        return any(self._tenant_of_group(r) == names.PG_ISOLATED for r in self._groups())
+
+    def _collect_stale(self) -> None:
+        """Groups of tenants no namespace has any more (or all, isolation off)."""
+        live = set()
+        if self.ctl.cfg.isolation:
+            live = {self.tenant(model.meta(n)["name"]) for n in self.ctl.informer("namespaces").list()}
+            live.add(names.PG_ISOLATED)
+        stale = [row.name for row in self._groups() if self._tenant_of_group(row) not in live]
+        if stale:
+            self.ctl.writer.run([lambda api, n=n: ensure.DeletePortGroup(api, n) for n in stale],
+                                what="stale tenant groups")
+            LOG.info("removed %d port groups of tenants without namespaces", len(stale))
+
+    # -- reads ----------------------------------------------------------------------------
+    def _groups(self) -> list:
+        return self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_TENANT)
+
+    @staticmethod
+    def _tenant_of_group(row) -> str:
+        return row.external_ids.get(names.EXT_OWNER, "")
+
+    def _ports_of(self, ns: str) -> list[str]:
+        """Ports of the namespace's pods that have one (the controller's record)."""
+        with self._lock:
+            return sorted(self._ports.get(ns, {}).values())
+
+    def _report(self, ns_obj, name: str, problem: str | None) -> None:
+        if problem is None or ns_obj is None:
+            self._warned.pop(name, None)
+            return
+        if self._warned.get(name) == problem:
+            return
+        self._warned[name] = problem
+        msg = f"namespace {name}: {problem}; it stays its own tenant"
+        LOG.warning("%s", msg)
+        self.ctl.event(ns_obj, "InvalidTenantLabel", msg)

@@ -1,0 +1,122 @@
+"""ACLs on port groups, and reads of port-group membership.
+
+    spec = AclSpec("to-lport", 3000, "outport == @pg && ...", "drop", name="tenant:a",
+                   external_ids={...})
+    txn.add(EnsurePortGroupACLs(api, "pg", [spec]))     # the group's ACLs become exactly these
+
+An ACL is identified by (direction, priority, match, action): the command keeps
+matching rows (converging name, external_ids, log), inserts missing ones and
+removes the group's other ACLs (ACL rows are not root rows: dropping the
+reference deletes them).  The port group may be created earlier in the same
+transaction (ensure.EnsurePortGroup).  The read helpers take the connection
+lock, so worker threads use them to skip no-op submissions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ovsdbapp.backend.ovs_idl import idlutils
+
+from pacific.ovn.ensure import LS, LSP, PG, Command, find, has_ref  # noqa: F401 (LS for callers)
+
+ACL = "ACL"
+
+
+@dataclass(frozen=True)
+class AclSpec:
+    direction: str            # "to-lport" | "from-lport"
+    priority: int             # 0..32767
+    match: str
+    action: str               # "allow-related" | "allow" | "drop" | "reject" | ...
+    name: str = ""            # <= 63 characters
+    external_ids: dict = field(default_factory=dict, compare=False, hash=False)
+    log: bool = False
+
+    @property
+    def key(self) -> tuple:
+        return (self.direction, self.priority, self.match, self.action)
+
+
+def _key(row) -> tuple:
+    return (row.direction, row.priority, row.match, row.action)
+
+
+def _same_extras(row, spec: AclSpec) -> bool:
+    return (list(row.name) == ([spec.name] if spec.name else [])
+            and dict(row.external_ids) == spec.external_ids and bool(row.log) == spec.log)
+
+
+class EnsureACLs(Command):
+    """The ACLs of port group (or logical switch, table=LS) `group` become
+    exactly `specs`."""
+
+    def __init__(self, api, group: str, specs: list[AclSpec], table: str = PG):
+        super().__init__(api)
+        self.group, self.specs, self.table = group, list(specs), table
+
+    def describe(self):
+        return f"{self.table} {self.group}: {len(self.specs)} ACLs"
+
+    def run_idl(self, txn):
+        pg = find(self.api, txn, self.table, self.group)
+        if pg is None:
+            raise idlutils.RowNotFound(table=self.table, col="name", match=self.group)
+        want = {s.key: s for s in self.specs}
+        kept = set()
+        for row in list(pg.acls):
+            spec = want.get(_key(row))
+            if spec is None or spec.key in kept:
+                pg.delvalue("acls", row)
+                continue
+            kept.add(spec.key)
+            if not _same_extras(row, spec):
+                self._converge(row, spec)
+        for key, spec in want.items():
+            if key not in kept:
+                row = txn.insert(self.api.tables[ACL])
+                row.direction, row.priority, row.match, row.action = key
+                self._converge(row, spec)
+                pg.addvalue("acls", row.uuid)
+        self.result = len(want) - len(kept)
+
+    @staticmethod
+    def _converge(row, spec: AclSpec) -> None:
+        row.name = [spec.name] if spec.name else []
+        row.external_ids = dict(spec.external_ids)
+        row.log = spec.log
+
+
+def EnsurePortGroupACLs(api, group: str, specs: list[AclSpec]) -> EnsureACLs:
+    return EnsureACLs(api, group, specs, PG)
+
+
+def acls_are(api, group: str, specs: list[AclSpec], table: str = PG) -> bool:
+    """Does the replica hold port group (or switch) `group` with exactly these ACLs?"""
+    with api.ovsdb_connection.lock:
+        try:
+            pg = api.lookup(table, group)
+        except idlutils.RowNotFound:
+            return False
+        rows = {_key(r): r for r in pg.acls}
+        if set(rows) != {s.key for s in specs} or len(rows) != len(pg.acls):
+            return False
+        return all(_same_extras(rows[s.key], s) for s in specs)
+
+
+def groups_holding(api, ports: list[str], groups: list[str]) -> dict[str, set[str]]:
+    """port name -> the names (of `groups`) of the port groups it is in."""
+    out: dict[str, set[str]] = {p: set() for p in ports}
+    with api.ovsdb_connection.lock:
+        pgs = []
+        for g in groups:
+            try:
+                pgs.append(api.lookup(PG, g))
+            except idlutils.RowNotFound:
+                pass
+        for p in ports:
+            try:
+                lsp = api.lookup(LSP, p)
+            except idlutils.RowNotFound:
+                continue
+            out[p] = {pg.name for pg in pgs if has_ref(pg, "ports", lsp)}
+    return out

@@ -1,0 +1,185 @@
+"""Tenant isolation in the sandbox with real packets: three namespaces, pods on
+two nodes, ICMP, TCP and UDP between every ordered pair of pods (so both
+directions), through the whole stack (controllers, node daemons, CNI).
+Isolated -> joined -> global -> isolated again, changed on running pods."""
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from pacific import contract, names
+from pacific.kube import client
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods as sandboxpods
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
+PORT = 7070
+PODS = [("ta", "a1", "node1"), ("ta", "a2", "node2"), ("tb", "b1", "node1"),
+        ("tb", "b2", "node2"), ("tc", "c1", "node2")]
+
+
+@pytest.fixture(scope="module")
+def env(sandbox):
+    api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
+    servers = []
+    for ns, name, node in PODS:
+        sandboxpods.add_pod(sandbox, ns, name, node, api=api)
+        p = subprocess.Popen(["ip", "netns", "exec", netns(sandbox, ns, name), sys.executable,
+                              NETCHECK, "serve", str(PORT)], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        servers.append(p)
+    ips = {(ns, name): contract.own_record(r.get(api, r.PODS, name, ns)).ip for ns, name, _ in PODS}
+    yield sandbox, api, ips
+    for p in servers:
+        p.kill()
+        p.wait()
+    for ns, name, _ in PODS:
+        sandboxpods.delete_pod(sandbox, ns, name, api=api)
+
+
+def netns(sb, ns, name):
+    return f"{sb.netns_prefix}pod-{ns}-{name}"
+
+
+def reaches(sb, src, ip, proto) -> bool:
+    ns = netns(sb, *src) if isinstance(src, tuple) else src
+    if proto == "icmp":
+        argv = ["ping", "-c1", "-W1", ip]
+    else:
+        argv = [sys.executable, NETCHECK, "probe", proto, ip, str(PORT), "1"]
+    return sb.exec(ns, argv, check=False).returncode == 0
+
+
+def cli(sb, *args):
+    out = subprocess.run([sys.executable, "-m", "pacific.cli.main", "tenant", *args],
+                         env={**os.environ, "KUBECONFIG": os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def label(api, ns, tenant):
+    r.patch_merge(api, r.NAMESPACES, ns, {"metadata": {"labels": {names.LABEL_TENANT: tenant}}})
+
+
+def matrix(sb, ips, allowed) -> dict:
+    """{(src, dst, proto): reached} for every ordered pair of pods and protocol,
+    and the pairs that differ from allowed(src_ns, dst_ns)."""
+    cases = [(s, d, p) for s, d in itertools.permutations(ips, 2) for p in ("icmp", "tcp", "udp")]
+    with ThreadPoolExecutor(12) as pool:
+        got = dict(zip(cases, pool.map(lambda c: reaches(sb, c[0], ips[c[1]], c[2]), cases)))
+    return {c: ok for c, ok in got.items() if ok != allowed(c[0][0], c[1][0])}
+
+
+def settle(sb, ips, allowed, timeout=10.0) -> float:
+    """Seconds until one pair per namespace pair behaves as `allowed` (the change
+    reached the chassis), then the whole matrix must agree."""
+    t0 = time.monotonic()
+    probes = {}
+    for s, d in itertools.permutations(ips, 2):
+        probes.setdefault((s[0], d[0]), (s, d))
+    while True:
+        if all(reaches(sb, s, ips[d], "icmp") == allowed(s[0], d[0]) for s, d in probes.values()):
+            break
+        assert time.monotonic() - t0 < timeout, "isolation change not in effect"
+    took = time.monotonic() - t0
+    wrong = matrix(sb, ips, allowed)
+    assert not wrong, f"{len(wrong)} wrong: " + ", ".join(
+        f"{s[0]}/{s[1]}->{d[0]}/{d[1]} {p} {'reached' if ok else 'blocked'}"
+        for (s, d, p), ok in sorted(wrong.items()))
+    return took
+
+
+def tenants(assign: dict):
+    def allowed(a, b):
+        return a == b or "global" in (assign[a], assign[b]) or assign[a] == assign[b]
+    return allowed
+
+
+def test_isolated_joined_global_and_isolated_again(env):
+    sb, api, ips = env
+    settle(sb, ips, tenants({"ta": "ta", "tb": "tb", "tc": "tc"}))
+    cli(sb, "join", "tb", "--to", "ta")                       # join tb to ta
+    settle(sb, ips, tenants({"ta": "ta", "tb": "ta", "tc": "tc"}))
+    label(api, "tc", "global")                                # tc global
+    settle(sb, ips, tenants({"ta": "ta", "tb": "ta", "tc": "global"}))
+    listed = {line.split()[0]: line.split()[1:] for line in cli(sb, "list").splitlines()[1:]}
+    assert listed["ta"] == ["ta,tb", "4"] and "tc" in listed["global"][0]
+    cli(sb, "isolate", "tb")                                  # isolate again
+    r.patch_merge(api, r.NAMESPACES, "tc", {"metadata": {"labels": {names.LABEL_TENANT: None}}})
+    settle(sb, ips, tenants({"ta": "ta", "tb": "tb", "tc": "tc"}))
+
+
+def test_nodes_reach_every_pod_and_every_pod_reaches_the_nodes(env):
+    sb, api, ips = env
+    joins = [r.get(api, r.NODES, n.name)["metadata"]["annotations"][names.ANN_NODE_JOIN_IP]
+             .split("/")[0] for n in sb.nodes]
+    cases = [(n.netns, ip) for n in sb.nodes for ip in ips.values()]
+    cases += [(netns(sb, *pod), j) for pod in ips for j in joins]
+    with ThreadPoolExecutor(12) as pool:
+        failed = [c for c, ok in zip(cases, pool.map(lambda c: reaches(sb, c[0], c[1], "icmp"),
+                                                       cases)) if not ok]
+    assert not failed, failed
+    for n in sb.nodes:      # TCP from the node too (kubelet probes)
+        assert all(reaches(sb, n.netns, ip, "tcp") for ip in ips.values())
+
+
+def test_an_empty_tenant_label_is_refused_with_an_event_and_isolation_holds(env):
+    sb, api, ips = env
+    # the API server accepts an empty label value; it names no tenant
+    label(api, "tb", "")
+    try:
+        def evented():   # events of cluster-scoped objects live in "default"
+            items, _ = r.list_(api, r.EVENTS, "default")
+            return any(e["reason"] == "InvalidTenantLabel" and e["involvedObject"]["name"] == "tb"
+                       for e in items)
+        deadline = time.monotonic() + 10
+        while not evented():
+            assert time.monotonic() < deadline, "no InvalidTenantLabel event"
+            time.sleep(0.05)
+        settle(sb, ips, tenants({"ta": "ta", "tb": "tb", "tc": "tc"}))
+    finally:
+        r.patch_merge(api, r.NAMESPACES, "tb", {"metadata": {"labels": {names.LABEL_TENANT: None}}})
+
+
+def test_a_private_subnet_accepts_only_itself_its_allowed_subnets_and_the_nodes(sandbox):
+    sb = sandbox
+    api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
+    subnets = {"vault": ("10.60.0.0/24", "pv", True, ["10.61.0.0/24"]),
+               "vault-friends": ("10.61.0.0/24", "pa", False, [])}
+    for subnet, (cidr, ns, private, allow) in subnets.items():
+        r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": {names.LABEL_TENANT: "priv"}}})
+        r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                  "metadata": {"name": subnet},
+                                  "spec": {"cidrBlock": cidr, "namespaces": [ns], "private": private,
+                                           "allowSubnets": allow}})
+    r.create(api, r.NAMESPACES, {"metadata": {"name": "po", "labels": {names.LABEL_TENANT: "priv"}}})
+    pods = [("pv", "v1", "node1"), ("pv", "v2", "node2"), ("pa", "f1", "node2"), ("po", "o1", "node1")]
+    try:
+        for ns, name, node in pods:
+            sandboxpods.add_pod(sb, ns, name, node, api=api)
+        ip = {(ns, n): contract.own_record(r.get(api, r.PODS, n, ns)).ip for ns, n, _ in pods}
+        assert ip[("pv", "v1")].startswith("10.60.0.")
+        v1, v2 = ip[("pv", "v1")], ip[("pv", "v2")]
+        assert reaches(sb, ("pv", "v2"), v1, "icmp")             # itself
+        assert reaches(sb, ("pa", "f1"), v1, "icmp")             # an allowed subnet
+        assert not reaches(sb, ("po", "o1"), v1, "icmp")         # any other
+        assert not reaches(sb, ("po", "o1"), v2, "icmp")
+        assert all(reaches(sb, n.netns, v1, "icmp") for n in sb.nodes)   # the nodes
+        # private no more: the other subnet reaches it
+        r.patch_merge(api, r.SUBNETS, "vault", {"spec": {"private": False}})
+        deadline = time.monotonic() + 10
+        while not reaches(sb, ("po", "o1"), v1, "icmp"):
+            assert time.monotonic() < deadline, "vault still private"
+    finally:
+        for ns, name, _ in pods:
+            sandboxpods.delete_pod(sb, ns, name, api=api)
+        for subnet in subnets:
+            r.delete(api, r.SUBNETS, subnet)

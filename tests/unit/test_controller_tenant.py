@@ -1,0 +1,108 @@
+"""Tenant model, the tenant feature on the fakes, and private Subnets' ACL."""
+from __future__ import annotations
+
+import pytest
+
+from controller_fakes import drain, make_controller
+from pacific import names
+from pacific.controller import model
+from pacific.controller.subnet import private_acls
+from pacific.controller.tenant import GLOBAL, group_name, isolation_match, tenant_of
+from pacific.kube import resources as r
+from pacific.ovn import acl, ensure
+
+GLOBALS = frozenset(names.DEFAULT_GLOBAL_NAMESPACES)
+
+
+def ns(name, tenant=None):
+    labels = {} if tenant is None else {names.LABEL_TENANT: tenant}
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+@pytest.mark.parametrize("obj,name,want", [
+    (ns("a"), "a", ("a", None)),
+    (ns("b", "a"), "b", ("a", None)),
+    (ns("c", "global"), "c", (GLOBAL, None)),
+    (ns("kube-system"), "kube-system", (GLOBAL, None)),
+    (ns("kube-system", "ops"), "kube-system", ("ops", None)),
+    (None, "gone", ("gone", None)),
+])
+def test_tenant_of(obj, name, want):
+    assert tenant_of(obj, name, GLOBALS) == want
+
+
+def test_an_empty_label_names_no_tenant():
+    t, problem = tenant_of(ns("x", ""), "x", GLOBALS)
+    assert t == "x" and names.LABEL_TENANT in problem
+
+
+def test_group_names_are_ovn_identifiers_and_differ():
+    a, b = group_name("team-a"), group_name("team.a")
+    assert a != b and a.replace("_", "").isalnum()
+    m = isolation_match("team-a")
+    assert f"@{a}" in m and f"${a}_ip4" in m and f"${names.PG_ISOLATED}_ip4" in m
+
+
+def pod_body(name, ns_="default"):
+    return {"metadata": {"name": name, "namespace": ns_},
+            "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "pause"}]}}
+
+
+def test_a_new_pod_joins_its_tenant_in_the_transaction_of_its_port():
+    ctl = make_controller()
+    ctl.kube.add(r.NAMESPACES, ns("team-a"))
+    drain(ctl)
+    ctl.kube.add(r.PODS, pod_body("web", "team-a"), "team-a")
+    drain(ctl)
+    port = names.pod_lsp_name("team-a", "web")
+    cmds = [c for w, c in ctl.writer.writes if w == f"pod port {port}"][0]   # the first write
+    kinds = [type(c).__name__ for c in cmds]
+    assert kinds.index("EnsurePort") < kinds.index("PortGroupAddPorts")
+    joined = {c.name for c in cmds if isinstance(c, ensure.PortGroupAddPorts) and c.members == [port]}
+    assert joined == {names.PG_ISOLATED, group_name("team-a")}
+    isolation = [c for c in cmds if isinstance(c, acl.EnsureACLs)]
+    assert isolation and isolation[0].specs[0].priority == names.PRIO_ACL_ISOLATION_DROP
+
+
+def test_a_global_namespaces_pod_joins_no_group():
+    ctl = make_controller()
+    ctl.kube.add(r.NAMESPACES, ns("kube-system"))
+    ctl.kube.add(r.PODS, pod_body("dns", "kube-system"), "kube-system")
+    drain(ctl)
+    port = names.pod_lsp_name("kube-system", "dns")
+    cmds = [c for w, cs in ctl.writer.writes if w == f"pod port {port}" for c in cs]
+    assert cmds and not [c for c in cmds if isinstance(c, ensure.PortGroupAddPorts)]
+
+
+def test_a_tenant_change_moves_every_pod_in_one_transaction():
+    ctl = make_controller()
+    ctl.kube.add(r.NAMESPACES, ns("team-b"))
+    for i in range(3):
+        ctl.kube.add(r.PODS, pod_body(f"p{i}", "team-b"), "team-b")
+    drain(ctl)
+    before = len(ctl.writer.writes)
+    r.patch_merge(ctl.kube, r.NAMESPACES, "team-b",
+                  {"metadata": {"labels": {names.LABEL_TENANT: "team-a"}}})
+    drain(ctl)
+    writes = [(w, c) for w, c in ctl.writer.writes[before:] if w == "tenant of namespace team-b"]
+    assert len(writes) == 1
+    adds = {c.members[0] for c in writes[0][1] if isinstance(c, ensure.PortGroupAddPorts)
+            and c.name == group_name("team-a")}
+    assert adds == {names.pod_lsp_name("team-b", f"p{i}") for i in range(3)}
+
+
+def test_private_subnet_acl_allows_itself_its_allowed_subnets_and_nodes():
+    spec = model.parse_subnet({"metadata": {"name": "vault"}, "spec": {
+        "cidrBlock": "10.50.0.0/24", "private": True, "allowSubnets": ["10.51.0.0/24"]}})
+    (a,) = private_acls(spec, "100.64.0.0/16")
+    assert a.action == "drop" and a.priority == names.PRIO_ACL_ISOLATION_DROP
+    assert a.match == ("ip4 && ip4.dst == 10.50.0.0/24 && "
+                       "ip4.src != {10.50.0.0/24, 10.51.0.0/24, 100.64.0.0/16}")
+    spec = model.parse_subnet({"metadata": {"name": "open"}, "spec": {"cidrBlock": "10.52.0.0/24"}})
+    assert private_acls(spec, "100.64.0.0/16") == []
+
+
+def test_allow_subnets_must_be_cidrs():
+    with pytest.raises(model.SubnetSpecError, match="allowSubnets entry 'nope'"):
+        model.parse_subnet({"metadata": {"name": "x"}, "spec": {
+            "cidrBlock": "10.50.0.0/24", "private": True, "allowSubnets": ["nope"]}})
