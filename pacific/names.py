@@ -51,8 +51,6 @@ ANN_NODE_LSP = "pacific.io/node_logical_switch_port"
 EXT_OWNER_KIND = "pacific.io/owner-kind"   # Pod, Node, Subnet, Cluster, ...
 EXT_OWNER = "pacific.io/owner"             # namespace/name or name of the owner
 EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
-EXT_POD_NAMESPACE = "pacific.io/pod-namespace"
-EXT_POD_NAME = "pacific.io/pod-name"
 EXT_SUBNET = "pacific.io/subnet"
 EXT_RULE = "pacific.io/rule"               # which rule of its owner an ACL is (trace names it)
 # OVS Interface external_ids used by the node daemon

@@ -175,8 +175,8 @@ class TenantFeature(Feature):
                 cmd = ensure.PortGroupAddPorts if isolated_want else ensure.PortGroupRemovePorts
                 changes.append(lambda api, c=cmd, p=lsp: c(api, names.PG_ISOLATED, [p]))
             moved += bool(now_in - {want}) or (isolated_want and want not in now_in)
-        setup = []
-        if isolated_want and not (self._has_isolated() and self._group_ok(want)):
+        setup = []   # a tenant's group exists once it has a pod (port_builders makes it too)
+        if isolated_want and ports and not (self._has_isolated() and self._group_ok(want)):
             setup = [*isolated_builders(), *group_builders(want)]
         if not setup and not changes:
             return
