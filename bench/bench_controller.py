@@ -210,12 +210,12 @@ def end_to_end(workdir: Path, n: int) -> float:
     return n / (t2 - t0)
 
 
-def memory(workdir: Path, n: int) -> None:
+def memory(workdir: Path, n: int, extra: tuple = ()) -> None:
     with ControlPlane(workdir) as cp:
         fill_store(cp, n, with_pods=True)
         t0 = time.perf_counter()
         p = cp.start_controller("c1", leader_elect=False, extra=("--default-cidr", BIG_CIDR,
-                                                                     "--gc-interval", "3600"))
+                                                                     "--gc-interval", "3600", *extra))
         wait_until(lambda: "controller ready" in cp.log("c1"), 600, interval=0.2, what="controller ready")
         t1 = time.perf_counter()
         def ports() -> int:
@@ -262,6 +262,9 @@ def main() -> int:
                     help="run only these parts (repeatable)")
     ap.add_argument("--baseline-rev", metavar="REV",
                     help="afterwards, run the same parts with the code of this git revision")
+    ap.add_argument("--controller-arg", action="append", metavar="ARG",
+                    help="extra pacific-controller argument for part 4 (repeatable), e.g. "
+                    "--controller-arg=--no-isolation")
     ap.add_argument("--tree", help=argparse.SUPPRESS)   # internal: code tree of a baseline run
     args = ap.parse_args()
     big = 10_000 if not args.quick else 2_000
@@ -288,7 +291,7 @@ def main() -> int:
                 rebuild_time(tmp / f"rebuild{n}", n)
         if 4 in parts:
             print("4. controller process at scale:")
-            memory(tmp / "mem", huge)
+            memory(tmp / "mem", huge, tuple(args.controller_arg or ()))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.baseline_rev:

@@ -28,6 +28,8 @@ import time
 import uuid as uuidlib
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
+from ovs.db import data as ovs_data
+from ovs.db import error as ovs_error
 from ovs.db import idl as ovs_idl
 from ovs.db import types as ovs_types
 from ovsdbapp.backend.ovs_idl import command as ovsdbapp_cmd
@@ -123,12 +125,41 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
             self.compactor.compact(row._data, updates._data)  # the changed columns
         self.notify_handler.notify(event, row, updates)
 
+    def _Idl__apply_diff(self, table, row, row_diff):
+        """ovs.db.idl.Idl.__apply_diff (an "update2" modify), without copying a
+        big set or map column's old value for the ROW_UPDATE notice.
+
+        ovs copies the whole column to hand the old row to notify(); a switch
+        with 100,000 ports (or a tenant's port group) is copied on every port
+        added to it, O(n) per update and O(n^2) for n ports: most of the
+        controller's CPU at scale.  Pacific's events read only the new row and
+        which columns changed, so a big column's "old" value is the (updated)
+        datum itself.  Small columns are copied as ovs does.
+        tests/unit/test_ovn_internals.py pins the ovs method this replaces."""
+        old_row = {}
+        for column_name, datum_diff_json in row_diff.items():
+            column = table.columns.get(column_name)
+            if not column:
+                continue
+            try:
+                datum_diff = ovs_data.Datum.from_json(column.type, datum_diff_json)
+            except ovs_error.Error:
+                continue
+            cur = row._data[column_name]
+            old_row[column_name] = cur.copy() if len(cur.values) <= _BIG_COLUMN else cur
+            # sets and maps are edited in place (diff returns self); a column the
+            # server never sent is a default Datum made on read (ColumnDefaultDict),
+            # so the result is stored in any case (ovs compares it, O(n) for a set)
+            row._data[column_name] = cur.diff(datum_diff)
+        return old_row
+
     def cooperative_yield(self):
         """ovsdbapp sleeps(0) per updated row (for eventlet); with plain
         threads the interpreter switches threads anyway, and the sleeps cost
         ~10% of a large update."""
 
 
+_BIG_COLUMN = 256     # set/map members above which an update's old value is not copied
 _MAP_INTERN_MAX = 64
 _SMALL_SET = 4
 

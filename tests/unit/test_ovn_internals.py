@@ -221,3 +221,34 @@ def test_compactor_shares_scalar_datums_and_equal_atoms_inside_a_row():
             assert rows[0]._data["name"] is not r._data["name"] or r is rows[0]
     finally:
         idl.close()
+
+
+def test_apply_diff_override_replaces_the_ovs_method_and_applies_updates(idl):
+    """NotifyingIdl overrides the name-mangled Idl.__apply_diff so a big set's
+    old value is not copied per update: the ovs method must exist under that
+    name (else the override is dead code and the O(n) copy is back)."""
+    assert hasattr(ovs_idl.Idl, "_Idl__apply_diff")
+    assert base.NotifyingIdl._Idl__apply_diff is not ovs_idl.Idl._Idl__apply_diff
+    sw = idl.tables["Logical_Switch"]
+    ports = [committed_row(idl, "Logical_Switch_Port", name=f"p{i}") for i in range(300)]
+    row = committed_row(idl, "Logical_Switch", name="s1", ports=ports[:299], external_ids={"a": "1"})
+    old = idl._Idl__apply_diff(sw, row, {
+        "ports": ["set", [["uuid", str(ports[299].uuid)]]],      # add one (update2 diff)
+        "external_ids": ["map", [["a", "1"], ["b", "2"]]],         # remove a, add b
+        "name": "s2"})
+    assert len(row._data["ports"].values) == 300
+    assert row._data["external_ids"].to_python(_ident) == {"b": "2"}
+    assert row._data["name"].to_python(_ident) == "s2"
+    assert old["external_ids"].to_python(_ident) == {"a": "1"}     # small: copied, as ovs does
+    assert old["name"].to_python(_ident) == "s1"
+    assert old["ports"] is row._data["ports"]                       # big: not copied
+
+
+def test_apply_diff_stores_a_column_the_server_never_sent(idl):
+    """A created row's unsent columns are defaults made on read
+    (ColumnDefaultDict): a diff of such a column must be stored."""
+    sw = idl.tables["Logical_Switch"]
+    port = committed_row(idl, "Logical_Switch_Port", name="p0")
+    row = ovs_idl.Row(idl, sw, uuid.uuid4(), ovs_idl.ColumnDefaultDict(sw))
+    idl._Idl__apply_diff(sw, row, {"ports": ["set", [["uuid", str(port.uuid)]]]})
+    assert [p.uuid for p in row.ports] == [port.uuid]
