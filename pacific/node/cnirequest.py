@@ -102,9 +102,13 @@ def parse_request(raw: bytes) -> CniRequest:
     req.pod_name = args.get("K8S_POD_NAME", "")
     req.pod_uid = args.get("K8S_POD_UID", "")
     if command in ("ADD", "CHECK"):
-        if not req.pod_namespace or not req.pod_name:
-            raise CniError(proto.ERR_INVALID_ENV, "CNI_ARGS must carry K8S_POD_NAMESPACE "
-                           f"and K8S_POD_NAME for {command}")
+        missing = [k for k, v in (("K8S_POD_NAMESPACE", req.pod_namespace),
+                                  ("K8S_POD_NAME", req.pod_name)) if not v]
+        if missing:
+            raise CniError(proto.ERR_INVALID_ENV, f"CNI_ARGS has no {' and no '.join(missing)} "
+                           f"for {command}: Pacific networks Kubernetes pods, whose runtime "
+                           "(containerd, CRI-O) passes both; a runtime without Kubernetes "
+                           "(podman passes only K8S_POD_NAME) is not served")
         if not _K8S_NAMESPACE.match(req.pod_namespace):
             raise CniError(proto.ERR_INVALID_ENV, "CNI_ARGS K8S_POD_NAMESPACE is not a "
                            f"valid namespace name: {req.pod_namespace[:80]!r}")

@@ -80,7 +80,12 @@ def test_valid_request_roundtrip(server):
     (lambda b: b.update(netns="x"), 4, "CNI_NETNS"),
     (lambda b: b.update(args=[1]), proto.ERR_PROTOCOL, "'args'"),
     (lambda b: b.update(args={"K8S_POD_NAME": 1}), proto.ERR_PROTOCOL, "'args'"),
-    (lambda b: b["args"].pop("K8S_POD_NAMESPACE"), 4, "K8S_POD_NAMESPACE"),
+    (lambda b: b["args"].pop("K8S_POD_NAMESPACE"), 4, "no K8S_POD_NAMESPACE for ADD: Pacific "
+     "networks Kubernetes pods"),
+    # podman: K8S_POD_NAME only; named exactly, not "namespace and name"
+    (lambda b: b.update(args={"IgnoreUnknown": "1", "K8S_POD_NAME": "web"}), 4,
+     "CNI_ARGS has no K8S_POD_NAMESPACE for ADD"),
+    (lambda b: b.update(args={}), 4, "no K8S_POD_NAMESPACE and no K8S_POD_NAME"),
     (lambda b: b["args"].update(K8S_POD_NAME="UPPER"), 4, "K8S_POD_NAME"),
     (lambda b: b["config"].update(prevResult=[]), 7, "prevResult"),
 ])
