@@ -25,9 +25,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" is a command to run (`sandbox exec NS/POD
+    # --name X -- CMD...`): split before argparse, whose subparsers mishandle "--"
+    rest = None
+    if "--" in argv:
+        i = argv.index("--")
+        argv, rest = argv[:i], argv[i + 1:]
     args = parser.parse_args(argv)
+    if rest is not None:
+        if not hasattr(args, "argv"):
+            parser.error("'--' (a command to run) is only for `pacific sandbox exec`")
+        args.argv = list(args.argv or []) + rest
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -70,7 +70,7 @@ def cmd_pod_delete(args) -> int:
 def cmd_exec(args) -> int:
     from pacific.sandbox import cnipods as sandboxpods
     ns, name = _split_ref(args.pod)
-    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    argv = args.argv
     if not argv:
         print("error: no command given (pacific sandbox exec NS/NAME -- CMD...)",
               file=sys.stderr)
@@ -118,5 +118,6 @@ def register(sp):
                        "Exit status is the command's.")
     ex.add_argument("pod", metavar="NS/NAME")
     ex.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=name_help)
-    ex.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD...")
+    # "*" not REMAINDER: options before "--" are options (--name X), all after it the command
+    ex.add_argument("argv", nargs="*", metavar="-- CMD...")
     ex.set_defaults(func=cmd_exec)

@@ -138,3 +138,15 @@ def test_wait_for_names_what_timed_out():
     with pytest.raises(SandboxError, match="waiting for the moon.*last error: boom"):
         wait_for(lambda: (_ for _ in ()).throw(ValueError("boom")), 0.05, "the moon")
     assert wait_for(lambda: 42, 1, "answer") == 42
+
+
+def test_sandbox_exec_options_before_the_double_dash_are_options():
+    from pacific.cli.main import parse_args
+    a = parse_args(["sandbox", "exec", "default/web", "--name", "t1", "--", "ping", "-c1", "10.0.0.1"])
+    assert (a.pod, a.name, a.argv) == ("default/web", "t1", ["ping", "-c1", "10.0.0.1"])
+    a = parse_args(["sandbox", "exec", "--name", "t1", "ns/p", "--", "ls", "--name", "--"])
+    assert (a.pod, a.name, a.argv) == ("ns/p", "t1", ["ls", "--name", "--"])
+    a = parse_args(["sandbox", "exec", "ns/p", "true"])
+    assert (a.name, a.argv) == ("default", ["true"])
+    with pytest.raises(SystemExit):
+        parse_args(["tenant", "list", "--", "x"])
