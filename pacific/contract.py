@@ -228,6 +228,21 @@ def own_qos(pod: dict | None) -> QosRecord | None:
     return rec if rec.uid == _meta(pod).get("uid") else None
 
 
+# --- subnets ---------------------------------------------------------------------
+
+def subnet_cidr_in_effect(subnet: dict | None) -> str | None:
+    """The CIDR the controller applied for a Subnet (its status, which only the
+    controller writes): what nodes route into ovn0.  None if nothing is applied
+    (refused, not yet reconciled) or the value is malformed."""
+    value = ((subnet or {}).get("status") or {}).get("cidrBlock")
+    if not isinstance(value, str):
+        return None
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError:
+        return None
+
+
 # --- node ----------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -40,6 +40,9 @@ def subnet_ids(name: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_SUBNET: name}
 
 
+_UNCHANGED = object()
+
+
 def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
     """A private Subnet's switch drops IPv4 to its addresses from anything but
     its own addresses, its allowSubnets and the nodes (join addresses); the
@@ -184,7 +187,7 @@ class SubnetFeature(Feature):
             LOG.info("subnet %s applied: %s gateway %s exclude %s", name, spec.cidr, spec.gateway,
                      list(spec.exclude) or "-")
         self._set_status(obj, True, "Applied", f"logical switch {name} on {names.CLUSTER_ROUTER}, "
-                         f"gateway {spec.gateway}", gateway=spec.gateway)
+                         f"gateway {spec.gateway}", gateway=spec.gateway, cidr=spec.cidr)
         if old is None or was_refused:
             ctl.feature("pod").requeue_refused()
 
@@ -207,12 +210,14 @@ class SubnetFeature(Feature):
         if first:
             LOG.warning("subnet %s refused: %s", name, message)
             self.ctl.event(obj, reason, message)
-        self._set_status(obj, False, reason, message)
+        # nothing applied: no CIDR in effect, so no node routes it
+        self._set_status(obj, False, reason, message, **({} if kept else {"cidr": None}))
 
     def _set_status(self, obj: dict, ok: bool, reason: str, message: str,
-                    gateway: str | None = None) -> None:
+                    gateway: str | None = None, cidr=_UNCHANGED) -> None:
         """Ready condition, address counts and (once applied) the effective gateway,
-        which spec.gateway may leave to its default."""
+        which spec.gateway may leave to its default, and the CIDR in effect
+        (contract.subnet_cidr_in_effect: nodes route only that; None removes it)."""
         name = model.meta(obj)["name"]
         used, available = self._usage(name)
         old = obj.get("status") or {}
@@ -221,7 +226,8 @@ class SubnetFeature(Feature):
         if (old.get("usedIPs") == used and old.get("availableIPs") == available
                 and old_cond.get("status") == want_status and old_cond.get("reason") == reason
                 and old_cond.get("message") == message
-                and (gateway is None or old.get("gateway") == gateway)):
+                and (gateway is None or old.get("gateway") == gateway)
+                and (cidr is _UNCHANGED or old.get("cidrBlock") == cidr)):
             return
         cond = model.condition(READY, ok, reason, message, _now())
         if old_cond.get("status") == want_status and old_cond.get("lastTransitionTime"):
@@ -229,6 +235,8 @@ class SubnetFeature(Feature):
         patch = {"status": {"usedIPs": used, "availableIPs": available, "conditions": [cond]}}
         if gateway is not None:
             patch["status"]["gateway"] = gateway
+        if cidr is not _UNCHANGED:
+            patch["status"]["cidrBlock"] = cidr
         try:
             r.patch_merge(self.ctl.kube, r.SUBNETS, name, patch, subresource="status")
         except kerr.NotFound:

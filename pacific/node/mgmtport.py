@@ -3,7 +3,9 @@
 The controller annotates the Node with its join address, MAC, gateway and
 logical switch port (names.ANN_NODE_*).  This reconciler makes `ovn0` an OVS
 internal port on br-int bound to that port, gives it the MAC and address, and
-routes every Subnet's cidrBlock through the join gateway.  It is level
+routes every Subnet's CIDR in effect (status.cidrBlock, which only the
+controller writes once it applied the Subnet: a refused one is never routed)
+through the join gateway, except one overlapping a network of the node itself.  It is level
 triggered: any Node or Subnet event wakes one loop that converges the whole
 state, so a missed or repeated event is harmless.
 """
@@ -16,7 +18,7 @@ import threading
 from pyroute2 import IPRoute
 
 from pacific import names
-from pacific.contract import ContractError, NodeRecord
+from pacific.contract import ContractError, NodeRecord, subnet_cidr_in_effect
 from pacific.ovn.base import Owner
 
 log = logging.getLogger(__name__)
@@ -82,13 +84,11 @@ class MgmtPort:
         mac, lsp = rec.mac, rec.port
         want_routes = set()
         for sub in self.subnets.list():
-            cidr = (sub.get("spec") or {}).get("cidrBlock")
-            try:
-                net = ipaddress.ip_network(cidr, strict=False)
-            except (TypeError, ValueError):
-                log.warning("subnet %s has an invalid cidrBlock %r; no route for it",
-                            sub["metadata"].get("name"), cidr)
+            # only what the controller applied (status), never a refused spec
+            cidr = subnet_cidr_in_effect(sub)
+            if cidr is None:
                 continue
+            net = ipaddress.ip_network(cidr)
             if net.version == gateway.version and net != iface_ip.network:
                 want_routes.add(str(net))
 
@@ -118,6 +118,18 @@ class MgmtPort:
                 ipr.addr("del", index=idx, address=addr, prefixlen=plen)
             if want not in have:
                 ipr.addr("add", index=idx, address=want[0], prefixlen=want[1])
+            # never route a host network of this node into ovn0 (a Subnet that
+            # covers the node's own address would cut the node off)
+            host_nets = [ipaddress.ip_interface(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}").network
+                         for a in ipr.addr("dump") if a["index"] != idx
+                         and a["family"] == (2 if iface_ip.version == 4 else 10)
+                         and not ipaddress.ip_address(a.get_attr("IFA_ADDRESS")).is_loopback]
+            for dst in sorted(want_routes):
+                clash = [str(h) for h in host_nets if ipaddress.ip_network(dst).overlaps(h)]
+                if clash:
+                    want_routes.discard(dst)
+                    log.warning("%s: no route for subnet %s: it overlaps this node's network %s",
+                                self.ifname, dst, ", ".join(clash))
             current = {}
             for r in ipr.route("dump"):
                 if r.get_attr("RTA_OIF") == idx and r["proto"] == RT_PROTO_STATIC \

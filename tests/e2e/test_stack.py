@@ -5,6 +5,7 @@ through `pacific sandbox pod add` (the real CNI plugin), checked with real packe
 import itertools
 import os
 import subprocess
+import time
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -187,3 +188,47 @@ def test_a_copied_record_alone_is_replaced_by_the_pods_own(stack):
     assert any(e.startswith("ForeignAllocationRecord") for e in events(api, "team-b", "restored"))
     assert ping(sb, pod_netns(sb, "team-b", "restored"), pod_ip(api, "team-b", "orig"))
     assert ping(sb, sb.node("node2").netns, pod_ip(api, "team-b", "orig"))
+
+
+def node_routes(sb, node) -> set[str]:
+    out = sb.exec(sb.node(node).netns, ["ip", "-4", "route", "show", "dev", names.MGMT_PORT]).stdout
+    return {line.split()[0] for line in out.splitlines() if line and "via" in line}
+
+
+def test_nodes_route_only_subnets_the_controller_applied(stack):
+    """A refused Subnet (overlapping an applied one) is not routed into ovn0,
+    nor one whose CIDR covers the node's own network; an applied one is, and
+    its route goes when it is deleted."""
+    sb, api = stack
+    subnet = lambda name, cidr: r.create(api, r.SUBNETS, {   # noqa: E731
+        "apiVersion": names.API_VERSION, "kind": "Subnet", "metadata": {"name": name},
+        "spec": {"cidrBlock": cidr}})
+
+    def ready(name):
+        st = (r.get(api, r.SUBNETS, name) or {}).get("status") or {}
+        return [c["status"] for c in st.get("conditions") or [] if c["type"] == "Ready"]
+
+    def wait(pred, what):
+        deadline = time.monotonic() + 30
+        while not pred():
+            assert time.monotonic() < deadline, what() if callable(what) else what
+            time.sleep(0.05)
+
+    subnet("overlap", "10.41.0.0/25")                    # inside stack-a's 10.41.0.0/24
+    subnet("underlay", names.SANDBOX_UNDERLAY_CIDR)      # the nodes' own network
+    subnet("fresh", "10.43.0.0/24")
+    try:
+        wait(lambda: ready("overlap") == ["False"] and ready("fresh") == ["True"],
+             lambda: f"subnets settled: {[(n, ready(n)) for n in ('overlap', 'underlay', 'fresh')]}")
+        wait(lambda: "10.43.0.0/24" in node_routes(sb, "node1"), "route of the applied subnet")
+        for node in ("node1", "node2", "node3"):
+            routes = node_routes(sb, node)
+            assert "10.41.0.0/25" not in routes and "10.41.0.0/24" in routes, routes
+            assert names.SANDBOX_UNDERLAY_CIDR not in routes, routes
+        assert (r.get(api, r.SUBNETS, "overlap").get("status") or {}).get("cidrBlock") is None
+        # the nodes keep talking to each other and to pods (nothing hijacked)
+        assert ping(sb, sb.node("node1").netns, sb.node("node2").underlay_ip)
+    finally:
+        for name in ("overlap", "underlay", "fresh"):
+            r.delete(api, r.SUBNETS, name)
+    wait(lambda: "10.43.0.0/24" not in node_routes(sb, "node1"), "route removed with the subnet")
