@@ -166,6 +166,16 @@ class SubnetFeature(Feature):
             return
         with self._lock:
             old = self.applied.get(name)
+        if old is not None and (old.cidr, old.gateway) != (spec.cidr, spec.gateway):
+            used, _ = self._usage(name)
+            if used:
+                # running pods hold addresses (and a gateway) of the applied spec:
+                # it stays until they are gone (a release re-queues this Subnet)
+                self._refuse(obj, "SubnetInUse", (
+                    f"cidrBlock/gateway cannot change from {old.cidr} (gateway {old.gateway}) "
+                    f"to {spec.cidr} (gateway {spec.gateway}) while {used} address(es) are in "
+                    f"use, by {', '.join(self._holders(name))}; delete those pods first"))
+                return
         try:
             with ctl.ipam_lock:   # the pool may exist without `applied` (NB write failed)
                 if old != spec:

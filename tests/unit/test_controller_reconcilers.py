@@ -165,3 +165,34 @@ def test_resync_names_stale_ports_for_removal(ctl):
     drain(ctl)
     assert [c for c in ctl.writer.commands(ensure.DeletePort)
             if c.name == names.pod_lsp_name("default", "ghost")]
+
+
+def test_a_subnet_cidr_or_gateway_change_is_refused_while_addresses_are_in_use(ctl):
+    subnets = ctl.feature("subnet")
+    ctl.kube.add(r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                             "metadata": {"name": "blue"},
+                             "spec": {"cidrBlock": "10.17.0.0/24", "namespaces": ["team"]}})
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "team"}})
+    ctl.kube.add(r.PODS, pod_body("web", ns="team"), "team")
+    drain(ctl)
+    assert record(ctl, "web", "team").subnet == "blue"
+    for change in ({"cidrBlock": "10.19.0.0/24"}, {"gateway": "10.17.0.254"}):
+        r.patch_merge(ctl.kube, r.SUBNETS, "blue", {"spec": change})
+        drain(ctl)
+        st = r.get(ctl.kube, r.SUBNETS, "blue")["status"]
+        (cond,) = st["conditions"]
+        assert cond["status"] == "False" and cond["reason"] == "SubnetInUse", cond
+        assert "team/web" in cond["message"] and "stays in effect" in cond["message"]
+        assert st["cidrBlock"] == "10.17.0.0/24" and st["gateway"] == "10.17.0.1"
+        assert (subnets.spec("blue").cidr, subnets.spec("blue").gateway) == ("10.17.0.0/24", "10.17.0.1")
+        r.patch_merge(ctl.kube, r.SUBNETS, "blue", {"spec": {"cidrBlock": "10.17.0.0/24",
+                                                             "gateway": None}})
+        drain(ctl)
+    # once the pod is gone the change applies
+    r.patch_merge(ctl.kube, r.SUBNETS, "blue", {"spec": {"cidrBlock": "10.19.0.0/24"}})
+    r.delete(ctl.kube, r.PODS, "web", "team")
+    drain(ctl)
+    subnets.tick()          # released addresses re-queue their Subnet
+    drain(ctl)
+    assert subnets.spec("blue").cidr == "10.19.0.0/24"
+    assert r.get(ctl.kube, r.SUBNETS, "blue")["status"]["cidrBlock"] == "10.19.0.0/24"
