@@ -6,15 +6,21 @@ restart), rendered as the canonical CNI result the plugin converts.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from pacific import names
 from pacific.contract import PodRecord
 
 
-def host_ifname(container_id: str) -> str:
-    """Host end of the pod's veth (and OVS port name): at most 15 characters."""
-    return f"{container_id[:12]}_h"
+def host_ifname(container_id: str, ifname: str) -> str:
+    """Host end of the pod's veth (and OVS port name), 14 characters: a hash of
+    the container id AND the interface name, so ids with a common prefix
+    (cnitool's "cnitool-<hex>") and a second interface of one container (net1,
+    as Multus adds) get names of their own.  Ports plumbed before this scheme
+    keep their names: OVS records them (PodAttachment.host)."""
+    digest = hashlib.sha256(f"{container_id}/{ifname}".encode()).hexdigest()[:11]
+    return f"p{digest}_h"
 
 
 @dataclass
@@ -28,10 +34,11 @@ class PodAttachment:
     ip_cidr: str        # "10.16.0.5/16"
     gateway: str | None
     mtu: int
+    host: str = ""      # the OVS port's name when read from OVS (may predate host_ifname)
 
     @property
     def host_ifname(self) -> str:
-        return host_ifname(self.container_id)
+        return self.host or host_ifname(self.container_id, self.ifname)
 
     @property
     def ip(self) -> str:
@@ -59,8 +66,9 @@ class PodAttachment:
         return ids
 
     @classmethod
-    def from_ovs(cls, external_ids: dict, mtu: int) -> "PodAttachment | None":
-        """Rebuild from an OVS Interface's external_ids; None if not a pod port."""
+    def from_ovs(cls, external_ids: dict, mtu: int, name: str = "") -> "PodAttachment | None":
+        """Rebuild from an OVS Interface (its external_ids and name); None if not a
+        pod port."""
         try:
             return cls(container_id=external_ids[names.OVS_CONTAINER_ID],
                        ifname=external_ids[names.OVS_IFNAME],
@@ -69,7 +77,7 @@ class PodAttachment:
                        lsp=external_ids.get(names.OVS_IFACE_ID, ""),
                        mac=external_ids.get(names.OVS_ATTACHED_MAC, ""),
                        ip_cidr=external_ids.get(names.OVS_IP_ADDRESS, ""),
-                       gateway=external_ids.get(names.OVS_GATEWAY), mtu=mtu)
+                       gateway=external_ids.get(names.OVS_GATEWAY), mtu=mtu, host=name)
         except KeyError:
             return None
 

@@ -168,14 +168,11 @@ class Plumber:
     # ------------------------------------------------------------------ DEL
     def delete(self, container_id: str, ifname: str) -> bool:
         """Remove the pod's OVS port and veth; True if anything was there."""
-        host = host_ifname(container_id)
-        found = False
-        ports = set()
-        for iface in self.ovs.find_interfaces({names.OVS_CONTAINER_ID: container_id}):
-            if iface.external_ids.get(names.OVS_IFNAME, ifname) == ifname:
-                ports.add(iface.name)
-        # The host name is shared by every attachment whose container id starts
-        # the same: it is ours unless OVS records it for another attachment.
+        host = host_ifname(container_id, ifname)
+        # the ports OVS records for this attachment: their names are the veths
+        # (one plumbed before the hashed names has its own)
+        ports = {iface.name for iface in self.ovs.find_interfaces({names.OVS_CONTAINER_ID: container_id})
+                 if iface.external_ids.get(names.OVS_IFNAME, ifname) == ifname}
         iface = self.ovs.get_interface(host)
         other = iface is not None and _recorded_for_other(iface, container_id, ifname)
         if other:
@@ -183,11 +180,12 @@ class Plumber:
                      ifname, host, other)
         elif iface is not None:
             ports.add(host)
+        found = False
         if ports:
             self._del_ports(sorted(ports))
             found = True
-        if not other:
-            found |= _del_link(host)
+        for link in ports | (set() if other else {host}):
+            found |= _del_link(link)
         return found
 
     def _del_ports(self, ports: list[str]) -> None:
@@ -264,7 +262,7 @@ class Plumber:
         """The daemon's view, rebuilt from OVS: (container id, ifname) -> attachment."""
         out = {}
         for iface in self.ovs.find_interfaces({}):
-            att = PodAttachment.from_ovs(dict(iface.external_ids), mtu)
+            att = PodAttachment.from_ovs(dict(iface.external_ids), mtu, iface.name)
             if att is not None:
                 out[(att.container_id, att.ifname)] = att
         return out
@@ -272,7 +270,7 @@ class Plumber:
     def gc(self, valid: set[tuple[str, str]]) -> list[str]:
         """Remove ports and veths of attachments not in `valid`; returns their names."""
         removed = []
-        keep_hosts = {host_ifname(cid) for cid, _ in valid}
+        keep_hosts = {host_ifname(cid, ifname) for cid, ifname in valid}
         for (cid, ifname), att in self.attachments(0).items():
             if (cid, ifname) not in valid:
                 self.delete(cid, ifname)

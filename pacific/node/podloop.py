@@ -161,7 +161,7 @@ def ovs_attachments(ovs, mtu: int) -> Callable[[str], list[PodAttachment]]:
     def find(key: str) -> list[PodAttachment]:
         out = []
         for iface in ovs.find_interfaces({names.OVS_POD: key}):
-            att = PodAttachment.from_ovs(dict(iface.external_ids), mtu)
+            att = PodAttachment.from_ovs(dict(iface.external_ids), mtu, iface.name)
             if att is not None:
                 out.append(att)
         return out

@@ -103,9 +103,13 @@ class FakeController:
         return ip
 
     def add_subnet_object(self) -> None:
+        """The Subnet, and the status the controller writes once it applied it
+        (nodes route only status.cidrBlock)."""
         kr.create(self.api, kr.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
                                          "metadata": {"name": SWITCH},
                                          "spec": {"cidrBlock": CIDR, "gateway": GATEWAY}})
+        kr.patch_merge(self.api, kr.SUBNETS, SWITCH, {"status": {"cidrBlock": CIDR, "gateway": GATEWAY}},
+                       subresource="status")
 
     def refuse(self, ns: str, name: str, why: str) -> None:
         kr.patch_merge(self.api, kr.PODS, name, {"metadata": {"annotations": {

@@ -186,50 +186,62 @@ def test_pod_side_failure_rolls_back_port_and_veth(node):
     assert host_state(sb, ovs, att) == (False, False)
 
 
-def test_add_of_another_interface_of_the_container_leaves_the_first_alone(node):
-    # The host veth / OVS port name is derived from the container id alone, so a
-    # second attachment of the same container (podman with two networks: eth0,
-    # eth1) maps to the same name.  It must be refused, not replace the first
-    # attachment's port and veth; and its DEL must not remove the first one.
+def test_a_second_interface_of_the_container_is_plumbed_beside_the_first(node):
+    # The host veth / OVS port name is a hash of container id AND interface name:
+    # a second attachment of one container (Multus' net1) gets its own port and
+    # veth, and DEL of one leaves the other.
     sb, nb, ovs, node_ns = node
     first = make_pod(sb, nb)
     node_ns.run(lambda: Plumber(ovs).add(first))
+    # a secondary network: no gateway (the default route stays on eth0)
     second = PodAttachment(**{**make_pod(sb, nb).__dict__, "container_id": first.container_id,
-                              "netns": first.netns, "ifname": "eth1"})
+                              "netns": first.netns, "ifname": "net1", "gateway": None})
+    pod = os.path.basename(first.netns)
     try:
-        with pytest.raises(CniError) as e:
-            node_ns.run(lambda: Plumber(ovs).add(second))
-        assert e.value.code == proto.ERR_PLUMBING
-        assert "eth0" in e.value.msg and first.host_ifname in e.value.msg
-        assert not node_ns.run(lambda: Plumber(ovs).delete(second.container_id, "eth1"))
+        assert second.host_ifname != first.host_ifname
+        node_ns.run(lambda: Plumber(ovs).add(second))
+        assert ovs.is_ovn_installed(first.host_ifname) and ovs.is_ovn_installed(second.host_ifname)
+        assert second.ip_cidr in ip_in(pod, "-o", "addr", "show", "net1")
+        assert node_ns.run(lambda: Plumber(ovs).delete(second.container_id, "net1"))
+        assert host_state(sb, ovs, second) == (False, False)
         assert host_state(sb, ovs, first) == (True, True)
-        assert ovs.is_ovn_installed(first.host_ifname)
-        pod = os.path.basename(first.netns)
         assert first.ip_cidr in ip_in(pod, "-o", "addr", "show", "eth0")
-        assert "eth1" not in ip_in(pod, "-o", "link")
     finally:
         node_ns.run(lambda: Plumber(ovs).delete(first.container_id, "eth0"))
+        node_ns.run(lambda: Plumber(ovs).delete(second.container_id, "net1"))
     assert host_state(sb, ovs, first) == (False, False)
 
 
-def test_add_of_another_container_with_a_colliding_prefix_is_refused(node):
-    # Host names keep 12 characters of the container id: another container whose
-    # id shares them must not take over the live pod's port.
+def test_containers_whose_ids_share_a_long_prefix_get_ports_of_their_own(node):
+    # cnitool's ids are "cnitool-" + hex: with the first 12 characters as the
+    # name they collided after 4 hex digits.
     sb, nb, ovs, node_ns = node
     first = make_pod(sb, nb)
-    node_ns.run(lambda: Plumber(ovs).add(first))
+    first = PodAttachment(**{**first.__dict__, "container_id": "cnitool-" + "ab" * 28})
     other = make_pod(sb, nb)
-    other = PodAttachment(**{**other.__dict__,
-                             "container_id": first.container_id[:12] + "f" * 52})
+    other = PodAttachment(**{**other.__dict__, "container_id": "cnitool-" + "ab" * 27 + "cd"})
     try:
-        with pytest.raises(CniError) as e:
-            node_ns.run(lambda: Plumber(ovs).add(other))
-        assert e.value.code == proto.ERR_PLUMBING and first.container_id[:12] in e.value.msg
-        assert not node_ns.run(lambda: Plumber(ovs).delete(other.container_id, "eth0"))
-        assert ovs.is_ovn_installed(first.host_ifname)
-        assert first.ip_cidr in ip_in(os.path.basename(first.netns), "-o", "addr")
+        node_ns.run(lambda: Plumber(ovs).add(first))
+        node_ns.run(lambda: Plumber(ovs).add(other))
+        assert first.host_ifname != other.host_ifname
+        assert ovs.is_ovn_installed(first.host_ifname) and ovs.is_ovn_installed(other.host_ifname)
+        assert node_ns.run(lambda: Plumber(ovs).delete(other.container_id, "eth0"))
+        assert host_state(sb, ovs, first) == (True, True)
     finally:
         node_ns.run(lambda: Plumber(ovs).delete(first.container_id, "eth0"))
+        node_ns.run(lambda: Plumber(ovs).delete(other.container_id, "eth0"))
+
+
+def test_a_port_plumbed_under_the_old_name_is_found_and_removed_by_del(node):
+    # Ports plumbed before the hashed names (first 12 characters of the id):
+    # DEL finds them through the OVS record and removes port and veth.
+    sb, nb, ovs, node_ns = node
+    att = make_pod(sb, nb)
+    legacy = PodAttachment(**{**att.__dict__, "host": att.container_id[:12] + "_h"})
+    node_ns.run(lambda: Plumber(ovs).add(legacy))
+    assert host_state(sb, ovs, legacy) == (True, True)
+    assert node_ns.run(lambda: Plumber(ovs).delete(att.container_id, "eth0"))
+    assert host_state(sb, ovs, legacy) == (False, False)
 
 
 def test_new_sandbox_of_a_pod_replaces_a_stale_one_whose_del_never_came(node):

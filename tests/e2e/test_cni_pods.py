@@ -13,6 +13,7 @@ import time
 import pytest
 
 from cni_e2e_fixtures import FakeController
+from pacific.node.attachment import host_ifname
 from pacific import names
 from pacific.sandbox import cniruntime as runtime, cnipods as sandboxpods
 from pacific.sandbox.cnipods import PodError
@@ -129,7 +130,7 @@ def test_del_is_idempotent_and_survives_restart(cluster):
     sb, api, ctl = cluster
     pod = sandboxpods.add_pod(sb, "default", "del-a", "node2", api=api)
     conf, bins = _conf(sb, "node2")
-    host = pod.container_id[:12] + "_h"
+    host = host_ifname(pod.container_id, "eth0")
     assert host in ovs_ports(sb, "node2")
     try:
         for netns in (pod.netns_path, pod.netns_path, ""):
@@ -141,7 +142,7 @@ def test_del_is_idempotent_and_survives_restart(cluster):
         pod2 = sandboxpods.add_pod(sb, "default", "del-b", "node2", api=api)
         launch.restart(sb, "node2")
         runtime.exec_plugin(bins, "pacific", "DEL", conf, _att(pod2))
-        assert pod2.container_id[:12] + "_h" not in ovs_ports(sb, "node2")
+        assert host_ifname(pod2.container_id, "eth0") not in ovs_ports(sb, "node2")
     finally:
         sandboxpods.delete_pod(sb, "default", "del-a", api=api)
         sandboxpods.delete_pod(sb, "default", "del-b", api=api)
@@ -177,9 +178,9 @@ def test_gc_removes_attachments_not_listed(cluster):
             {"containerID": keep.container_id, "ifname": "eth0"}]})
         runtime.exec_plugin(bins, "pacific", "GC", gc_conf, None)
         ports = ovs_ports(sb, "node1")
-        assert keep.container_id[:12] + "_h" in ports
-        assert drop.container_id[:12] + "_h" not in ports
-        assert drop.container_id[:12] + "_h" not in host_links(sb, "node1")
+        assert host_ifname(keep.container_id, "eth0") in ports
+        assert host_ifname(drop.container_id, "eth0") not in ports
+        assert host_ifname(drop.container_id, "eth0") not in host_links(sb, "node1")
         assert ping(sb, "default", "gc-peer", keep.ip)
         assert not ping(sb, "default", "gc-peer", drop.ip, wait=1)
         status = dict(conf, cniVersion="1.1.0")

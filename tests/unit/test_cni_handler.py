@@ -156,3 +156,12 @@ def test_a_refused_pod_with_a_copied_record_is_refused():
     with pytest.raises(CniError) as e:
         h.add(req("ADD"))
     assert e.value.code == proto.ERR_ALLOCATION_REFUSED and "in use" in e.value.msg
+
+
+def test_host_veth_names_differ_per_container_and_interface_and_fit_ifnamsiz():
+    from pacific.node.attachment import host_ifname
+    ids = ["cnitool-" + "ab" * 28, "cnitool-" + "ab" * 27 + "cd", "f" * 64]
+    made = {host_ifname(cid, ifn) for cid in ids for ifn in ("eth0", "net1")}
+    assert len(made) == 6
+    assert all(len(n) <= 15 and n.endswith("_h") for n in made)
+    assert host_ifname(ids[0], "eth0") == host_ifname(ids[0], "eth0")     # deterministic
