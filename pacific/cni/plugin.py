@@ -284,6 +284,33 @@ def _http(sock_path: str, method: str, path: str, body: bytes, timeout: float) -
     return int(parts[1]), payload
 
 
+class DaemonDown(CniError):
+    """pacific-node's socket is absent or refuses connections."""
+
+
+def host_veth_name(container_id: str, ifname: str) -> str:
+    """Host end of a pod's veth (and its OVS port): a hash of container id and
+    interface name, 14 characters (IFNAMSIZ allows 15).  Defined here, for the
+    plugin's own DEL when the daemon is down; the daemon uses it too."""
+    import hashlib
+    return "p" + hashlib.sha256(f"{container_id}/{ifname}".encode()).hexdigest()[:11] + "_h"
+
+
+def local_del(env: dict) -> str:
+    """DEL while pacific-node is down: remove the pod's host veth (its peer in
+    the pod goes with it), so the runtime can tear the pod down.  The OVS port
+    left without its device is removed by the daemon when it starts."""
+    import subprocess
+    host = host_veth_name(env.get("CNI_CONTAINERID", ""), env.get("CNI_IFNAME", ""))
+    try:
+        done = subprocess.run(["ip", "link", "del", host], capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"could not run `ip link del {host}`: {e}"
+    if done.returncode == 0:
+        return f"removed {host}"
+    return f"{host} was not there"
+
+
 def call_daemon(sock_path: str, path: str, body: dict | None, timeout: float,
                 unavailable_code: int = ERR_TRY_AGAIN) -> dict:
     """POST (or GET if body is None) to the daemon; return the decoded result.
@@ -293,8 +320,8 @@ def call_daemon(sock_path: str, path: str, body: dict | None, timeout: float,
         status, raw = _http(sock_path, "GET" if body is None else "POST", path,
                             b"" if body is None else json_dumps(body).encode(), timeout)
     except (FileNotFoundError, ConnectionRefusedError) as e:
-        raise CniError(unavailable_code, f"pacific-node is not running: cannot connect "
-                       f"to {sock_path}", str(e)) from None
+        raise DaemonDown(unavailable_code, f"pacific-node is not running: cannot connect "
+                         f"to {sock_path}", str(e)) from None
     except PermissionError as e:
         raise CniError(ERR_IO, f"permission denied on {sock_path} (the socket is "
                        "root-only)", str(e)) from None
@@ -367,7 +394,16 @@ def run(env: dict, stdin: bytes) -> tuple[int, dict | None]:
         if command == "STATUS":
             call_daemon(sock, PATH_STATUS, None, timeout, unavailable_code=ERR_NOT_AVAILABLE)
             return 0, None
-        answer = call_daemon(sock, PATH_CNI, build_request(command, env, conf), timeout)
+        request = build_request(command, env, conf)
+        try:
+            answer = call_daemon(sock, PATH_CNI, request, timeout)
+        except DaemonDown as e:
+            if command != "DEL":
+                raise
+            # the runtime must be able to tear pods down while the daemon is away
+            log(f"DEL {env.get('CNI_CONTAINERID', '')}: {e.msg}; removed locally what "
+                f"can be ({local_del(env)}); pacific-node cleans up the rest when it starts")
+            return 0, None
         if command == "ADD":
             result = answer.get("result")
             if not isinstance(result, dict):

@@ -6,10 +6,10 @@ restart), rendered as the canonical CNI result the plugin converts.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from pacific import names
+from pacific.cni import plugin as proto
 from pacific.contract import PodRecord
 
 
@@ -18,9 +18,9 @@ def host_ifname(container_id: str, ifname: str) -> str:
     the container id AND the interface name, so ids with a common prefix
     (cnitool's "cnitool-<hex>") and a second interface of one container (net1,
     as Multus adds) get names of their own.  Ports plumbed before this scheme
-    keep their names: OVS records them (PodAttachment.host)."""
-    digest = hashlib.sha256(f"{container_id}/{ifname}".encode()).hexdigest()[:11]
-    return f"p{digest}_h"
+    keep their names: OVS records them (PodAttachment.host).  The formula lives
+    in the plugin, whose DEL uses it when the daemon is down."""
+    return proto.host_veth_name(container_id, ifname)
 
 
 @dataclass

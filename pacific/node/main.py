@@ -147,6 +147,7 @@ class NodeDaemon:
             log.warning("%s does not exist yet (is ovn-controller running?); ADDs fail "
                         "until it does", names.INTEGRATION_BRIDGE)
         self.plumber = plumber = Plumber(self.ovs, installed_timeout=a.installed_timeout)
+        plumber.remove_orphans()
         view = plumber.attachments(mtu)
         log.info("rebuilt view from OVS: %d pod attachments on %s (left untouched)",
                  len(view), names.INTEGRATION_BRIDGE)

@@ -267,6 +267,17 @@ class Plumber:
                 out[(att.container_id, att.ifname)] = att
         return out
 
+    def remove_orphans(self) -> list[str]:
+        """OVS ports of pods whose veth is gone (the plugin's DEL removed it while
+        the daemon was down): removed, with their state.  At start-up."""
+        gone = [i.name for i in self.ovs.find_interfaces({})
+                if names.OVS_CONTAINER_ID in i.external_ids and not _link_exists(i.name)]
+        if gone:
+            self._del_ports(gone)
+            log.info("removed %d OVS ports whose pods were deleted while pacific-node was "
+                     "down: %s", len(gone), ", ".join(sorted(gone)))
+        return gone
+
     def gc(self, valid: set[tuple[str, str]]) -> list[str]:
         """Remove ports and veths of attachments not in `valid`; returns their names."""
         removed = []

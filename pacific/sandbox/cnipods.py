@@ -111,7 +111,9 @@ def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None =
         p = launch.paths(nd)
         att = runtime.Attachment(cid, rec.netns_path, "eth0",
                                  runtime.k8s_args(namespace, name, rec.uid, cid))
-        rec.result = runtime.add(runtime.load_conflist(p.conflist), [p.bin_dir], att, timeout)
+        # the plugin runs in the node's host namespace, as the node's kubelet runs it
+        rec.result = runtime.add(runtime.load_conflist(p.conflist), [p.bin_dir], att, timeout,
+                                 run_in_netns=f"/run/netns/{nd.netns}")
         _save(sb, rec)
         kr.patch_merge(api, kr.PODS, name, _running_status(nd, rec), namespace=namespace,
                        subresource="status")
@@ -163,7 +165,8 @@ def _teardown(sb, api, namespace, name, nd, cid, ns_name) -> None:
         try:
             runtime.delete(runtime.load_conflist(p.conflist), [p.bin_dir],
                            runtime.Attachment(cid, netns_path, "eth0",
-                                              runtime.k8s_args(namespace, name, "", cid)))
+                                              runtime.k8s_args(namespace, name, "", cid)),
+                           run_in_netns=f"/run/netns/{nd.netns}")
         except (runtime.CniCallError, OSError, ValueError) as e:
             errors.append(str(e))
     if ns_name:

@@ -247,3 +247,29 @@ def test_management_port_routes_host_to_pods(cluster):
         assert " 0% packet loss" in p.stdout or ", 0% packet loss" in p.stdout, p.stdout
     finally:
         sandboxpods.delete_pod(sb, "default", "mgmt-target", api=api)
+
+
+def test_del_while_the_daemon_is_down_succeeds_and_the_daemon_cleans_up(cluster):
+    """containerd must be able to tear pods down while pacific-node is away:
+    DEL removes the veth itself and succeeds; the daemon, when it starts,
+    removes the OVS port left behind; ADD works again."""
+    sb, api, ctl = cluster
+    pod = sandboxpods.add_pod(sb, "default", "down-a", "node2", api=api)
+    conf, bins = _conf(sb, "node2")
+    host = host_ifname(pod.container_id, "eth0")
+    assert host in ovs_ports(sb, "node2")
+    launch.stop(sb, "node2")
+    try:
+        # run where the node's kubelet runs it: the node's host namespace
+        runtime.exec_plugin(bins, "pacific", "DEL", conf, _att(pod),
+                            run_in_netns=f"/run/netns/{sb.node('node2').netns}")   # no error
+        assert host not in host_links(sb, "node2")
+    finally:
+        launch.start(sb, "node2", os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY))
+    assert host not in ovs_ports(sb, "node2")
+    sandboxpods.delete_pod(sb, "default", "down-a", api=api)
+    again = sandboxpods.add_pod(sb, "default", "down-b", "node2", api=api)
+    try:
+        assert host_ifname(again.container_id, "eth0") in ovs_ports(sb, "node2")
+    finally:
+        sandboxpods.delete_pod(sb, "default", "down-b", api=api)

@@ -176,8 +176,17 @@ def test_daemon_not_running_is_11(tmp_path):
     plugin = install_plugin(tmp_path)
     missing = str(tmp_path / "nope" / "cni.sock")
     expect_error(run_plugin(plugin, "ADD", conf(missing)), 11, "not running")
-    expect_error(run_plugin(plugin, "DEL", conf(missing)), 11, "not running")
     expect_error(run_plugin(plugin, "STATUS", conf(missing, "1.1.0")), 50, "not running")
+
+
+def test_del_while_the_daemon_is_down_succeeds_and_says_so(tmp_path):
+    """containerd's StopPodSandbox/RemovePodSandbox must not fail while
+    pacific-node is away: DEL removes the host veth itself and succeeds."""
+    plugin = install_plugin(tmp_path)
+    missing = str(tmp_path / "nope" / "cni.sock")
+    rc, out, err = run_plugin(plugin, "DEL", conf(missing), container="c0ffee01", ifname="eth0")
+    assert rc == 0 and out is None, (out, err)
+    assert "not running" in err and proto.host_veth_name("c0ffee01", "eth0") in err
 
 
 def test_stale_socket_file_is_11(tmp_path):
