@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 import os
 
-from ovs.unixctl.client import UnixctlClient
 from pyroute2 import IPRoute
 
 from pacific import names
+from pacific.node import unixctl
 from pacific.node.attachment import PodAttachment
 from pacific.node.podloop import PortSetting
 
@@ -127,15 +127,7 @@ def revalidate(rundir: str) -> None:
     path = vswitchd_ctl(rundir)
     if path is None:
         raise OSError(f"no ovs-vswitchd control socket in {rundir} (--ovs-rundir)")
-    err, client = UnixctlClient.create(path)
-    if err:
-        raise OSError(err, f"cannot connect to {path}: {os.strerror(err)}")
-    try:
-        err, error, _ = client.transact("revalidator/purge", [])
-    finally:
-        client.close()
-    if err or error:
-        raise OSError(f"revalidator/purge on {path} failed: {error or os.strerror(err)}")
+    unixctl.call(path, "revalidator/purge")
 
 
 def _link_up(name: str) -> None:

@@ -1,15 +1,21 @@
-"""Node readiness for CNI STATUS: OVS reachable and ovn-controller connected."""
+"""Node readiness for CNI STATUS and /readyz: OVS reachable and ovn-controller
+connected to the southbound database (asked over its control socket from
+Python, not by forking ovn-appctl; answers are reused for CACHE_SECONDS, so a
+burst of STATUS calls costs one round trip)."""
 from __future__ import annotations
 
 import glob
 import logging
 import os
-import subprocess
+import threading
+import time
 
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
+from pacific.node import unixctl
 
 log = logging.getLogger(__name__)
+CACHE_SECONDS = 1.0
 
 
 def find_controller_ctl(ovn_rundir: str) -> str | None:
@@ -33,23 +39,31 @@ class Readiness:
         self.ovs = ovs
         self.ovn_rundir = ovn_rundir
         self.ctl = ctl
+        self._lock = threading.Lock()
+        self._cached: tuple[float, str | None] = (0.0, None)   # (when, problem or None)
 
     def check(self) -> None:
         """Raise CniError(50) naming what is not ready."""
         if not self.ovs.is_connected():
             raise CniError(proto.ERR_NOT_AVAILABLE, f"OVS database {self.ovs.remote} is "
                            "not reachable")
+        with self._lock:
+            when, problem = self._cached
+            if time.monotonic() - when > CACHE_SECONDS:
+                problem = self._controller_problem()
+                self._cached = (time.monotonic(), problem)
+        if problem:
+            raise CniError(proto.ERR_NOT_AVAILABLE, problem)
+
+    def _controller_problem(self) -> str | None:
         ctl = self.ctl or find_controller_ctl(self.ovn_rundir)
         if ctl is None:
-            raise CniError(proto.ERR_NOT_AVAILABLE, "ovn-controller is not running (no "
-                           f"ovn-controller.*.ctl in {self.ovn_rundir})")
+            return f"ovn-controller is not running (no ovn-controller.*.ctl in {self.ovn_rundir})"
         try:
-            p = subprocess.run(["ovn-appctl", "-t", ctl, "connection-status"],
-                               capture_output=True, text=True, timeout=5)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise CniError(proto.ERR_NOT_AVAILABLE, f"ovn-controller at {ctl} does not "
-                           f"answer: {e}") from None
-        state = p.stdout.strip() or p.stderr.strip()
-        if p.returncode != 0 or state != "connected":
-            raise CniError(proto.ERR_NOT_AVAILABLE, "ovn-controller is not connected to "
-                           f"the OVN southbound database ({state or 'no answer'})")
+            state = unixctl.call(ctl, "connection-status", timeout=5).strip()
+        except unixctl.UnixctlError as e:
+            return f"ovn-controller does not answer: {e}"
+        if state != "connected":
+            return ("ovn-controller is not connected to the OVN southbound database "
+                    f"({state or 'no answer'})")
+        return None

@@ -273,3 +273,35 @@ def test_del_while_the_daemon_is_down_succeeds_and_the_daemon_cleans_up(cluster)
         assert host_ifname(again.container_id, "eth0") in ovs_ports(sb, "node2")
     finally:
         sandboxpods.delete_pod(sb, "default", "down-b", api=api)
+
+
+def test_status_follows_ovn_controller_over_its_control_socket(cluster):
+    """CNI STATUS says not ready (50, naming ovn-controller) while the node's
+    ovn-controller is down, and ready again once it is back."""
+    from pacific.sandbox import bringup
+    sb, api, ctl = cluster
+    conf, bins = _conf(sb, "node1")
+    conf = dict(conf, cniVersion="1.1.0")
+    status = lambda: runtime.exec_plugin(bins, "pacific", "STATUS", conf, None)  # noqa: E731
+    status()
+    sb.stop("node1/ovn-controller")
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                status()
+            except runtime.CniCallError as e:
+                assert e.code == 50 and "ovn-controller" in str(e), e
+                break
+            assert time.monotonic() < deadline, "STATUS still ready with ovn-controller down"
+            time.sleep(0.1)
+    finally:
+        bringup.restart_node_daemon(sb, sb.node("node1"), "ovn-controller")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            status()
+            break
+        except runtime.CniCallError:
+            assert time.monotonic() < deadline, "STATUS not ready after ovn-controller came back"
+            time.sleep(0.1)
