@@ -92,6 +92,9 @@ class Controller:
     # -- life cycle ---------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         t0 = time.monotonic()
+        # nothing commits once this term ends (leadership lost or shutdown), even
+        # a batch already queued
+        self.writer.fence = lambda: not stop.is_set()
         self.writer.start()
         threads: list[threading.Thread] = []
         try:

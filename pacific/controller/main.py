@@ -2,8 +2,10 @@
 
 Runs leader-elected by default: every replica campaigns for a Lease, the leader
 runs the controller (see core.py), the others wait and take over within the
-lease duration when it dies.  Losing the lease stops the controller and the
-replica campaigns again; SIGTERM stops it and releases the lease at once.
+lease duration when it dies.  Losing the lease stops the controller (its NB
+writer commits nothing more: a fence checked before every transaction) and the
+process exits with status 1, as client-go's do, to be restarted as a fresh
+standby; SIGTERM stops it and releases the lease at once.
 """
 from __future__ import annotations
 
@@ -127,47 +129,53 @@ def _ensure_namespace(kube, namespace: str) -> None:
 
 
 def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event,
-                       health=None) -> None:
+                       health=None) -> bool:
+    """Campaign, lead until shutdown or until the Lease is lost; False if lost."""
     from pacific.controller.core import Controller
     from pacific.kube.leader import run_leader_elected as campaign
 
     _ensure_namespace(kube, args.lease_namespace)
-    while not shutdown.is_set():
-        term = threading.Event()        # ends this term of leadership
-        leading = threading.Event()     # a term started: wait for it to end
-        done = threading.Event()
-        elector_stop = threading.Event()
+    if shutdown.is_set():
+        return True
+    term = threading.Event()        # ends this term of leadership
+    leading = threading.Event()     # a term started: wait for it to end
+    done = threading.Event()
+    elector_stop = threading.Event()
 
-        def lead():
-            leading.set()
-            try:
-                run_term(Controller(cfg, kube, nb), term, health)
-            finally:
-                done.set()
+    def lead():
+        leading.set()
+        try:
+            run_term(Controller(cfg, kube, nb), term, health)
+        finally:
+            done.set()
 
-        def wait_term_done():
-            # a standby never led: nothing to wait for (it used to sit 15 s on
-            # SIGTERM until the sandbox killed it)
-            if leading.is_set():
-                done.wait(15)
+    def wait_term_done():
+        # a standby never led: nothing to wait for (it used to sit 15 s on
+        # SIGTERM until the sandbox killed it)
+        if leading.is_set():
+            done.wait(15)
 
-        def on_shutdown():
-            shutdown.wait()
-            term.set()
-            wait_term_done()
-            elector_stop.set()          # release the Lease only once we stopped writing
-
-        threading.Thread(target=on_shutdown, daemon=True, name="shutdown").start()
-        campaign(kube, args.lease_name, args.lease_namespace, args.identity,
-                 on_started_leading=lead, on_stopped_leading=term.set,
-                 lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
-                 retry_period=args.retry_period, stop=elector_stop)
+    def on_shutdown():
+        shutdown.wait()
         term.set()
         wait_term_done()
-        if not shutdown.is_set():
-            LOG.warning("leadership ended; campaigning again")
-            shutdown.wait(args.retry_period)
-            elector_stop.set()
+        elector_stop.set()          # release the Lease only once we stopped writing
+
+    threading.Thread(target=on_shutdown, daemon=True, name="shutdown").start()
+    campaign(kube, args.lease_name, args.lease_namespace, args.identity,
+             on_started_leading=lead, on_stopped_leading=term.set,
+             lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
+             retry_period=args.retry_period, stop=elector_stop)
+    term.set()
+    wait_term_done()
+    elector_stop.set()
+    if not shutdown.is_set():
+        # as client-go: a process that lost its Lease exits (its Deployment
+        # restarts it as a fresh standby) instead of campaigning again with
+        # the state of the term it lost
+        LOG.error("leadership lost; exiting so that a fresh process campaigns")
+        return False
+    return True
 
 
 def run_term(ctl, stop: threading.Event, health=None) -> None:
@@ -217,7 +225,8 @@ def main(argv=None) -> int:
              cfg.nb_remote, kube.configuration.host, "on" if args.leader_elect else "off")
     try:
         if args.leader_elect:
-            run_leader_elected(cfg, args, kube, nb, shutdown, health)
+            if not run_leader_elected(cfg, args, kube, nb, shutdown, health):
+                return 1
         else:
             run_term(Controller(cfg, kube, nb), shutdown, health)
     finally:

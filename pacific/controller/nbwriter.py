@@ -16,9 +16,19 @@ pods being reconciled by concurrent workers) each transaction carries many
 objects.  Commands are built in the writer thread, just before the commit, so
 they see the IDL state of that moment.
 
-If a batched transaction fails, the writer retries every submission of the
-batch in its own transaction: one bad object fails only its own reconcile
-(which the work queue retries), never its neighbours.
+Failures: when NB does not answer (timeout, connection lost) the whole batch
+fails at once, each submitter getting an NBWriteError naming the cause: no
+submission is retried alone with the full timeout during an outage.  When the
+server refuses the transaction and the error names the command to blame, only
+that command's submission fails and the rest are committed again together;
+when it names none, every submission is retried in its own transaction, so one
+bad object fails only its own reconcile (which the work queue retries).
+
+The queue is bounded (`max_pending`): a submission beyond it fails at once
+("NB writer queue full"), so an outage cannot grow memory without bound as
+reconciles are retried.  A `fence` (a callable) is checked right before every
+commit: the controller's answers False once its leadership ended, and nothing
+is written after that.
 
 ``max_batch=1`` (or ``batch=False``) turns batching off: one transaction per
 submission; the benchmark uses that as its baseline.
@@ -32,9 +42,16 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Callable, Iterable
 
+from ovsdbapp import exceptions as ovsdbapp_exc
+
+from pacific.ovn.errors import OvnConnectionError, OvnTimeoutError, OvnTransactionError
+
 LOG = logging.getLogger(__name__)
 
 Builder = Callable[[object], object]
+MAX_PENDING = 20_000
+_OUTAGE = (OvnTimeoutError, OvnConnectionError, ovsdbapp_exc.TimeoutException, TimeoutError,
+           ConnectionError)
 
 
 class NBWriteError(RuntimeError):
@@ -54,8 +71,12 @@ class NBWriter:
     """Collects NB command builders from many threads into batched transactions."""
 
     def __init__(self, api, max_batch: int = 500, max_delay: float = 0.001,
-                 batch: bool = True, txn_timeout: float = 60.0):
+                 batch: bool = True, txn_timeout: float = 60.0, max_pending: int = MAX_PENDING,
+                 fence: Callable[[], bool] | None = None):
         self.api = api
+        self.max_pending = max_pending
+        self.fence = fence          # False: do not write (leadership ended)
+        self._built: list[list] = []   # the last transaction's commands per submission
         self.max_batch = max(1, int(max_batch)) if batch else 1
         self.max_delay = max_delay if batch else 0.0
         self.txn_timeout = txn_timeout
@@ -95,6 +116,10 @@ class NBWriter:
         with self._cond:
             if self._stopping:
                 raise NBWriteError(f"NB writer is stopped; cannot write {what or 'commands'}")
+            if len(self._pending) >= self.max_pending:
+                raise NBWriteError(f"NB writer queue full ({len(self._pending)} submissions "
+                                   f"pending: NB slow or unreachable); {what or 'commands'} "
+                                   "not queued")
             self._pending.append(sub)
             self._cond.notify()
         return sub.future
@@ -143,6 +168,7 @@ class NBWriter:
     def _execute(self, subs: list[_Submission]) -> list[list]:
         """One transaction for all `subs`; returns per-submission command results."""
         per_sub = []
+        self._built = per_sub
         with self.api.transaction(check_error=True) as txn:
             for sub in subs:
                 cmds = [b(self.api) for b in sub.builders]
@@ -152,25 +178,55 @@ class NBWriter:
         self.transactions += 1
         return [[c.result for c in cmds] for cmds in per_sub]
 
+    @staticmethod
+    def _fail(subs: list[_Submission], why: str) -> None:
+        for sub in subs:
+            if not sub.future.done():
+                sub.future.set_exception(NBWriteError(f"NB write of {sub.what or 'commands'}: {why}"))
+
+    def _culprit(self, batch: list[_Submission], exc: Exception) -> _Submission | None:
+        """The submission whose command the error names, if it names one."""
+        failed = getattr(exc, "failed_command", None) if isinstance(exc, OvnTransactionError) else None
+        if failed is None:
+            return None
+        for sub, cmds in zip(batch, self._built):
+            if any(str(c) == failed for c in cmds):
+                return sub
+        return None
+
     def _commit(self, batch: list[_Submission]) -> None:
         self.submissions += len(batch)
+        if self.fence is not None and not self.fence():
+            self._fail(batch, "not the leader any more; nothing written")
+            return
         try:
             results = self._execute(batch)
+        except _OUTAGE as exc:
+            LOG.warning("NB unavailable: a batch of %d submissions not written (%s)", len(batch), exc)
+            self._fail(batch, f"NB unavailable: {exc}")
+            return
         except Exception as exc:
             if len(batch) == 1:
-                sub = batch[0]
-                sub.future.set_exception(NBWriteError(f"NB transaction for {sub.what or 'commands'} failed: {exc}"))
+                self._fail(batch, f"transaction failed: {exc}")
                 return
-            # isolate the bad submission(s): one transaction each
+            culprit = self._culprit(batch, exc)
+            if culprit is not None:
+                self._fail([culprit], f"transaction failed: {exc}")
+                self.submissions -= len(batch) - 1   # counted again below
+                self._commit([s for s in batch if s is not culprit])
+                return
+            # no command named: isolate the bad submission(s), one transaction each
             self.fallbacks += 1
             LOG.warning("NB batch of %d failed (%s); retrying each on its own", len(batch), exc)
-            for sub in batch:
+            for i, sub in enumerate(batch):
                 try:
                     sub.future.set_result(self._execute([sub])[0])
+                except _OUTAGE as exc1:
+                    self._fail(batch[i:], f"NB unavailable: {exc1}")
+                    return
                 except Exception as exc1:
                     LOG.warning("NB transaction for %s failed: %s", sub.what or "commands", exc1)
-                    sub.future.set_exception(
-                        NBWriteError(f"NB transaction for {sub.what or 'commands'} failed: {exc1}"))
+                    self._fail([sub], f"transaction failed: {exc1}")
             return
         if len(batch) > 1:
             LOG.debug("NB batch: %d submissions in one transaction", len(batch))

@@ -7,8 +7,10 @@ leader failover.  Packets are tested in test_controller_sandbox.py.
 """
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import signal
+import time
 
 import pytest
 
@@ -284,3 +286,24 @@ def test_churn_with_sigkill_restarts(cp):
     assert ips == addrs
     for name, ip in addrs.items():
         assert lsp(cp, names.pod_lsp_name("default", f"{name}")).addresses[0].endswith(" " + ip)
+
+
+def test_a_leader_that_loses_its_lease_stops_writing_and_exits(cp):
+    """Another holder takes the Lease (a partition healed the other way, a
+    replica that renewed first): the old leader must not campaign again in the
+    same process, nor commit anything after; it exits with status 1."""
+    make_pod(cp, "held")
+    allocated(cp, "held")
+    p = cp.controllers["c1"]
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    r.patch_merge(cp.kube, r.LEASES, names.CONTROLLER_NAME, {"spec": {
+        "holderIdentity": "intruder", "leaseDurationSeconds": 3600, "renewTime": now,
+        "acquireTime": now}}, names.CONTROLLER_LEASE_NAMESPACE)
+    assert p.wait(15) == 1
+    assert "leadership lost; exiting" in cp.log("c1")
+    ports_before = {row.name for row in cp.nb.rows_owned("Logical_Switch_Port", names.OWNER_KIND_POD)}
+    make_pod(cp, "orphan")                 # no leader: nobody may program it
+    time.sleep(1)   # a write would come within milliseconds; nothing is expected
+    assert {row.name for row in cp.nb.rows_owned("Logical_Switch_Port", names.OWNER_KIND_POD)} \
+        == ports_before
+    assert record(cp, "orphan") is None
