@@ -232,3 +232,38 @@ def test_nodes_route_only_subnets_the_controller_applied(stack):
         for name in ("overlap", "underlay", "fresh"):
             r.delete(api, r.SUBNETS, name)
     wait(lambda: "10.43.0.0/24" not in node_routes(sb, "node1"), "route removed with the subnet")
+
+
+def test_a_namespace_moved_to_another_subnet_keeps_its_running_pods(stack):
+    """Re-binding: the Subnets' `namespaces` edited so namespace rb moves from
+    rb-one to rb-two.  Running pods keep their addresses and keep talking; pods
+    created afterwards get addresses of rb-two."""
+    sb, api = stack
+    r.create(api, r.NAMESPACES, {"metadata": {"name": "rb", "labels": {names.LABEL_TENANT: "stack"}}})
+    for name, cidr, nss in (("rb-one", "10.44.0.0/24", ["rb"]), ("rb-two", "10.45.0.0/24", [])):
+        r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                  "metadata": {"name": name},
+                                  "spec": {"cidrBlock": cidr, "namespaces": nss}})
+    try:
+        add(sb, "rb/old", "node1")
+        add(sb, "rb/peer-old", "node3")
+        old = pod_ip(api, "rb", "old")
+        assert old.startswith("10.44.0.")
+        r.patch_merge(api, r.SUBNETS, "rb-one", {"spec": {"namespaces": []}})
+        r.patch_merge(api, r.SUBNETS, "rb-two", {"spec": {"namespaces": ["rb"]}})
+        deadline = time.monotonic() + 30
+        while not ((r.get(api, r.SUBNETS, "rb-two").get("status") or {}).get("cidrBlock")):
+            assert time.monotonic() < deadline, "rb-two not applied"
+            time.sleep(0.05)
+        add(sb, "rb/new", "node2")
+        new = pod_ip(api, "rb", "new")
+        assert new.startswith("10.45.0."), new
+        assert pod_ip(api, "rb", "old") == old
+        for src, dst in (("old", new), ("new", old), ("peer-old", old), ("old", pod_ip(api, "rb", "peer-old"))):
+            assert ping(sb, pod_netns(sb, "rb", src), dst), (src, dst)
+    finally:
+        from pacific.sandbox import cnipods as sandboxpods
+        for name in ("old", "peer-old", "new"):
+            sandboxpods.delete_pod(sb, "rb", name, api=api)
+        for name in ("rb-one", "rb-two"):
+            r.delete(api, r.SUBNETS, name)
