@@ -46,6 +46,19 @@ def _annotations(obj: dict | None) -> dict:
     return _meta(obj).get("annotations") or {}
 
 
+def _json_object(text, key: str) -> dict:
+    """The JSON object a record annotation holds; ContractError naming `key`."""
+    if not isinstance(text, str) or len(text) > MAX_RECORD:
+        raise ContractError(f"annotation {key} is not a record of at most {MAX_RECORD} bytes")
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise ContractError(f"annotation {key} is not JSON") from None
+    if not isinstance(raw, dict):
+        raise ContractError(f"annotation {key} is not a JSON object")
+    return raw
+
+
 def _mac(value, key: str) -> str:
     mac = value.lower() if isinstance(value, str) else ""
     if not _MAC.match(mac) or int(mac[:2], 16) & 1:
@@ -82,14 +95,7 @@ class PodRecord:
     @classmethod
     def parse(cls, text) -> "PodRecord":
         key = names.ANN_ALLOCATION
-        if not isinstance(text, str) or len(text) > MAX_RECORD:
-            raise ContractError(f"annotation {key} is not a record of at most {MAX_RECORD} bytes")
-        try:
-            raw = json.loads(text)
-        except ValueError:
-            raise ContractError(f"annotation {key} is not JSON") from None
-        if not isinstance(raw, dict):
-            raise ContractError(f"annotation {key} is not a JSON object")
+        raw = _json_object(text, key)
         fields = ("uid", "port", "ip", "mac", "cidr", "gateway", "subnet")
         unknown = sorted(set(raw) - set(fields))
         if unknown:
@@ -197,13 +203,8 @@ class QosRecord:
     @classmethod
     def parse(cls, text) -> "QosRecord":
         key = names.ANN_QOS
-        if not isinstance(text, str) or len(text) > MAX_RECORD:
-            raise ContractError(f"annotation {key} is not a record of at most {MAX_RECORD} bytes")
-        try:
-            raw = json.loads(text)
-        except ValueError:
-            raise ContractError(f"annotation {key} is not JSON") from None
-        if not isinstance(raw, dict) or set(raw) != {"uid", "ingress_kbps", "egress_kbps"}:
+        raw = _json_object(text, key)
+        if set(raw) != {"uid", "ingress_kbps", "egress_kbps"}:
             raise ContractError(f"annotation {key} must have exactly uid, ingress_kbps, egress_kbps")
         if not isinstance(raw["uid"], str) or not raw["uid"]:
             raise ContractError(f"annotation {key}: uid is not a string")

@@ -26,20 +26,9 @@ from types import SimpleNamespace
 from pacific.controller.config import Config
 from pacific.controller.core import Controller
 from pacific.kube import resources as r
+from pacific.sandbox.apiserver.patch import merge_patch   # RFC 7386, as the emulator
 
 _rv = itertools.count(1)
-
-
-def merge_patch(target, patch):
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = merge_patch(out.get(k), v)
-    return out
 
 
 class _Resp:
