@@ -123,13 +123,16 @@ class SubnetFeature(Feature):
         return self.ctl.cfg.default_subnet
 
     def namespace_binding(self) -> dict[str, str]:
-        """namespace -> its applied Subnet; computed once per change of the
-        Subnets or of what is applied, not per pod reconcile."""
+        """namespace -> its Subnet: applied, or not yet reconciled (a pod of the
+        namespace then waits for it instead of landing in the default Subnet
+        for good); refused ones never.  Computed once per change of the Subnets
+        or of what is applied or refused, not per pod reconcile."""
         with self._lock:
             if self._binding is not None:
                 return self._binding
-            applied, gen = set(self.applied), self._binding_gen
-        objs = [s for s in self.ctl.informer("subnets").list() if model.meta(s).get("name") in applied]
+            applied, refused, gen = set(self.applied), set(self.refused), self._binding_gen
+        objs = [s for s in self.ctl.informer("subnets").list()
+                if model.meta(s).get("name") in applied or model.meta(s).get("name") not in refused]
         binding = model.namespace_subnets(objs)
         with self._lock:
             if self._binding_gen == gen:   # nothing changed meanwhile
@@ -214,6 +217,8 @@ class SubnetFeature(Feature):
         with self._lock:
             kept = name in self.applied
             first = self.refused.get(name) != message
+            if name not in self.refused:
+                self._invalidate_binding()
             self.refused[name] = message
         if kept:
             message += " (the previously applied spec stays in effect)"

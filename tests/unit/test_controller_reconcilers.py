@@ -196,3 +196,18 @@ def test_a_subnet_cidr_or_gateway_change_is_refused_while_addresses_are_in_use(c
     drain(ctl)
     assert subnets.spec("blue").cidr == "10.19.0.0/24"
     assert r.get(ctl.kube, r.SUBNETS, "blue")["status"]["cidrBlock"] == "10.19.0.0/24"
+
+
+def test_a_pod_waits_for_its_namespaces_subnet_instead_of_taking_the_default(ctl):
+    """A Subnet created together with its namespace's first pod: the pod must
+    not land in the default Subnet because the new one is not applied yet."""
+    from pacific.controller.pod import SubnetPending
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "early"}})
+    ctl.kube.add(r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                             "metadata": {"name": "early-net"},
+                             "spec": {"cidrBlock": "10.30.0.0/24", "namespaces": ["early"]}})
+    ctl.kube.add(r.PODS, pod_body("first", ns="early"), "early")
+    with pytest.raises(SubnetPending):
+        ctl.feature("pod").reconcile("early/first")     # before the Subnet's reconcile
+    drain(ctl)
+    assert record(ctl, "first", "early").subnet == "early-net"
