@@ -123,8 +123,8 @@ def _matrix(sb, targets: list[tuple[str, str]]) -> int:
         print(f"{src:<{width}}" + "".join(cells), flush=True)
     print("\ncolumns: " + "  ".join(f"{i + 1}={name} ({ip})" for i, (name, ip) in enumerate(targets)))
     print("\ndemo-blue and demo-green are two tenants: their pods do not reach each other; "
-          "every node reaches every pod.  Join them with\n  kubectl label namespace demo-green "
-          f"{names.LABEL_TENANT}=demo-blue   (or: pacific tenant join demo-green --to demo-blue)")
+          "every node reaches every pod.  Join them with\n  .venv/bin/pacific tenant join "
+          f"demo-green --to demo-blue   (it sets the namespace label {names.LABEL_TENANT})")
     return failures
 
 
