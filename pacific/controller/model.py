@@ -166,6 +166,12 @@ def slim_pod(pod: dict) -> dict:
         out["spec"]["nodeName"] = _intern(spec["nodeName"])
     if spec.get("hostNetwork"):
         out["spec"]["hostNetwork"] = True
+    named = [{"name": _intern(p["name"]), "containerPort": p.get("containerPort"),
+              "protocol": _intern(p.get("protocol") or "TCP")}
+             for c in spec.get("containers") or [] for p in c.get("ports") or []
+             if isinstance(p, dict) and isinstance(p.get("name"), str)]
+    if named:   # NetworkPolicy resolves named ports on them
+        out["spec"]["containers"] = [{"ports": named}]
     phase = (pod.get("status") or {}).get("phase")
     if phase:
         out["status"] = {"phase": _intern(phase)}

@@ -1,0 +1,244 @@
+"""Kubernetes NetworkPolicy in OVN (semantics in policy_model.py).
+
+Per policy (key `namespace/name`), in ONE transaction:
+
+* port group `np_<hash>` (external_ids name the policy) with the ports of the
+  pods it selects, changed by add/remove mutations;
+* its ACLs, exactly: for each type it isolates a drop at PRIO_ACL_NP_DENY
+  (to-lport `outport == @pg && ip4`, from-lport `inport == @pg && ip4`), for
+  ingress an allow of the nodes (join CIDR: kubelet probes), and one
+  allow-related ACL per rule at PRIO_ACL_NP_ALLOW.  Several policies selecting
+  a pod add up: any allow (1001) beats every deny (1000); tenant isolation
+  (3000) stays above all of them.  ACL external_ids name the policy and the
+  rule (`pacific.io/rule`: "ingress/0", "egress/deny", ...) so a trace can
+  name what dropped a packet;
+* address sets `np_as_<hash>` of pod peers, shared by the policies of a
+  namespace that name the same peer (their addresses changed by mutation).
+
+A new pod joins the groups of the policies selecting it in the transaction that
+creates its port (`port_builders`), so it never sends or receives a packet a
+policy forbids.  Pod label, pod address and namespace label changes re-queue
+the policies (not Services: they do not touch policies).  Rows of policies
+gone are collected at resync.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+
+from ovsdbapp.backend.ovs_idl import idlutils
+
+from pacific import contract, names
+from pacific.controller import informers, model
+from pacific.controller.feature import Feature
+from pacific.controller.policy_model import (PodInfo, PolicyError, World, compile_policy,
+                                             selector_matches)
+from pacific.ovn import acl, ensure
+
+LOG = logging.getLogger(__name__)
+KIND_PEER = "NetworkPolicyPeer"
+
+
+def group_name(key: str) -> str:
+    return "np_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def policy_ids(key: str, **extra) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY, names.EXT_OWNER: key,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
+
+
+def pod_info(pod: dict) -> PodInfo | None:
+    rec = contract.own_record(pod)
+    if rec is None:
+        return None
+    m = model.meta(pod)
+    named = tuple((p.get("name"), p.get("containerPort"), p.get("protocol") or "TCP")
+                  for c in (pod.get("spec") or {}).get("containers") or []
+                  for p in c.get("ports") or [] if p.get("name"))
+    return PodInfo(m.get("namespace"), m.get("name"), dict(m.get("labels") or {}), rec.ip,
+                   rec.port, named)
+
+
+class PolicyFeature(Feature):
+    name = "policy"
+    informers = {"policies": informers.NETWORK_POLICIES, "pods": informers.PODS,
+                 "namespaces": informers.NAMESPACES}
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        self._lock = threading.Lock()
+        self._reported: dict[str, str] = {}
+
+    # -- wiring ----------------------------------------------------------------------
+    def handlers(self):
+        return {"policies": self._on_policy, "pods": self._on_pod, "namespaces": self._on_namespace}
+
+    @staticmethod
+    def _on_policy(old, new):
+        m = model.meta(new or old)
+        return (model.pod_key(m.get("namespace"), m.get("name")),)
+
+    def _all(self) -> list[str]:
+        return [model.pod_key(model.meta(p).get("namespace"), model.meta(p)["name"])
+                for p in self.ctl.informer("policies").list()]
+
+    def _on_pod(self, old, new):
+        if old is not None and new is not None and (
+                model.labels_of(old) == model.labels_of(new)
+                and contract.own_record(old) == contract.own_record(new)):
+            return ()
+        return self._all()
+
+    def _on_namespace(self, old, new):
+        if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):
+            return ()
+        return self._all()
+
+    def resync_keys(self):
+        keys = set(self._all())
+        for row in self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY):
+            keys.add(row.external_ids.get(names.EXT_OWNER))
+        keys.add("*")     # stale address sets
+        return [k for k in keys if k]
+
+    def _world(self) -> World:
+        pods = [i for i in (pod_info(p) for p in self.ctl.informer("pods").list()) if i is not None]
+        return World(pods, {model.meta(n)["name"]: model.labels_of(n)
+                            for n in self.ctl.informer("namespaces").list()})
+
+    # -- a new pod's port joins the groups of the policies selecting it ---------------
+    def port_builders(self, pod: dict, lsp: str) -> list:
+        m = model.meta(pod)
+        out = []
+        for pol in self.ctl.informer("policies").list():
+            pm = model.meta(pol)
+            if pm.get("namespace") != m.get("namespace"):
+                continue
+            sel = (pol.get("spec") or {}).get("podSelector")
+            if selector_matches({} if sel is None else sel, model.labels_of(pod)):
+                key = model.pod_key(pm["namespace"], pm["name"])
+                pg = group_name(key)
+                out += [lambda api, pg=pg, key=key: ensure.EnsurePortGroup(api, pg, policy_ids(key)),
+                        lambda api, pg=pg: ensure.PortGroupAddPorts(api, pg, [lsp])]
+        return out
+
+    # -- reconcile -------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        if key == "*":
+            self._collect_sets()
+            return
+        pol = self.ctl.informer("policies").get(key)
+        pg = group_name(key)
+        if pol is None:
+            if self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY, key):
+                self.ctl.writer.run([lambda api: ensure.DeletePortGroup(api, pg)],
+                                    what=f"NetworkPolicy {key} removed")
+                LOG.info("NetworkPolicy %s: removed", key)
+            return
+        try:
+            types, rules, ports = compile_policy(pol, self._world())
+        except PolicyError as exc:
+            self._report(pol, key, str(exc))
+            return
+        self._report(pol, key, None)
+        specs = self._acls(key, pg, types, rules)
+        changes = []
+        for name, ips in {n: ips for r_ in rules for n, ips in r_.address_sets}.items():
+            changes += self._set_builders(name, ips)
+        have, want = self._members(pg), set(ports)
+        if have is not None and want - have:
+            changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want - have)))
+        if have is not None and have - want:
+            changes.append(lambda api: ensure.PortGroupRemovePorts(api, pg, sorted(have - want)))
+        if have is None and want:
+            changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want)))
+        if not changes and have is not None and acl.acls_are(self.ctl.nb, pg, specs):
+            return     # the replica already holds exactly this
+        # ONE transaction: group, peers' sets, members and ACLs change together
+        self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, policy_ids(key)), *changes,
+                             lambda api: acl.EnsurePortGroupACLs(api, pg, specs)],
+                            what=f"NetworkPolicy {key}")
+        LOG.info("NetworkPolicy %s: %d pods, %s isolated, %d rules", key, len(want),
+                 "+".join(types) or "nothing", len(rules))
+
+    def _acls(self, key: str, pg: str, types: list[str], rules) -> list:
+        out = []
+        for t in types:
+            port = "outport" if t == "ingress" else "inport"
+            direction = "to-lport" if t == "ingress" else "from-lport"
+            out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_DENY, f"{port} == @{pg} && ip4",
+                                   "drop", name=f"np:{key}:{t}"[:63],
+                                   external_ids=policy_ids(key, **{names.EXT_RULE: f"{t}/deny"})))
+            if t == "ingress":    # the nodes (kubelet probes) always reach their pods
+                out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_ALLOW,
+                                       f"outport == @{pg} && ip4 && ip4.src == {self.ctl.cfg.join_cidr}",
+                                       "allow-related", name=f"np:{key}:nodes"[:63],
+                                       external_ids=policy_ids(key, **{names.EXT_RULE: "ingress/nodes"})))
+        for r_ in rules:
+            port = "outport" if r_.direction == "ingress" else "inport"
+            match = f"{port} == @{pg} && ip4" + (f" && {r_.match}" if r_.match else "")
+            out.append(acl.AclSpec("to-lport" if r_.direction == "ingress" else "from-lport",
+                                   names.PRIO_ACL_NP_ALLOW, match, "allow-related",
+                                   name=f"np:{key}:{r_.direction}/{r_.index}"[:63],
+                                   external_ids=policy_ids(key, **{names.EXT_RULE: f"{r_.direction}/{r_.index}"})))
+        return out
+
+    def _set_builders(self, name: str, ips: frozenset) -> list:
+        """Commands making address set `name` hold `ips`; [] if it already does."""
+        have = self._addresses(name)
+        if have == set(ips):
+            return []
+        ids = {names.EXT_OWNER_KIND: KIND_PEER, names.EXT_OWNER: name,
+               names.EXT_CREATED_BY: names.CONTROLLER_NAME}
+        have = have or set()
+        out = [lambda api: ensure.EnsureAddressSet(api, name, ids)]
+        if ips - have:
+            out.append(lambda api: ensure.AddressSetAddAddresses(api, name, sorted(ips - have)))
+        if have - ips:
+            out.append(lambda api: ensure.AddressSetRemoveAddresses(api, name, sorted(have - ips)))
+        return out
+
+    def _collect_sets(self) -> None:
+        world = self._world()
+        used = set()
+        for pol in self.ctl.informer("policies").list():
+            try:
+                _, rules, _ = compile_policy(pol, world)
+            except PolicyError:
+                continue
+            used |= {n for r_ in rules for n, _ in r_.address_sets}
+        stale = [row.name for row in self.ctl.nb.rows_owned(ensure.AS, KIND_PEER) if row.name not in used]
+        if stale:
+            self.ctl.writer.run([lambda api, n=n: ensure.DeleteAddressSet(api, n) for n in stale],
+                                what="stale NetworkPolicy address sets")
+
+    # -- replica reads ---------------------------------------------------------------------
+    def _members(self, pg: str) -> set[str] | None:
+        """Ports of port group `pg` in the replica; None if there is no such group."""
+        nb = self.ctl.nb
+        with nb.ovsdb_connection.lock:
+            try:
+                return {p.name for p in nb.lookup(ensure.PG, pg).ports}
+            except idlutils.RowNotFound:
+                return None
+
+    def _addresses(self, name: str) -> set[str] | None:
+        nb = self.ctl.nb
+        with nb.ovsdb_connection.lock:
+            try:
+                return set(nb.lookup(ensure.AS, name).addresses)
+            except idlutils.RowNotFound:
+                return None
+
+    def _report(self, pol: dict, key: str, problem: str | None) -> None:
+        with self._lock:
+            if problem is None or self._reported.get(key) == problem:
+                if problem is None:
+                    self._reported.pop(key, None)
+                return
+            self._reported[key] = problem
+        msg = f"NetworkPolicy {key} not applied: {problem}"
+        LOG.warning("%s", msg)
+        self.ctl.event(pol, "InvalidNetworkPolicy", msg)

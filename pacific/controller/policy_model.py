@@ -1,0 +1,203 @@
+"""NetworkPolicy semantics (networking.k8s.io/v1), pure: selectors, policy
+types, peers and ports -> OVN ACL matches.  No I/O; unit-tested.
+
+A policy compiles against a `World` (the pods with addresses, their labels and
+named container ports, and the namespaces' labels) into `Rule`s: one per
+ingress/egress rule, each an OVN match on the policy's port group plus the
+peers' addresses (address sets, ipBlocks) and ports.  Semantics:
+
+* policyTypes default: Ingress, plus Egress when the policy has egress rules;
+* a type with no rules isolates and allows nothing (deny all);
+* a rule with no peers allows every source/destination; no ports: every port;
+* a peer with podSelector only: pods of the policy's namespace; with
+  namespaceSelector only: every pod of the matching namespaces; both: pods
+  matching podSelector in the matching namespaces (AND); separate peers OR;
+* ipBlock: the CIDR minus its excepts;
+* ports by number, range (endPort) or name; a named port resolves on the
+  DESTINATION pods (ingress: the selected pods; egress: the peer pods, or every
+  pod when the rule has no pod peers) and a name that resolves to nothing
+  matches nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+from dataclasses import dataclass, field
+
+PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
+
+
+class PolicyError(ValueError):
+    """A policy field Pacific cannot apply; str() names it."""
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    namespace: str
+    name: str
+    labels: dict
+    ip: str
+    port: str                          # its logical switch port
+    named_ports: tuple = ()            # ((name, number, protocol), ...)
+
+
+@dataclass
+class World:
+    pods: list[PodInfo]
+    namespace_labels: dict[str, dict]
+
+
+@dataclass(frozen=True)
+class Rule:
+    direction: str          # "ingress" | "egress"
+    index: int              # rule index in the policy ("ingress/0"); -1: the deny
+    match: str              # the part after "outport == @pg && ip4" (or inport)
+    address_sets: tuple = ()    # ((name, frozenset of IPs), ...) the match refers to
+
+
+def selector_matches(sel: dict | None, labels: dict) -> bool:
+    """LabelSelector semantics; an empty selector matches everything."""
+    if sel is None:
+        return False
+    for k, v in (sel.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise PolicyError(f"matchExpressions operator {op!r} is not one of In, NotIn, "
+                              "Exists, DoesNotExist")
+    return True
+
+
+def policy_types(spec: dict) -> list[str]:
+    types = spec.get("policyTypes")
+    if types:
+        bad = [t for t in types if t not in ("Ingress", "Egress")]
+        if bad:
+            raise PolicyError(f"policyTypes {bad} are not Ingress or Egress")
+        return list(dict.fromkeys(types))
+    return ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
+
+
+def selected(spec: dict, namespace: str, world: World) -> list[PodInfo]:
+    sel = spec.get("podSelector")
+    sel = {} if sel is None else sel
+    return [p for p in world.pods if p.namespace == namespace and selector_matches(sel, p.labels)]
+
+
+def _peer_pods(peer: dict, namespace: str, world: World) -> list[PodInfo]:
+    pod_sel, ns_sel = peer.get("podSelector"), peer.get("namespaceSelector")
+    out = []
+    for p in world.pods:
+        if ns_sel is None:
+            in_ns = p.namespace == namespace
+        else:
+            in_ns = selector_matches(ns_sel, world.namespace_labels.get(p.namespace, {}))
+        if in_ns and selector_matches({} if pod_sel is None else pod_sel, p.labels):
+            out.append(p)
+    return out
+
+
+def set_name(namespace: str, peer: dict) -> str:
+    """Address set of a pod peer: shared by every policy (of that namespace)
+    naming the same peer, as its content is the same."""
+    canon = json.dumps({"ns": namespace, "peer": {k: peer.get(k) for k in ("podSelector", "namespaceSelector")}},
+                       sort_keys=True)
+    return "np_as_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def _ip_block(block: dict, field_: str) -> str:
+    try:
+        net = ipaddress.ip_network(block.get("cidr", ""), strict=False)
+        excepts = [ipaddress.ip_network(e, strict=False) for e in block.get("except") or []]
+    except ValueError as e:
+        raise PolicyError(f"ipBlock {block!r}: {e}") from None
+    if net.version != 4:
+        return ""      # IPv4 pod network: an IPv6 block matches nothing here
+    part = f"{field_} == {net}"
+    if excepts:
+        part += f" && {field_} != {{{', '.join(str(e) for e in excepts)}}}"
+    return f"({part})"
+
+
+def _port_clauses(ports: list[dict], destinations: list[PodInfo], dst_field: str) -> list[str] | None:
+    """OR-able clauses for a rule's ports; None = every port.  [] = nothing."""
+    if not ports:
+        return None
+    out = []
+    for p in ports:
+        proto = PROTOCOLS.get((p.get("protocol") or "TCP").upper())
+        if proto is None:
+            raise PolicyError(f"ports protocol {p.get('protocol')!r} is not TCP, UDP or SCTP")
+        port = p.get("port")
+        if port is None:
+            out.append(proto)
+        elif isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
+            n = int(port)
+            end = p.get("endPort")
+            out.append(f"{proto}.dst >= {n} && {proto}.dst <= {int(end)}" if end
+                       else f"{proto}.dst == {n}")
+        else:   # a named port: resolved on each destination pod
+            by_number: dict[int, list[str]] = {}
+            for d in destinations:
+                for name, number, pproto in d.named_ports:
+                    if name == port and PROTOCOLS.get(pproto.upper()) == proto:
+                        by_number.setdefault(number, []).append(d.ip)
+            for number, ips in sorted(by_number.items()):
+                out.append(f"{dst_field} == {{{', '.join(sorted(set(ips)))}}} && {proto}.dst == {number}")
+    return out
+
+
+def compile_policy(obj: dict, world: World) -> tuple[list[str], list[Rule], list[str]]:
+    """(types it isolates, allow rules, selected ports) of one policy."""
+    meta = obj.get("metadata") or {}
+    ns, spec = meta.get("namespace", ""), obj.get("spec") or {}
+    types = policy_types(spec)
+    pods = selected(spec, ns, world)
+    rules: list[Rule] = []
+    for direction, key, peers_key, addr_field in (("ingress", "ingress", "from", "ip4.src"),
+                                                  ("egress", "egress", "to", "ip4.dst")):
+        if direction.capitalize() not in types:
+            continue
+        for i, rule in enumerate(spec.get(key) or []):
+            peers = rule.get(peers_key) or []
+            sources, sets, peer_pods, pod_peers = [], [], [], False
+            for peer in peers:
+                if "ipBlock" in peer:
+                    clause = _ip_block(peer["ipBlock"], addr_field)
+                    if clause:
+                        sources.append(clause)
+                    continue
+                pod_peers = True
+                members = _peer_pods(peer, ns, world)
+                peer_pods += members
+                name = set_name(ns, peer)
+                sets.append((name, frozenset(p.ip for p in members)))
+                sources.append(f"{addr_field} == ${name}")
+            if peers and not sources:
+                continue          # peers that can match nothing (IPv6 blocks only)
+            if direction == "ingress":
+                destinations = pods
+            else:
+                destinations = peer_pods if pod_peers else world.pods
+            ports = _port_clauses(rule.get("ports") or [], destinations,
+                                  "ip4.dst" if direction == "ingress" else addr_field)
+            if ports == []:
+                continue          # named ports resolving to nothing: match nothing
+            parts = []
+            if sources:
+                parts.append("(" + " || ".join(sources) + ")")
+            if ports:
+                parts.append("(" + " || ".join(f"({c})" for c in ports) + ")")
+            rules.append(Rule(direction, i, " && ".join(parts), tuple(sets)))
+    return [t.lower() for t in types], rules, sorted(p.port for p in pods)

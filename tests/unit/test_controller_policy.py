@@ -1,0 +1,136 @@
+"""NetworkPolicy semantics -> OVN matches (controller/policy_model.py), and the
+feature on the fake API (controller_fakes.py)."""
+from __future__ import annotations
+
+import pytest
+
+from controller_fakes import drain, make_controller
+from pacific import names
+from pacific.controller import policy
+from pacific.controller.policy_model import (PodInfo, PolicyError, World, compile_policy,
+                                             policy_types, selector_matches, set_name)
+from pacific.kube import resources as r
+from pacific.ovn import acl, ensure
+
+
+def world():
+    pods = [PodInfo("x", "a", {"pod": "a"}, "10.16.0.2", "pod:x/a", (("http", 80, "TCP"),)),
+            PodInfo("x", "b", {"pod": "b"}, "10.16.0.3", "pod:x/b", (("http", 8080, "TCP"),)),
+            PodInfo("y", "a", {"pod": "a"}, "10.16.0.4", "pod:y/a", ()),
+            PodInfo("z", "c", {"pod": "c"}, "10.16.0.5", "pod:z/c", (("dns", 53, "UDP"),))]
+    return World(pods, {"x": {"ns": "x"}, "y": {"ns": "y"}, "z": {"ns": "z"}})
+
+
+def np(spec, ns="x", name="p"):
+    return {"metadata": {"namespace": ns, "name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize("sel,labels,want", [
+    ({}, {"a": "1"}, True),
+    ({"matchLabels": {"a": "1"}}, {"a": "1", "b": "2"}, True),
+    ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {"a": ""}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"a": ""}, False),
+])
+def test_selectors(sel, labels, want):
+    assert selector_matches(sel, labels) is want
+
+
+def test_policy_types_default_and_bad():
+    assert policy_types({}) == ["Ingress"]
+    assert policy_types({"egress": [{}]}) == ["Ingress", "Egress"]
+    assert policy_types({"policyTypes": ["Egress"]}) == ["Egress"]
+    with pytest.raises(PolicyError, match="Sideways"):
+        policy_types({"policyTypes": ["Sideways"]})
+
+
+def test_deny_all_selects_the_namespace_and_allows_nothing():
+    types, rules, ports = compile_policy(np({"podSelector": {}}), world())
+    assert types == ["ingress"] and rules == [] and ports == ["pod:x/a", "pod:x/b"]
+
+
+def test_peers_and_ports():
+    spec = {"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{
+        "from": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}},
+                 {"podSelector": {"matchLabels": {"pod": "b"}}},
+                 {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.16.0.0/16"]}}],
+        "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "UDP", "port": 53, "endPort": 60}]}]}
+    types, (rule,), ports = compile_policy(np(spec), world())
+    assert ports == ["pod:x/a"] and rule.direction == "ingress" and rule.index == 0
+    sets = dict(rule.address_sets)
+    assert sets[set_name("x", {"namespaceSelector": {"matchLabels": {"ns": "y"}}})] == {"10.16.0.4"}
+    assert sets[set_name("x", {"podSelector": {"matchLabels": {"pod": "b"}}})] == {"10.16.0.3"}
+    assert "(ip4.src == 10.0.0.0/8 && ip4.src != {10.16.0.0/16})" in rule.match
+    assert "(tcp.dst == 80)" in rule.match and "(udp.dst >= 53 && udp.dst <= 60)" in rule.match
+
+
+def test_namespace_and_pod_selector_in_one_peer_is_an_and():
+    spec = {"podSelector": {}, "ingress": [{"from": [{
+        "namespaceSelector": {}, "podSelector": {"matchLabels": {"pod": "a"}}}]}]}
+    _, (rule,), _ = compile_policy(np(spec), world())
+    (ips,) = dict(rule.address_sets).values()
+    assert ips == {"10.16.0.2", "10.16.0.4"}     # pod=a in every namespace
+
+
+def test_named_ports_resolve_on_the_destination_pods():
+    ingress = {"podSelector": {}, "ingress": [{"ports": [{"port": "http"}]}]}
+    _, (rule,), _ = compile_policy(np(ingress), world())
+    assert "ip4.dst == {10.16.0.2} && tcp.dst == 80" in rule.match
+    assert "ip4.dst == {10.16.0.3} && tcp.dst == 8080" in rule.match
+    egress = {"podSelector": {}, "policyTypes": ["Egress"],
+              "egress": [{"to": [{"namespaceSelector": {}}], "ports": [{"protocol": "UDP", "port": "dns"}]}]}
+    _, (rule,), _ = compile_policy(np(egress), world())
+    assert "ip4.dst == {10.16.0.5} && udp.dst == 53" in rule.match
+    nothing = {"podSelector": {}, "ingress": [{"ports": [{"port": "nope"}]}]}
+    assert compile_policy(np(nothing), world())[1] == []      # resolves to nothing: no allow
+
+
+def test_bad_protocol_is_named():
+    with pytest.raises(PolicyError, match="ICMP"):
+        compile_policy(np({"podSelector": {}, "ingress": [{"ports": [{"protocol": "ICMP"}]}]}), world())
+
+
+# --- the feature ---------------------------------------------------------------------
+
+def pod_body(name, ns, labels):
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels},
+            "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "pause"}]}}
+
+
+def test_feature_writes_group_members_sets_and_acls_in_one_transaction():
+    ctl = make_controller()
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "x", "labels": {"ns": "x"}}})
+    ctl.kube.add(r.PODS, pod_body("a", "x", {"pod": "a"}), "x")
+    ctl.kube.add(r.PODS, pod_body("b", "x", {"pod": "b"}), "x")
+    drain(ctl)
+    ctl.kube.add(r.NETWORKPOLICIES, {"metadata": {"name": "only-b", "namespace": "x"}, "spec": {
+        "podSelector": {"matchLabels": {"pod": "a"}},
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}}, "x")
+    drain(ctl)
+    (cmds,) = [c for w, c in ctl.writer.writes if w == "NetworkPolicy x/only-b"]
+    pg = policy.group_name("x/only-b")
+    added = [c for c in cmds if isinstance(c, ensure.PortGroupAddPorts)]
+    assert added[0].name == pg and added[0].members == [names.pod_lsp_name("x", "a")]
+    (acls,) = [c for c in cmds if isinstance(c, acl.EnsureACLs)]
+    rules = {s.external_ids[names.EXT_RULE]: s for s in acls.specs}
+    assert set(rules) == {"ingress/deny", "ingress/nodes", "ingress/0"}
+    assert rules["ingress/deny"].priority == names.PRIO_ACL_NP_DENY < rules["ingress/0"].priority
+    assert rules["ingress/0"].action == "allow-related"
+    assert rules["ingress/0"].external_ids[names.EXT_OWNER] == "x/only-b"
+    # a new pod the policy selects joins its group in its port's own transaction
+    ctl.kube.add(r.PODS, pod_body("a2", "x", {"pod": "a"}), "x")
+    drain(ctl)
+    port = names.pod_lsp_name("x", "a2")
+    first = [c for w, c in ctl.writer.writes if w == f"pod port {port}"][0]
+    assert any(isinstance(c, ensure.PortGroupAddPorts) and c.name == pg and c.members == [port]
+               for c in first)
+    # the policy gone: its group goes
+    r.delete(ctl.kube, r.NETWORKPOLICIES, "only-b", "x")
+    ctl.nb.owned.append(type("Row", (), {"table": ensure.PG, "name": pg, "external_ids": {
+        names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY, names.EXT_OWNER: "x/only-b"}})())
+    drain(ctl)
+    assert any(isinstance(c, ensure.DeletePortGroup) and c.name == pg
+               for _, cs in ctl.writer.writes for c in cs)
