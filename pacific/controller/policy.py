@@ -5,7 +5,9 @@ Per policy (key `namespace/name`), in ONE transaction:
 * port group `np_<hash>` (external_ids name the policy) with the ports of the
   pods it selects, changed by add/remove mutations;
 * its ACLs, exactly: for each type it isolates a drop at PRIO_ACL_NP_DENY
-  (to-lport `outport == @pg && ip4`, from-lport `inport == @pg && ip4`), for
+  (to-lport `outport == @pg && ip4`, from-lport `inport == @pg && ip4`), for an
+  egress-isolated pod an allow-related just below it on to-lport that commits
+  connections into the pod (so their replies pass the egress drop), for
   ingress an allow of the nodes (join CIDR: kubelet probes), and one
   allow-related ACL per rule at PRIO_ACL_NP_ALLOW.  Several policies selecting
   a pod add up: any allow (1001) beats every deny (1000); tenant isolation
@@ -171,6 +173,15 @@ class PolicyFeature(Feature):
             out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_DENY, f"{port} == @{pg} && ip4",
                                    "drop", name=f"np:{key}:{t}"[:63],
                                    external_ids=policy_ids(key, **{names.EXT_RULE: f"{t}/deny"})))
+            if t == "egress":
+                # connections INTO the pod are committed to conntrack, so their
+                # replies pass the egress drop (OVN lets established replies by
+                # only for connections an allow-related ACL committed; the
+                # ingress side needs none: OVN commits from-lport traffic itself)
+                out.append(acl.AclSpec("to-lport", names.PRIO_ACL_NP_DENY - 1,
+                                       f"outport == @{pg} && ip4", "allow-related",
+                                       name=f"np:{key}:egress-replies"[:63],
+                                       external_ids=policy_ids(key, **{names.EXT_RULE: "egress/replies"})))
             if t == "ingress":    # the nodes (kubelet probes) always reach their pods
                 out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_ALLOW,
                                        f"outport == @{pg} && ip4 && ip4.src == {self.ctl.cfg.join_cidr}",

@@ -73,7 +73,8 @@ def load(sb, namespace: str, name: str) -> SandboxPod | None:
 
 def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None = None,
             labels: dict | None = None, api=None, timeout: float = 120.0,
-            owner_references: list | None = None) -> SandboxPod:
+            owner_references: list | None = None,
+            container_ports: list | None = None) -> SandboxPod:
     """Create the Pod, its netns, and run CNI ADD on `node`; then report the pod
     Running with its IP in status, as the node's kubelet would.  On failure nothing
     is left behind (DEL is run, the netns and the Pod object are removed)."""
@@ -93,7 +94,8 @@ def add_pod(sb, namespace: str, name: str, node: str, annotations: dict | None =
                          "labels": dict(labels or {}), "annotations": dict(annotations or {}),
                          "ownerReferences": list(owner_references or [])},
             "spec": {"nodeName": nd.name,
-                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9"}]}}
+                     "containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9",
+                                     **({"ports": list(container_ports)} if container_ports else {})}]}}
     if kr.get(api, kr.NAMESPACES, namespace) is None:
         try:
             kr.create(api, kr.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",

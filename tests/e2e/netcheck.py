@@ -4,6 +4,7 @@
     python3 netcheck.py probe tcp|udp IP PORT [TIMEOUT]   # exit 0 iff the echo came back
 
 Stdlib only (it runs under `ip netns exec`), one process per probe."""
+import random
 import socket
 import sys
 import threading
@@ -38,10 +39,19 @@ def serve(port: int) -> None:
 
 
 def probe(proto: str, ip: str, port: int, timeout: float) -> bool:
+    """One exchange from a random source port: a 5-tuple used again within the
+    conntrack timeout would find the verdict of an earlier policy (OVN keeps
+    dropping replies of a connection it marked blocked until it expires)."""
     msg = b"pacific-probe"
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
     with socket.socket(socket.AF_INET, kind) as s:
         s.settimeout(timeout)
+        for _ in range(20):
+            try:
+                s.bind(("0.0.0.0", random.randint(20000, 60999)))
+                break
+            except OSError:
+                continue
         try:
             if proto == "tcp":
                 s.connect((ip, port))
