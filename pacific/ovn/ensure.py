@@ -553,19 +553,7 @@ class DeleteAddressSet(_DeleteNamed):
     TABLE = AS
 
 
-class DeleteSwitch(Command):
+class DeleteSwitch(_DeleteNamed):
     """Delete a switch (OVSDB garbage-collects its ports) if it exists."""
 
-    def __init__(self, api, name: str):
-        super().__init__(api)
-        self.name = name
-
-    def describe(self):
-        return self.name
-
-    def run_idl(self, txn):
-        row = find(self.api, txn, LS, self.name)
-        if row is None:
-            return
-        row.delete()
-        self.result = True
+    TABLE = LS
