@@ -6,14 +6,19 @@ PY := .venv/bin/python
 APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2 nftables iptables \
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl
 
-.PHONY: setup system demo test test-unit test-e2e bench down clean
+.PHONY: setup system kubernetes demo test test-unit test-e2e bench down clean
 
-setup: system .venv/.installed
+setup: system .venv/.installed kubernetes
+
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl v1.20.2
+# built offline from Debian's source package, etcd from Debian: once per machine
+# (cached under /var/cache/pacific/kubernetes; about 4 minutes the first time)
+kubernetes:
+	@hack/build-kubernetes.sh
 
 system:
 	@missing=""; for p in $(APT_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; done; \
-	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "setup: installing Debian packages:$$missing"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \

@@ -76,7 +76,7 @@ OWNER_KIND_CLUSTER = "Cluster"
 
 # --- Controller (pacific-controller) -------------------------------------------
 CONTROLLER_NAME = "pacific-controller"            # Event source, created-by, lease name
-CONTROLLER_LEASE_NAMESPACE = "kube-system"
+CONTROLLER_LEASE_NAMESPACE = "pacific-system"   # where deploy/ grants the Lease (Role pacific-controller-leader)
 SUBNET_FINALIZER = "pacific.io/subnet-protection"  # refuses delete while addresses are in use
 OWNER_KIND_STATEFULSET = "StatefulSet"             # IP objects kept across pod re-creation
 
@@ -149,8 +149,12 @@ KUBE_API_PORT = 6443
 CONTROLLER_METRICS_PORT = 9476   # /metrics /healthz /readyz of pacific-controller (pacific/metrics.py)
 NODE_METRICS_PORT = 9477         # ... of pacific-node
 SANDBOX_KUBECONFIG = "kubeconfig"                   # <sandbox dir>/kubeconfig: root netns, 127.0.0.1
-SANDBOX_KUBECONFIG_UNDERLAY = "kubeconfig-underlay"  # for processes in node netns (central_ip:6443)
-SANDBOX_APISERVER_TAG = "apiserver"                 # Sandbox.spawn tag of the API emulator
+SANDBOX_KUBECONFIG_UNDERLAY = "kubeconfig-underlay"  # pacific-node's ServiceAccount, central_ip:6443
+SANDBOX_KUBECONFIG_CONTROLLER = "kubeconfig-controller"  # pacific-controller's ServiceAccount
+SANDBOX_APISERVER_TAG = "kube-apiserver"            # Sandbox.spawn tag of the real API server
+SANDBOX_FORWARD_TAG = "kube-forward"               # carries node netns requests to the API server
+KUBE_BIN_ENV = "PACIFIC_KUBE_BIN"                  # overrides where the Kubernetes binaries are
+PACIFIC_NAMESPACE = "pacific-system"               # deploy/: Pacific's own namespace
 
 
 def sandbox_node_name(index: int) -> str:

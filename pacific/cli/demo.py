@@ -131,7 +131,7 @@ def _matrix(sb, targets: list[tuple[str, str]]) -> int:
 @errors_to_exit
 def run(args) -> int:
     from pacific.kube import client
-    from pacific.sandbox.apiserver import kubeconfig_path
+    from pacific.sandbox.k8s.sandbox import kubeconfig_path
     from pacific.sandbox.cluster import Sandbox
     t0 = time.monotonic()
     sb = Sandbox(args.name, nodes=None if os.path.isdir(os.path.join(

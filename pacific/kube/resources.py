@@ -80,8 +80,25 @@ NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", True,
                            "NetworkPolicy")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,
                 "CustomResourceDefinition")
+SECRETS = Resource("", "v1", "secrets", True, "Secret")
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", True, "ServiceAccount")
+DEPLOYMENTS = Resource("apps", "v1", "deployments", True, "Deployment")
+REPLICASETS = Resource("apps", "v1", "replicasets", True, "ReplicaSet")
+CLUSTERROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles", False, "ClusterRole")
+CLUSTERROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", False,
+                               "ClusterRoleBinding")
+ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", True, "Role")
+ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding")
 SUBNETS = Resource(names.GROUP, names.VERSION, names.SUBNET_PLURAL, False, "Subnet")
 IPS = Resource(names.GROUP, names.VERSION, names.IP_PLURAL, False, "IP")
+
+
+def for_kind(api_version: str, kind: str) -> Resource:
+    """The Resource of a kind this module knows (ValueError otherwise)."""
+    for v in list(globals().values()):
+        if isinstance(v, Resource) and v.kind == kind and v.api_version == api_version:
+            return v
+    raise ValueError(f"unknown resource kind {api_version} {kind}")
 
 
 def object_key(obj: dict) -> str:
@@ -192,13 +209,17 @@ def patch_merge(api: Any, res: Resource, name: str, patch: dict,
 
 
 def delete(api: Any, res: Resource, name: str, namespace: str | None = None,
-           uid: str | None = None) -> bool:
+           uid: str | None = None, grace_period: int | None = None) -> bool:
     """Delete; False if it was already gone.  With uid, only that incarnation
-    is deleted (errors.Conflict if the name now belongs to another object)."""
+    is deleted (errors.Conflict if the name now belongs to another object);
+    grace_period=0 removes a pod at once (what a kubelet does once it stopped it)."""
     body = None
-    if uid:
-        body = {"kind": "DeleteOptions", "apiVersion": "v1",
-                "preconditions": {"uid": uid}}
+    if uid or grace_period is not None:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if grace_period is not None:
+            body["gracePeriodSeconds"] = grace_period
     try:
         request(api, "DELETE", res.path(namespace, name), body=body)
     except errors.NotFound:

@@ -15,6 +15,7 @@ Each replica serves /metrics, /healthz, /readyz on its own free 127.0.0.1 port
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 import time
@@ -105,7 +106,11 @@ def wait_for_leader(kubeconfig: str, timeout: float = 60.0) -> str:
 
 
 def service(sandbox) -> None:
-    """Sandbox service hook entry (after the API emulator, before the node daemons):
-    two replicas on the sandbox's root-namespace kubeconfig."""
-    from pacific.sandbox.apiserver import kubeconfig_path
+    """Sandbox service hook entry (after the control plane, before the node daemons):
+    two replicas with pacific-controller's ServiceAccount token."""
     start_for_sandbox(sandbox, kubeconfig_path(sandbox), replicas=2)
+
+
+def kubeconfig_path(sandbox) -> str:
+    """pacific-controller's kubeconfig (its ServiceAccount; root namespace)."""
+    return os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG_CONTROLLER)

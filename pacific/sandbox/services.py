@@ -4,8 +4,9 @@
 the network is ready (chassis registered, tunnels warm).  Each callable receives
 the sandbox and should start its daemon with `sandbox.spawn(tag, argv, netns=...)`
 (so `down()` stops it) and wait until it answers.  The default stack, in
-order: the Kubernetes API emulator, the Node objects (what kubelets would
-register), two leader-elected controller replicas, one pacific-node per node.
+order: the real Kubernetes control plane (pacific.sandbox.k8s), deploy/'s
+ServiceAccounts and RBAC, a pod runner per node (it registers the Node, as a
+kubelet would), two leader-elected controller replicas, one pacific-node per node.
 Every starter is idempotent: a daemon that already runs is left alone.
 
 Tests that want the bare network pass `services=()`.
@@ -21,37 +22,22 @@ if TYPE_CHECKING:
     from pacific.sandbox.cluster import Sandbox
 
 
-def apiserver(sb: "Sandbox") -> None:
-    from pacific.sandbox.apiserver import sandbox as api_launch
-    if sb.daemon_pid(names.SANDBOX_APISERVER_TAG) is None:
-        api_launch.start_for_sandbox(sb)
+def kube_control_plane(sb: "Sandbox") -> None:
+    """etcd, kube-apiserver, kube-controller-manager, kube-scheduler (all idempotent)."""
+    from pacific.sandbox.k8s import sandbox as k8s
+    k8s.control_plane(sb)
 
 
-def register_nodes(sb: "Sandbox") -> None:
-    """Create a Node object per sandbox node and report it Ready, as its kubelet would."""
-    import time
+def pacific_credentials(sb: "Sandbox") -> None:
+    """deploy/'s ServiceAccounts and RBAC; kubeconfigs with their tokens."""
+    from pacific.sandbox.k8s import sandbox as k8s
+    k8s.credentials(sb)
 
-    from pacific.kube import client, errors
-    from pacific.kube import resources as r
-    from pacific.sandbox.apiserver import kubeconfig_path
-    api = client.load(kubeconfig_path(sb))
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for n in sb.nodes:
-        try:
-            r.create(api, r.NODES, {"metadata": {
-                "name": n.name, "labels": {"kubernetes.io/hostname": n.name,
-                                           "kubernetes.io/os": "linux"}}})
-        except errors.AlreadyExists:
-            pass
-        r.patch_merge(api, r.NODES, n.name, {"status": {
-            "addresses": [{"type": "InternalIP", "address": n.underlay_ip},
-                          {"type": "Hostname", "address": n.name}],
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "message": "sandbox node is up", "lastHeartbeatTime": now,
-                            "lastTransitionTime": now}],
-            "nodeInfo": {"kubeletVersion": "v1.32.0-pacific-sandbox", "operatingSystem": "linux",
-                         "architecture": "amd64", "containerRuntimeVersion": "pacific-sandbox"}}},
-            subresource="status")
+
+def pod_runners(sb: "Sandbox") -> None:
+    """One pod runner per node (registers the Node, as its kubelet would)."""
+    from pacific.sandbox.k8s import sandbox as k8s
+    k8s.pod_runners(sb)
 
 
 def controllers(sb: "Sandbox") -> None:
@@ -70,4 +56,4 @@ def node_daemons(sb: "Sandbox") -> None:
 
 
 DEFAULT_SERVICES: list[Callable[["Sandbox"], None]] = [
-    apiserver, register_nodes, controllers, node_daemons]
+    kube_control_plane, pacific_credentials, pod_runners, controllers, node_daemons]

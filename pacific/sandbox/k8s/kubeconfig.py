@@ -1,4 +1,4 @@
-"""kubeconfig files for clients of the emulator (kubectl, the official client)."""
+"""kubeconfig files for the sandbox's clients (kubectl, the official client, Pacific)."""
 import os
 
 import yaml

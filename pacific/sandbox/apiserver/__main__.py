@@ -1,5 +1,0 @@
-import sys
-
-from pacific.sandbox.apiserver.main import main
-
-sys.exit(main())
