@@ -44,7 +44,8 @@ from pacific.kube import resources as kr
 from pacific.sandbox import nodedaemons as launch
 from pacific.ovn.base import Owner
 from pacific.ovn.nb import NorthboundAPI
-from pacific.sandbox.apiserver import kubeconfig_path, start_for_sandbox
+from pacific.sandbox import services
+from pacific.sandbox.k8s.sandbox import kubeconfig_path
 from pacific.sandbox.cluster import Sandbox
 
 REF_BIN = "/usr/lib/cni"
@@ -120,7 +121,7 @@ class Bench:
         for name, ns_name, _ in pods:
             subprocess.run(["ip", "netns", "del", ns_name], check=False)
             if allocate:
-                kr.delete(self.api, kr.PODS, name, namespace="bench")
+                kr.delete(self.api, kr.PODS, name, namespace="bench", grace_period=0)
                 self.nb.commit(self.nb.lsp_del(names.pod_lsp_name("bench", name),
                                                if_exists=True))
 
@@ -215,8 +216,8 @@ def main() -> int:
     tmp = tempfile.mkdtemp(prefix="bench-cni-")
     try:
         sb.down()  # the bench's own sandbox: start from scratch (e.g. after --keep)
-        sb.up(services=())
-        start_for_sandbox(sb)
+        # the control plane without pod runners: the bench calls the plugins itself
+        sb.up(services=[services.kube_control_plane, services.pacific_credentials])
         launch.start_for_sandbox(sb)
         b = Bench(sb, tmp)
         daemon_log = os.path.join(sb.dir, "services", launch.tag(b.node) + ".log")

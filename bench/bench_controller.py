@@ -13,14 +13,14 @@
    through the controller's NBWriter: batched (default settings) against the
    baseline of one NB transaction per pod, same run, same ovsdb-server; 1,000
    and 10,000 pods.
-2. end to end: 1,000 pods created in the API emulator, time until the
+2. end to end: 1,000 pods created in kube-apiserver, time until the
    controller (a real `pacific-controller` process) has annotated all of them,
    and the controller's CPU time per pod (utime+stime: robust on a busy machine).
-3. rebuild: a new leader's restart work with N IP objects in the API
-   emulator: list+watch sync of the IP objects plus IPAM restore, N = 10,000
+3. rebuild: a new leader's restart work with N IP objects in
+   kube-apiserver: list+watch sync of the IP objects plus IPAM restore, N = 10,000
    and 100,000 (what `rebuild.rebuild` does before workers start).
 4. memory: RSS of a `pacific-controller` process started against 100,000
-   allocated pods (pods and IP objects in the emulator, NB empty) once it has
+   allocated pods (pods and IP objects in kube-apiserver, NB empty) once it has
    re-programmed all their ports.
 Everything runs on loopback / unix sockets in a temporary directory.
 """
@@ -128,34 +128,47 @@ def program(cp: ControlPlane, n: int, batch: bool, switch: str) -> float:
     return n / dt
 
 
-def fill_store(cp: ControlPlane, n: int, with_pods: bool) -> None:
-    """Put n allocated pods (and/or their IP objects) straight into the emulator's store."""
-    store = cp.apiserver.store
-    rt_ip = store.registry.by_key((names.GROUP, names.IP_PLURAL))
-    rt_pod = store.registry.by_key(("", "pods"))
+def fill_store(cp: ControlPlane, n: int, with_pods: bool, workers: int = 16) -> None:
+    """Create n allocated pods (and their IP objects) through kube-apiserver, 16
+    requests in flight: what a controller finds when it restarts."""
+    from concurrent.futures import ThreadPoolExecutor
+    from pacific.kube import client
     ipam = IPAM()
     ipam.add_subnet(names.DEFAULT_SUBNET, BIG_CIDR)
     for ns in ("bench",):
         if r.get(cp.kube, r.NAMESPACES, ns) is None:
             r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": ns}})
-    for i in range(n):
-        a = ipam.allocate(names.DEFAULT_SUBNET, f"bench/p{i}")
+    local = threading.local()
+
+    def one(i: int) -> None:
+        if not hasattr(local, "api"):
+            local.api = client.load(str(cp.kubeconfig))
+        api = local.api
+        a = ipam_results[i]
         node = f"node{i % 3 + 1}"
-        store.create(rt_ip, "", model.ip_object("bench", f"p{i}", a.subnet, a.ip, a.mac, node))
+        r.create(api, r.IPS, model.ip_object("bench", f"p{i}", a.subnet, a.ip, a.mac, node))
         if with_pods:
             port = names.pod_lsp_name("bench", f"p{i}")
-            ann = {} if contract else {
-                k: v for k, v in model.pod_annotations(a.ip, a.mac, a.cidr, a.gateway, a.subnet,
-                                                       port).items() if v is not None}
-            pod = store.create(rt_pod, "bench", {"metadata": {"name": f"p{i}", "annotations": ann},
-                                                 "spec": {"nodeName": node,
-                                                          "containers": [{"name": "c", "image": "pause"}]}})
-            if contract:   # the record names the uid the store gave the pod
-                rec = contract.PodRecord(uid=pod.obj["metadata"]["uid"], port=port, ip=a.ip,
+            pod = r.create(api, r.PODS, {"metadata": {"name": f"p{i}"},
+                                         "spec": {"nodeName": node,
+                                                  "containers": [{"name": "c", "image": "pause"}]}},
+                           "bench")
+            if contract:   # the record names the uid the server gave the pod
+                rec = contract.PodRecord(uid=pod["metadata"]["uid"], port=port, ip=a.ip,
                                          mac=a.mac, cidr=a.cidr, gateway=a.gateway, subnet=a.subnet)
-                store.mutate(rt_pod, "bench", f"p{i}", lambda o, rec=rec: {
-                    **o, "metadata": {**o["metadata"], "annotations": {
-                        k: v for k, v in rec.annotations().items() if v is not None}}})
+                ann = {k: v for k, v in rec.annotations().items() if v is not None}
+            else:
+                ann = {k: v for k, v in model.pod_annotations(a.ip, a.mac, a.cidr, a.gateway,
+                                                              a.subnet, port).items()
+                       if v is not None}
+            r.patch_merge(api, r.PODS, f"p{i}", {"metadata": {"annotations": ann}}, "bench")
+
+    ipam_results = [ipam.allocate(names.DEFAULT_SUBNET, f"bench/p{i}") for i in range(n)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        for k, _ in enumerate(pool.map(one, range(n)), 1):
+            if k % 10000 == 0:
+                print(f"    ... {k} of {n} created ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 def rebuild_time(workdir: Path, n: int) -> tuple[float, float]:
@@ -231,17 +244,6 @@ def memory(workdir: Path, n: int, extra: tuple = ()) -> None:
           f"controller RSS {rss:.0f} MiB", flush=True)
 
 
-def _emulator_nodelay() -> None:
-    """The emulator (pacific.sandbox.apiserver) answers with headers and body in
-    separate writes; without TCP_NODELAY every response waits for the client's
-    delayed ACK (~40 ms per request on loopback).  Turn it on for this run
-    (no-op once the emulator sets it itself) so the figures measure the controller."""
-    from pacific.sandbox.apiserver.handler import Handler
-    if not getattr(Handler, "disable_nagle_algorithm", False):
-        Handler.disable_nagle_algorithm = True
-        print("note: API emulator run with TCP_NODELAY (it waits ~40 ms per response without it)")
-
-
 def run_baseline(rev: str, argv: list[str]) -> int:
     """Run this script again with pacific (and the test fixtures) taken from
     git revision `rev`, extracted read-only into a temporary directory."""
@@ -269,7 +271,6 @@ def main() -> int:
     args = ap.parse_args()
     big = 10_000 if not args.quick else 2_000
     huge = 100_000 if not args.quick else 10_000
-    _emulator_nodelay()
     tmp = Path(tempfile.mkdtemp(prefix="bench-controller-"))
     try:
         print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; {WORKERS} workers; "

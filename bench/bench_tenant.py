@@ -3,7 +3,7 @@ in force on every chassis, and what it costs in OVN rows.
 
     .venv/bin/python bench/bench_tenant.py [--pods 20] [--flips 20] [--nodes 3]
 
-A sandbox with the whole stack (API emulator, two controllers, node daemons);
+A sandbox with the whole stack (the Kubernetes control plane, two controllers, node daemons);
 two namespaces, --pods pods each across the nodes.  Each flip labels the second
 namespace into the first one's tenant, or back, and measures:
 

@@ -1,9 +1,10 @@
 """`pacific demo`: the newcomer's first run (sandbox, controller, pods, matrix).
 
-Brings up (or reuses) the sandbox with the API emulator, two controller
-replicas and the node daemons; creates two namespaces bound to two subnets and
-a handful of pods across the nodes through the real CNI path (`pacific sandbox
-pod add`), one of them with a fixed address; pings every pod and every node's
+Brings up (or reuses) the sandbox with the real Kubernetes control plane, a pod
+runner per node, two controller replicas and the node daemons; creates two
+namespaces bound to two subnets, a Deployment whose pods the scheduler spreads
+over the nodes, and two pods through the real CNI path (`pacific sandbox pod
+add`), one of them with a fixed address; pings every pod and every node's
 ovn0 from every pod and prints the result as a matrix; leaves everything
 running until `pacific sandbox down`.  Running it again on a running sandbox
 only adds what is missing.
@@ -22,10 +23,8 @@ SUBNETS = {  # subnet -> (cidr, namespace)
     "green": ("10.18.0.0/24", "demo-green"),
 }
 FIXED_IP = "10.18.0.100"
+WEB_NS, WEB_REPLICAS = "demo-blue", 3
 PODS = [  # (namespace, name, node, annotations)
-    ("demo-blue", "web-1", "node1", {}),
-    ("demo-blue", "web-2", "node2", {}),
-    ("demo-blue", "web-3", "node3", {}),
     ("demo-green", "db-1", "node1", {}),
     ("demo-green", "db-fixed", "node3", {names.ANN_IP_ADDRESS: FIXED_IP}),
 ]
@@ -34,9 +33,10 @@ PODS = [  # (namespace, name, node, annotations)
 def register(sub):
     p = sub.add_parser(
         "demo", help="bring up the sandbox cluster and show pods talking",
-        description="Bring up the sandbox (API emulator, 2 controllers, node daemons), create two "
-                    "namespaces bound to two subnets and pods across the nodes (one with a fixed "
-                    "address), print a connectivity matrix and how to explore with kubectl. "
+        description="Bring up the sandbox (etcd, kube-apiserver, kube-controller-manager, "
+                    "kube-scheduler, a pod runner per node, 2 controllers, node daemons), create two "
+                    "namespaces bound to two subnets, a Deployment spread over the nodes and two "
+                    "pods (one with a fixed address), print a connectivity matrix and how to explore with kubectl. "
                     "Idempotent; stop everything with `pacific sandbox down`.")
     p.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help="sandbox name")
     p.add_argument("--nodes", type=int, default=3, help="number of nodes (new sandbox only)")
@@ -58,6 +58,38 @@ def _ensure_objects(api) -> None:
                     r.create(api, res, body)
             except errors.AlreadyExists:
                 pass
+    if r.get(api, r.DEPLOYMENTS, "web", WEB_NS) is None:
+        labels = {"app": "web"}
+        r.create(api, r.DEPLOYMENTS, {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": WEB_NS},
+            "spec": {"replicas": WEB_REPLICAS, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": {
+                         "terminationGracePeriodSeconds": 0,
+                         "topologySpreadConstraints": [{
+                             "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                             "whenUnsatisfiable": "ScheduleAnyway",
+                             "labelSelector": {"matchLabels": labels}}],
+                         "containers": [{"name": "web", "image": "localhost/busybox:latest",
+                                         "imagePullPolicy": "IfNotPresent"}]}}}},
+            namespace=WEB_NS)
+
+
+def _web_pods(api, timeout: float = 120) -> list[dict]:
+    """The Deployment's pods, once all replicas run."""
+    from pacific.kube import resources as r
+    deadline = time.monotonic() + timeout
+    while True:
+        pods = [p for p in r.list_(api, r.PODS, WEB_NS, label_selector="app=web")[0]
+                if not p["metadata"].get("deletionTimestamp")]
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+                   and contract.own_record(p) is not None]
+        if len(running) == WEB_REPLICAS == len(pods):
+            return sorted(running, key=lambda p: p["spec"]["nodeName"])
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Deployment {WEB_NS}/web: {len(running)} of {WEB_REPLICAS} "
+                               "pods running")
+        time.sleep(0.2)
 
 
 def _add_pods(sb, api) -> None:
@@ -78,6 +110,11 @@ def _add_pods(sb, api) -> None:
 def _targets(api) -> list[tuple[str, str]]:
     from pacific.kube import resources as r
     out = []
+    for p in _web_pods(api):
+        md = p["metadata"]
+        print(f"  pod {md['namespace']}/{md['name']} (Deployment web) on {p['spec']['nodeName']}",
+              flush=True)
+        out.append((f"{md['namespace']}/{md['name']}", contract.own_record(p).ip))
     for ns, name, _, _ in PODS:
         rec = contract.own_record(r.get(api, r.PODS, name, ns))
         out.append((f"{ns}/{name}", rec.ip if rec else "?"))
@@ -131,6 +168,7 @@ def _matrix(sb, targets: list[tuple[str, str]]) -> int:
 @errors_to_exit
 def run(args) -> int:
     from pacific.kube import client
+    from pacific.sandbox.k8s.bins import bin_dir
     from pacific.sandbox.k8s.sandbox import kubeconfig_path
     from pacific.sandbox.cluster import Sandbox
     t0 = time.monotonic()
@@ -142,14 +180,18 @@ def run(args) -> int:
     kc = kubeconfig_path(sb)
     api = client.load(kc)
     _ensure_objects(api)
-    print("pods (real CNI path through each node's pacific-node):", flush=True)
+    print("pods (scheduled by kube-scheduler or placed on a node; each one's network set up "
+          "by its node's pod runner through the pacific CNI plugin):", flush=True)
     _add_pods(sb, api)
     failures = _matrix(sb, _targets(api))
     print(f"""
 ready in {time.monotonic() - t0:.0f} s.  Explore the sandbox's Kubernetes API:
 
-  export KUBECONFIG={kc}
+  export KUBECONFIG={kc} PATH={bin_dir()}:$PATH   # kubectl v1.20.2, as the server
   kubectl get pods -A -o wide
+  kubectl create deployment hello --image=localhost/busybox:latest --replicas=4
+  kubectl scale deployment hello --replicas=8
+  kubectl get pods -o wide -w
   kubectl get subnets
   kubectl get ips
   kubectl get pod -n demo-green db-fixed -o jsonpath='{{.metadata.annotations}}'

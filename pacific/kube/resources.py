@@ -75,7 +75,7 @@ EVENTS = Resource("", "v1", "events", True, "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", True, "ConfigMap")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", True, "StatefulSet")
-ENDPOINTSLICES = Resource("discovery.k8s.io", "v1", "endpointslices", True, "EndpointSlice")
+# EndpointSlice: v1 or v1beta1 depending on the server, see pacific.kube.versions
 NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", True,
                            "NetworkPolicy")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,

@@ -116,7 +116,7 @@ class Sandbox:
         """Bring the sandbox up (idempotent).  A healthy network of this name is kept;
         leftovers of a crashed one are cleaned first.  `services` are idempotent
         callables `f(sandbox)` run in order once the network is ready (the hook to
-        start the API emulator, controllers, node daemons); None means
+        start the control plane, controllers, node daemons); None means
         `pacific.sandbox.services.DEFAULT_SERVICES`.  They run on a healthy
         sandbox too, so `up` restarts a service that died and adds the services to
         a sandbox brought up bare; a failing service raises SandboxError.  On failure the half-built
@@ -205,7 +205,7 @@ class Sandbox:
     # ------------------------------------------------------------------ spawn
     def spawn(self, tag: str, argv: Sequence[str], netns: str | None = None,
               env: dict[str, str] | None = None, grace: float = 0.1) -> int:
-        """Start a long-running component (API emulator, controller, node daemon)
+        """Start a long-running component (kube-apiserver, controller, node daemon)
         detached, in `netns` if given, with log `<dir>/services/<tag>.log` and pidfile
         `<tag>.pid`; `env` is added to the current environment.  Returns the
         daemon's own pid.  A daemon that exits within `grace` seconds raises

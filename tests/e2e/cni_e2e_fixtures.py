@@ -1,6 +1,6 @@
 """End-to-end fixtures for the CNI plugin and node daemon.
 
-`cni_cluster` is a 2-node sandbox with the API emulator and one pacific-node per
+`cni_cluster` is a 2-node sandbox with the real control plane and one pacific-node per
 node, plus `FakeController`: a stand-in for pacific-controller that watches pods
 and, for each new one, creates a real logical switch port in OVN NB and writes
 the allocation annotations through the API (the real NB rows and real packets

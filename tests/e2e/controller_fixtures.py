@@ -1,4 +1,4 @@
-"""A control plane without nodes: NB ovsdb-server + the API emulator (+ controllers).
+"""A control plane without nodes: NB ovsdb-server + etcd and kube-apiserver (+ controllers).
 
     with ControlPlane(tmp_path) as cp:
         cp.start_controller()            # a pacific-controller subprocess
@@ -6,39 +6,24 @@
         cp.nb                            # NorthboundAPI
 
 Used by the controller's e2e tests and its benchmark.  The NB ovsdb-server and
-every controller are child processes (killed in close(), even on failure); the
-API emulator runs in-process on 127.0.0.1 with a free port.
+every controller are child processes (killed in close(), even on failure), and
+so are etcd and kube-apiserver (pacific.sandbox.k8s.controlplane, on 127.0.0.1).
 """
 from __future__ import annotations
 
-import secrets
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
 from pacific import names
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "deploy" / "crds"
-
-
-def write_kubeconfig(path: Path, server: str, token: str) -> None:
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: pacific
-  cluster: {{server: "{server}"}}
-users:
-- name: pacific
-  user: {{token: "{token}"}}
-contexts:
-- name: pacific
-  context: {{cluster: pacific, user: pacific}}
-current-context: pacific
-""")
 
 
 class ControlPlane:
@@ -58,16 +43,20 @@ class ControlPlane:
     def start(self) -> "ControlPlane":
         from pacific.kube import client
         from pacific.ovn import NorthboundAPI
-        from pacific.sandbox.apiserver.server import ApiServer
+        from pacific.sandbox.k8s import bins
+        from pacific.sandbox.k8s.controlplane import ControlPlane as KubeControlPlane
+        from pacific.sandbox.k8s.controlplane import ProcessSpawner
+        if not bins.available():
+            pytest.skip(f"Kubernetes binaries missing in {bins.bin_dir()} (run `make setup`)")
         try:
             if self.nbdb is not None:
                 self.nbdb.start()
-            token = secrets.token_hex(16)
-            self.apiserver = ApiServer(["127.0.0.1:0"], token=token, history=200000)
-            self.apiserver.load_crds(str(CRD_DIR))
-            self.apiserver.start()
-            port = self.apiserver.addresses[0]["port"]
-            write_kubeconfig(self.kubeconfig, f"http://127.0.0.1:{port}", token)
+            self.spawner = ProcessSpawner(str(self.dir / "kube-logs"))
+            # etcd + kube-apiserver only: pods are created with their node, as
+            # after scheduling; nothing needs the controller-manager here
+            self.apiserver = KubeControlPlane(str(self.dir / "kube"), self.spawner,
+                                              controller_manager=False, scheduler=False).start()
+            self.kubeconfig = Path(self.apiserver.admin_kubeconfig)
             self.kube = client.load(str(self.kubeconfig))
             self.nb = NorthboundAPI(self.nb_remote, timeout=20, created_by="test")
         except BaseException:
@@ -82,7 +71,7 @@ class ControlPlane:
             self.nb.close()
             self.nb = None
         if self.apiserver is not None:
-            self.apiserver.stop()
+            self.spawner.stop_all()
             self.apiserver = None
         if self.nbdb is not None:
             self.nbdb.stop()

@@ -1,5 +1,6 @@
-"""Fixtures for the pacific.kube tests: the API emulator as a real process on
-127.0.0.1, and a TCP proxy that can cut connections (to simulate network loss)."""
+"""Fixtures for the pacific.kube tests: a real control plane (etcd + kube-apiserver
+v1.20.2) of the test's own on 127.0.0.1, and a TCP proxy that can cut connections
+(to simulate network loss)."""
 
 from __future__ import annotations
 
@@ -8,43 +9,64 @@ import tempfile
 import threading
 
 import kubernetes.client
+import pytest
 
-from apiserver_fixtures import TOKEN, Emulator
+from pacific.sandbox.k8s import bins
+from pacific.sandbox.k8s.controlplane import ControlPlane, ProcessSpawner
+
+# configmaps are watched from etcd itself (no watch cache) and etcd is compacted
+# every second: a watcher that missed what was compacted gets 410 Gone, as on a
+# busy cluster after five minutes
+COMPACTION_INTERVAL = 1.0
+TEST_APISERVER_ARGS = ("--watch-cache-sizes=configmaps#0",
+                       f"--etcd-compaction-interval={int(COMPACTION_INTERVAL)}s")
 
 
-class ApiServerProcess(Emulator):
-    """The emulator over plain HTTP with a small watch window (so a test can force
-    410 Gone) in its own temporary directory."""
+class ApiServerProcess:
+    """etcd + kube-apiserver (+ kube-controller-manager if asked) in a temporary
+    directory; `kubeconfig` is the admin's."""
 
-    TOKEN = TOKEN
-    HISTORY = 200
-
-    def __init__(self) -> None:
+    def __init__(self, controller_manager: bool = False, apiserver_args=TEST_APISERVER_ARGS,
+                 nodes=()) -> None:
+        if not bins.available():
+            pytest.skip(f"Kubernetes binaries missing in {bins.bin_dir()} (run `make setup`)")
         self._tmp = tempfile.TemporaryDirectory(prefix="pacific-kube-test-")
+        self.spawner = ProcessSpawner(f"{self._tmp.name}/logs")
+        self.cp = ControlPlane(f"{self._tmp.name}/kube", self.spawner, nodes=nodes,
+                               controller_manager=controller_manager, scheduler=False,
+                               apiserver_args=apiserver_args)
         try:
-            super().__init__(self._tmp.name, history=self.HISTORY, tls=False)
+            self.cp.start()
         except Exception:
-            self._tmp.cleanup()
+            self.stop()
             raise
+        self.kubeconfig = self.cp.admin_kubeconfig
+        self.port = self.cp.ports["apiserver"]
+        self.url = self.cp.url
+        self.token = self.cp.tokens["admin"]
+        self.ca = self.cp.pki.ca_crt
 
     def stop(self) -> None:
-        super().stop()
+        self.spawner.stop_all()
         self._tmp.cleanup()
 
     def logs(self) -> str:
-        return self.log_text()[-4000:]
+        with open(self.spawner.log_path("kube-apiserver"), errors="replace") as f:
+            return f.read()[-4000:]
 
 
-def api_client(url: str, token: str | None = ApiServerProcess.TOKEN) -> kubernetes.client.ApiClient:
+def api_client(url: str, token: str | None, ca: str | None = None) -> kubernetes.client.ApiClient:
     conf = kubernetes.client.Configuration()
     conf.host = url
     conf.retries = 0
+    if ca:
+        conf.ssl_ca_cert = ca
+    else:
+        conf.verify_ssl = False
     if token:
         conf.api_key = {"BearerToken": token}
         conf.api_key_prefix = {"BearerToken": "Bearer"}
     return kubernetes.client.ApiClient(conf)
-
-
 class CuttableProxy:
     """Loopback TCP proxy for network faults: cut() drops every connection and
     refuses new ones until restore(), as a partition would; stall() keeps every
@@ -67,7 +89,7 @@ class CuttableProxy:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"https://127.0.0.1:{self.port}"   # TLS passes through
 
     def _accept(self) -> None:
         while not self._closed:

@@ -2,7 +2,7 @@
 
 Pods are created through `pacific.sandbox.cnipods` (the plugin binary run as
 containerd runs it); the allocation comes from the FakeController in
-cni_fixtures (real NB rows, annotations through the API emulator)."""
+cni_fixtures (real NB rows, annotations through the real kube-apiserver)."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -25,9 +25,11 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def cluster(sandbox_factory):
-    from pacific.sandbox.apiserver import kubeconfig_path, start_for_sandbox
-    sb = sandbox_factory(nodes=2)
-    start_for_sandbox(sb)
+    from pacific.sandbox import services
+    from pacific.sandbox.k8s.sandbox import kubeconfig_path
+    # the control plane and pod runners, but the FakeController instead of Pacific's
+    sb = sandbox_factory(nodes=2, services=[services.kube_control_plane,
+                                            services.pacific_credentials, services.pod_runners])
     api = kclient.load(kubeconfig_path(sb))
     ctl = FakeController(sb, api)
     launch.start_for_sandbox(sb)

@@ -1,4 +1,4 @@
-"""pacific-controller against a real NB ovsdb-server and the API emulator (no nodes).
+"""pacific-controller against a real NB ovsdb-server and etcd + kube-apiserver (no nodes).
 
 Covers the controller's contract: allocation and annotations, fixed addresses,
 conflicts and bad input (Events, status, error annotations), Subnet lifecycle,
@@ -114,7 +114,7 @@ def test_topology_node_and_pod_allocation(cp):
                                "spec": {"nodeName": "node1", "hostNetwork": True,
                                         "containers": [{"name": "c", "image": "x"}]}}, "default")
     # deletion releases everything
-    r.delete(cp.kube, r.PODS, "web-0", "default")
+    r.delete(cp.kube, r.PODS, "web-0", "default", grace_period=0)
     wait_until(lambda: lsp(cp, names.pod_lsp_name("default", "web-0")) is None and r.get(cp.kube, r.IPS, "web-0.default") is None,
                20, what="release of web-0")
     assert names.ANN_ALLOCATION not in ann(cp, "host")
@@ -147,7 +147,7 @@ def test_fixed_address_and_conflicts(cp):
     make_pod(cp, "ok", ann={names.ANN_LOGICAL_SWITCH: "blue"})
     assert allocated(cp, "ok").ip != "10.17.0.50"
     # the holder goes away: the waiting pod gets the address
-    r.delete(cp.kube, r.PODS, "fixed", "default")
+    r.delete(cp.kube, r.PODS, "fixed", "default", grace_period=0)
     assert allocated(cp, "taken").ip == "10.17.0.50"
     assert names.ANN_ALLOCATION_ERROR not in ann(cp, "taken")
 
@@ -182,8 +182,8 @@ def test_subnet_validation_and_lifecycle(cp):
     wait_until(lambda: "being deleted" in ann(cp, "t2", "team").get(names.ANN_ALLOCATION_ERROR, ""),
                20, what="SubnetTerminating refusal")
     assert record(cp, "t1", "team") is not None
-    r.delete(cp.kube, r.PODS, "t2", "team")
-    r.delete(cp.kube, r.PODS, "t1", "team")
+    r.delete(cp.kube, r.PODS, "t2", "team", grace_period=0)
+    r.delete(cp.kube, r.PODS, "t1", "team", grace_period=0)
     wait_until(lambda: r.get(cp.kube, r.SUBNETS, "green") is None, 20, what="green deleted")
     wait_until(lambda: cp.nb.lookup("Logical_Switch", "green", default=None) is None, 10, what="switch gone")
     # the malformed subnet fixed by the user becomes ready
@@ -193,11 +193,15 @@ def test_subnet_validation_and_lifecycle(cp):
 
 def test_statefulset_pod_keeps_address(cp):
     r.create(cp.kube, r.STATEFULSETS, {"metadata": {"name": "db", "namespace": "default"},
-                                       "spec": {"replicas": 2, "serviceName": "db", "selector": {},
-                                                "template": {}}}, "default")
+                                       "spec": {"replicas": 2, "serviceName": "db",
+                                                "selector": {"matchLabels": {"app": "db"}},
+                                                "template": {"metadata": {"labels": {"app": "db"}},
+                                                             "spec": {"containers": [
+                                                                 {"name": "db", "image": "db"}]}}}},
+             "default")
     make_pod(cp, "db-1", node="node1", sts="db")
     first = allocated(cp, "db-1").ip
-    r.delete(cp.kube, r.PODS, "db-1", "default")
+    r.delete(cp.kube, r.PODS, "db-1", "default", grace_period=0)
     wait_until(lambda: lsp(cp, names.pod_lsp_name("default", "db-1")) is None, 20, what="port removed")
     assert r.get(cp.kube, r.IPS, "db-1.default") is not None
     make_pod(cp, "other", node="node2")           # must not get db-1's address
@@ -207,7 +211,7 @@ def test_statefulset_pod_keeps_address(cp):
     wait_until(lambda: r.get(cp.kube, r.IPS, "db-1.default")["spec"]["nodeName"] == "node2", 20,
                what="IP object follows the node")
     # the StatefulSet shrinks below the ordinal: the address goes
-    r.delete(cp.kube, r.PODS, "db-1", "default")
+    r.delete(cp.kube, r.PODS, "db-1", "default", grace_period=0)
     r.patch_merge(cp.kube, r.STATEFULSETS, "db", {"spec": {"replicas": 1}}, "default")
     wait_until(lambda: r.get(cp.kube, r.IPS, "db-1.default") is None, 20, what="IP released")
 
@@ -219,7 +223,7 @@ def test_restart_rebuilds_and_cleans_stale(cp):
     cp.kill_controller("c1", signal.SIGKILL)
     # while it is down: pods come and go, someone leaves a stale NB port
     for i in range(10):
-        r.delete(cp.kube, r.PODS, f"p{i}", "default")
+        r.delete(cp.kube, r.PODS, f"p{i}", "default", grace_period=0)
     for i in range(20, 30):
         make_pod(cp, f"p{i}")
     cp.nb.commit(cp.nb.add_switch_port(names.DEFAULT_SUBNET, "ghost.default",
@@ -268,7 +272,7 @@ def test_churn_with_sigkill_restarts(cp):
             live.add(f"ch{n}")
             n += 1
         for name in rng.sample(sorted(live), 30):
-            r.delete(cp.kube, r.PODS, name, "default")
+            r.delete(cp.kube, r.PODS, name, "default", grace_period=0)
             live.discard(name)
         cp.kill_controller(current, signal.SIGKILL)   # mid-flight
         current = next(tags)

@@ -1,5 +1,5 @@
 """Regression tests from the control-plane review: behaviours a release must keep
-(each one failed before its fix).  Real NB ovsdb-server, API emulator and
+(each one failed before its fix).  Real NB ovsdb-server, kube-apiserver and
 pacific-controller process, as test_controller_api.py."""
 from __future__ import annotations
 

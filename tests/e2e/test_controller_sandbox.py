@@ -1,7 +1,7 @@
 """Real packets through what the controller programmed: a 3-node sandbox.
 
 The controller (a real process) programs the sandbox's NB from Pod/Subnet
-objects in the API emulator; each allocated pod is then plumbed as a sandbox
+objects in kube-apiserver; each allocated pod is then plumbed as a sandbox
 test pod bound to the controller's switch port with the controller's MAC/IP
 (what the node daemon does from the same annotations).  Pods in two namespaces
 bound to two subnets, on three nodes, all ping each other; a fixed address is
@@ -75,15 +75,19 @@ def test_pods_across_nodes_and_subnets_talk(env):
 def test_statefulset_pod_moves_node_keeps_address(env):
     sb, cp = env
     r.create(cp.kube, r.STATEFULSETS, {"metadata": {"name": "db", "namespace": "ns-a"},
-                                       "spec": {"replicas": 1, "serviceName": "db", "selector": {},
-                                                "template": {}}}, "ns-a")
+                                       "spec": {"replicas": 1, "serviceName": "db",
+                                                "selector": {"matchLabels": {"app": "db"}},
+                                                "template": {"metadata": {"labels": {"app": "db"}},
+                                                             "spec": {"containers": [
+                                                                 {"name": "db", "image": "db"}]}}}},
+             "ns-a")
     peer = add_pod(sb, cp, "ns-b", "peer", "node3")
     db = add_pod(sb, cp, "ns-a", "db-0", "node1", sts="db")
     wait_until(db.installed, 30, what="db-0 installed")
     assert peer.ping(db.ip, wait=5)
     first = db.ip
     sb.delete_test_pod(db)
-    r.delete(cp.kube, r.PODS, "db-0", "ns-a")
+    r.delete(cp.kube, r.PODS, "db-0", "ns-a", grace_period=0)
     wait_until(lambda: cp.nb.lookup("Logical_Switch_Port", names.pod_lsp_name("ns-a", "db-0"), default=None) is None, 20,
                what="old port removed")
     db2 = add_pod(sb, cp, "ns-a", "db-0", "node2", sts="db")

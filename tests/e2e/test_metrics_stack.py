@@ -1,5 +1,5 @@
 """/metrics, /healthz and /readyz of the real daemons in a full 1-node sandbox
-(API emulator, two controllers, pacific-node): scraped before and after a pod
+(kube-apiserver, two controllers, pacific-node): scraped before and after a pod
 is added, refused and deleted, and checked to move by exactly that much."""
 import os
 import time

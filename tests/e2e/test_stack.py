@@ -1,5 +1,5 @@
-"""The whole stack in the sandbox: `pacific sandbox up`'s default services (API
-emulator, Node objects, two controllers, a pacific-node per node) and pods made
+"""The whole stack in the sandbox: `pacific sandbox up`'s default services (the Kubernetes
+control plane, pod runners, two controllers, a pacific-node per node) and pods made
 through `pacific sandbox pod add` (the real CNI plugin), checked with real packets.
 """
 import itertools
@@ -90,30 +90,49 @@ def test_pods_on_three_nodes_in_two_subnets_reach_each_other_and_every_node(stac
     assert not failed, f"{len(failed)}/{len(checks)} pings failed: {failed}"
 
 
+def wait_running(api, ns, name, node=None, uid_not=None, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pod = r.get(api, r.PODS, name, ns)
+        st = (pod or {}).get("status") or {}
+        if (pod and st.get("phase") == "Running" and st.get("podIP")
+                and not pod["metadata"].get("deletionTimestamp")
+                and (node is None or pod["spec"].get("nodeName") == node)
+                and pod["metadata"]["uid"] != uid_not):
+            return pod
+        time.sleep(0.1)
+    raise AssertionError(f"{ns}/{name} not Running{' on ' + node if node else ''} in {timeout} s")
+
+
 def test_statefulset_pod_keeps_its_address_on_another_node(stack):
+    """The real StatefulSet controller makes db-0 and re-creates it after the
+    template moves it to another node: it keeps its address."""
     sb, api = stack
-    sts = r.create(api, r.STATEFULSETS, {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": "team-a"},
-        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
-                 "template": {"metadata": {"labels": {"app": "db"}},
-                              "spec": {"containers": [{"name": "db", "image": "db"}]}}}},
-        namespace="team-a")
-    owner = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
-              "uid": sts["metadata"]["uid"], "controller": True}]
-    from pacific.sandbox import cnipods as sandboxpods
-    sandboxpods.add_pod(sb, "team-a", "db-0", "node1", labels={"app": "db"}, api=api,
-                        owner_references=owner)
-    sandboxpods.add_pod(sb, "team-a", "client", "node2", api=api)
+    def sts(node):
+        return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "metadata": {"name": "db", "namespace": "team-a"},
+                "spec": {"replicas": 1, "serviceName": "db",
+                         "selector": {"matchLabels": {"app": "db"}},
+                         "template": {"metadata": {"labels": {"app": "db"}},
+                                      "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                               "terminationGracePeriodSeconds": 0,
+                                               "containers": [{"name": "db",
+                                                               "image": "localhost/busybox:latest"}]}}}}
+    r.create(api, r.STATEFULSETS, sts("node1"), namespace="team-a")
+    first_pod = wait_running(api, "team-a", "db-0", "node1")
+    add(sb, "team-a/client", "node2")
     first = pod_ip(api, "team-a", "db-0")
+    assert first_pod["status"]["podIP"] == first
     assert ping(sb, pod_netns(sb, "team-a", "client"), first)
 
-    out = cli(sb, "sandbox", "pod", "delete", "team-a/db-0", "--name", sb.name, check=False)
-    assert out.returncode == 0, out.stderr[-2000:]
-    sandboxpods.add_pod(sb, "team-a", "db-0", "node3", labels={"app": "db"}, api=api,
-                        owner_references=owner)
+    # a new template (node3): the controller deletes db-0 and creates it again there
+    r.patch_merge(api, r.STATEFULSETS, "db", {"spec": sts("node3")["spec"]}, "team-a")
+    wait_running(api, "team-a", "db-0", "node3", uid_not=first_pod["metadata"]["uid"])
     assert pod_ip(api, "team-a", "db-0") == first
-    assert ping(sb, pod_netns(sb, "team-a", "client"), first)
+    # the client's chassis learns the port's new location from the SB a moment
+    # after node3 installed it: up to 3 pings within 5 s
+    assert sb.exec(pod_netns(sb, "team-a", "client"),
+                   ["ping", "-c1", "-w5", "-i0.2", first], check=False).returncode == 0
     assert ping(sb, sb.node("node1").netns, first)
 
 

@@ -26,7 +26,6 @@ from types import SimpleNamespace
 from pacific.controller.config import Config
 from pacific.controller.core import Controller
 from pacific.kube import resources as r
-from pacific.sandbox.apiserver.patch import merge_patch   # RFC 7386, as the emulator
 
 _rv = itertools.count(1)
 
@@ -233,3 +232,17 @@ def drain(ctl, rounds: int = 5) -> None:
                     f.queue.done(key)
         if not busy:
             return
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch, as kube-apiserver applies
+    application/merge-patch+json: objects merge, null deletes, the rest replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out

@@ -102,7 +102,8 @@ class ControlPlaneError(RuntimeError):
 class ControlPlane:
     def __init__(self, directory: str, spawner: Spawner, nodes: Sequence[str] = (),
                  server_hosts: Sequence[str] = (), controller_manager: bool = True,
-                 scheduler: bool = True, crd_dirs: Sequence[str] | None = None):
+                 scheduler: bool = True, crd_dirs: Sequence[str] | None = None,
+                 apiserver_args: Sequence[str] = ()):
         self.dir = directory
         self.spawner = spawner
         self.nodes = list(nodes)
@@ -110,6 +111,7 @@ class ControlPlane:
         self.with_kcm = controller_manager
         self.with_scheduler = scheduler
         self.crd_dirs = list(crd_dirs) if crd_dirs is not None else [REPO_CRDS]
+        self.apiserver_args = list(apiserver_args)
         self.pki = Pki(os.path.join(directory, "pki"))
         self.admin_kubeconfig = os.path.join(directory, "admin.kubeconfig")
         os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -243,7 +245,7 @@ class ControlPlane:
                 f"--kubelet-client-certificate={kc[0]}", f"--kubelet-client-key={kc[1]}",
                 "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
-                "--profiling=false", "--v=1"]
+                "--profiling=false", "--v=1", *self.apiserver_args]
 
     def _kcm_argv(self, kubeconfig: str) -> list[str]:
         k = self.pki

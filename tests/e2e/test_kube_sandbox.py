@@ -1,0 +1,200 @@
+"""The sandbox's real Kubernetes: kubectl against kube-apiserver v1.20.2, the
+controller-manager's Deployments and EndpointSlices, pods run by the node pod
+runners through Pacific, RBAC enforced on Pacific's own identities, deploy/
+accepted by the server."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from pacific import contract, names
+from pacific.kube import client, errors, versions
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods
+from pacific.sandbox import netns as sbnetns
+from pacific.sandbox.k8s import bins
+from pacific.sandbox.k8s import sandbox as k8s
+
+pytestmark = pytest.mark.e2e
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def kubectl(sb, *args, check=True, timeout=60, kubeconfig=None) -> subprocess.CompletedProcess:
+    return subprocess.run([bins.path("kubectl"),
+                           f"--kubeconfig={kubeconfig or k8s.kubeconfig_path(sb)}", *args],
+                          capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def wait_until(pred, timeout=60.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def running_pods(api, ns, selector):
+    items, _ = r.list_(api, r.PODS, ns, label_selector=selector)
+    return [p for p in items if (p.get("status") or {}).get("phase") == "Running"
+            and p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]
+
+
+@pytest.fixture(scope="module")
+def kube(sandbox):
+    return sandbox, client.load(k8s.kubeconfig_path(sandbox))
+
+
+def test_kubectl_namespace_deployment_scale_and_delete(kube):
+    sb, api = kube
+    kubectl(sb, "create", "namespace", "kc")
+    kubectl(sb, "-n", "kc", "create", "deployment", "web", "--image=localhost/busybox:latest",
+            "--replicas=6")
+    pods = wait_until(lambda: len(running_pods(api, "kc", "app=web")) == 6 and
+                      running_pods(api, "kc", "app=web"), 90, "6 web pods Running")
+    assert len({p["spec"]["nodeName"] for p in pods}) >= 2, "the scheduler spread them"
+    for p in pods:   # the address is the one Pacific allocated, and it answers
+        assert contract.own_record(p).ip == p["status"]["podIP"]
+    src = pods[0]["metadata"]["name"]
+    for p in pods[1:]:
+        assert cnipods.exec_pod(sb, "kc", src, ["ping", "-c1", "-W2", p["status"]["podIP"]],
+                                capture_output=True).returncode == 0
+    out = kubectl(sb, "-n", "kc", "get", "pods", "-o", "wide").stdout
+    assert out.count("Running") == 6
+
+    kubectl(sb, "-n", "kc", "scale", "deployment", "web", "--replicas=2")
+    wait_until(lambda: len(r.list_(api, r.PODS, "kc", label_selector="app=web")[0]) == 2, 60,
+               "scaled down to 2")
+    gone = {p["metadata"]["name"] for p in pods} - {
+        p["metadata"]["name"] for p in r.list_(api, r.PODS, "kc")[0]}
+    assert len(gone) == 4
+    for name in gone:   # the runner tore their network down
+        assert cnipods.load(sb, "kc", name) is None
+        assert not sbnetns.exists(f"{k8s.pod_netns_prefix(sb)}kc-{name}")
+    kubectl(sb, "delete", "namespace", "kc", "--wait=true", timeout=120)
+    assert r.get(api, r.NAMESPACES, "kc") is None
+    # the namespace controller deleted the pods, the runners tore them down, the
+    # controller released their addresses
+    wait_until(lambda: not [i for i in r.list_(api, r.IPS)[0]
+                            if i["spec"].get("namespace") == "kc"], 30, "IP objects released")
+
+
+def test_kubectl_run_apply_watch_and_a_service_gets_endpointslices(kube, tmp_path):
+    sb, api = kube
+    kubectl(sb, "create", "namespace", "svc")
+    watch = subprocess.Popen([bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}",
+                              "-n", "svc", "get", "pods", "-w", "--no-headers"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        kubectl(sb, "-n", "svc", "run", "solo", "--image=localhost/busybox:latest",
+                "--image-pull-policy=IfNotPresent")
+        manifest = tmp_path / "web.yaml"
+        manifest.write_text("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: svc}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers: [{name: web, image: localhost/busybox:latest, imagePullPolicy: IfNotPresent,
+                    ports: [{name: http, containerPort: 8080}]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: svc}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: http}]
+""")
+        kubectl(sb, "apply", "-f", str(manifest))
+        pods = wait_until(lambda: len(running_pods(api, "svc", "app=web")) == 3 and
+                          running_pods(api, "svc", "app=web"), 90, "3 web pods Running")
+        wait_until(lambda: running_pods(api, "svc", "run=solo"), 60, "solo Running")
+        want = sorted(p["status"]["podIP"] for p in pods)
+        slices_res = versions.endpointslices(api)
+        assert slices_res.version == "v1beta1"        # what a 1.20 server serves
+
+        def slice_addresses():
+            items, _ = r.list_(api, slices_res, "svc",
+                               label_selector="kubernetes.io/service-name=web")
+            return sorted(a for s in items for e in s.get("endpoints") or []
+                          if (e.get("conditions") or {}).get("ready")
+                          for a in e["addresses"])
+        wait_until(lambda: slice_addresses() == want, 60, f"EndpointSlice listing {want}")
+        items, _ = r.list_(api, slices_res, "svc", label_selector="kubernetes.io/service-name=web")
+        assert {versions.endpoint_node(e) for s in items for e in s["endpoints"]} == \
+            {p["spec"]["nodeName"] for p in pods}
+        assert items[0]["ports"][0]["port"] == 8080    # the named target port, resolved
+    finally:
+        kubectl(sb, "delete", "namespace", "svc", "--wait=false", check=False)
+        time.sleep(0.5)
+        watch.terminate()
+        out = watch.communicate(timeout=10)[0]
+    assert "solo" in out and "Running" in out, out[-2000:]
+
+
+def test_rbac_is_enforced_on_pacifics_own_identities(kube):
+    """Pacific's daemons hold their ServiceAccount tokens, bound by deploy/'s roles
+    and nothing more."""
+    sb, _ = kube
+    node_kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)
+    ctl_kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_CONTROLLER)
+    node_api, ctl_api = client.load(node_kc), client.load(ctl_kc)
+    # the controller may write Subnets' status, the node daemon may not
+    with pytest.raises(errors.ApiError) as e:
+        r.list_(node_api, r.SECRETS, "kube-system")
+    assert e.value.status == 403 and "system:serviceaccount:pacific-system:pacific-node" in str(e.value)
+    with pytest.raises(errors.ApiError) as e:
+        r.create(node_api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                       "metadata": {"name": "forbidden"},
+                                       "spec": {"cidrBlock": "10.99.0.0/24"}})
+    assert e.value.status == 403
+    with pytest.raises(errors.ApiError) as e:
+        r.delete(ctl_api, r.NAMESPACES, "default")
+    assert e.value.status == 403
+    assert r.list_(ctl_api, r.SUBNETS)[0]            # what it needs, it has
+
+
+def test_deploy_manifests_pass_server_side_dry_run(kube):
+    sb, _ = kube
+    out = kubectl(sb, "apply", "--dry-run=server", "-k", os.path.join(REPO, "deploy"),
+                  check=False)
+    assert out.returncode == 0, out.stderr
+    for kind in ("customresourcedefinition.apiextensions.k8s.io/subnets.pacific.io",
+                 "deployment.apps/pacific-controller", "daemonset.apps/pacific-node",
+                 "clusterrole.rbac.authorization.k8s.io/pacific-controller"):
+        assert kind in out.stdout, out.stdout
+
+
+def test_pod_add_with_ports_exec_detach_and_delete(kube):
+    sb, api = kube
+    out = subprocess.run([".venv/bin/pacific", "sandbox", "pod", "add", "tools/srv", "--name",
+                          sb.name, "--port", "http:8080/TCP"], capture_output=True, text=True,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    pod = r.get(api, r.PODS, "srv", "tools")
+    assert pod["spec"]["containers"][0]["ports"] == [
+        {"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert pod["spec"]["nodeName"] in {n.name for n in sb.nodes}     # the scheduler chose
+    out = subprocess.run([".venv/bin/pacific", "sandbox", "exec", "tools/srv", "--name", sb.name,
+                          "--detach", "--", "sleep", "300"], capture_output=True, text=True,
+                         cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    ns = cnipods.load(sb, "tools", "srv").netns
+    assert wait_until(lambda: sbnetns.pids(ns), 10, "detached process")
+    bad = subprocess.run([".venv/bin/pacific", "sandbox", "pod", "add", "tools/x", "--name",
+                          sb.name, "--port", "http:99999"], capture_output=True, text=True,
+                         cwd=REPO)
+    assert bad.returncode != 0 and "--port" in bad.stderr
+    assert cnipods.delete_pod(sb, "tools", "srv")
+    assert not sbnetns.exists(ns)          # and with it the detached process
+    assert r.get(api, r.PODS, "srv", "tools") is None
