@@ -19,9 +19,12 @@ A real multi-node OVN cluster network on this machine, in network namespaces:
   {names.SANDBOX_NETNS_PREFIX}-NAME-central  NB/SB ovsdb-server, ovn-northd, underlay bridge br-ul
   {names.SANDBOX_NETNS_PREFIX}-NAME-nodeI    ovsdb-server, ovs-vswitchd (netdev), ovn-controller
   {names.SANDBOX_NETNS_PREFIX}-NAME-ext      the "outside world" on the underlay
-and, unless --bare, Pacific on top: the Kubernetes API emulator, the Node
-objects, two leader-elected pacific-controller replicas and a pacific-node per
-node (`pacific sandbox kubeconfig` tells kubectl where the API is).
+and, unless --bare, Kubernetes and Pacific on top: etcd, kube-apiserver,
+kube-controller-manager and kube-scheduler (v1.20.2, built by `make setup`), a pod
+runner per node (it registers the Node and runs the pods bound to it through the
+node's CNI configuration, as a kubelet does), two leader-elected
+pacific-controller replicas and a pacific-node per node
+(`pacific sandbox kubeconfig` tells kubectl where the API is).
 Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.SANDBOX_DIR})/NAME/.
 Needs root."""
 
@@ -80,7 +83,9 @@ def _print_where(st: dict) -> None:
         print(f"  test pods: {', '.join(st['test_pods'])}")
     kubeconfig = os.path.join(st["dir"], names.SANDBOX_KUBECONFIG)
     if os.path.exists(kubeconfig):
-        print(f"  kubectl  export KUBECONFIG={kubeconfig}; kubectl get nodes,pods,subnets,ips -A")
+        from pacific.sandbox.k8s.bins import bin_dir
+        print(f"  kubectl  export KUBECONFIG={kubeconfig} PATH={bin_dir()}:$PATH; "
+              "kubectl get nodes,pods,subnets,ips -A")
 
 
 @errors_to_exit
@@ -112,12 +117,14 @@ def register(sub):
     up = sp.add_parser("up", help="bring the sandbox up (idempotent; cleans a crashed one first)",
                        description="Start OVN central, N nodes and the external host; wait "
                        "until every chassis is registered and the Geneve tunnels are warm; "
-                       "then start the API emulator, two controllers and the node daemons "
+                       "then start the Kubernetes control plane, the pod runners, two "
+                       "controllers and the node daemons "
                        "(not with --bare); print where sockets and logs are. A healthy "
                        "sandbox is left as is; the leftovers of a crashed one are removed "
                        "first.")
     up.add_argument("--bare", action="store_true",
-                    help="only the OVN network: no API emulator, controllers or node daemons")
+                    help="only the OVN network: no Kubernetes, pod runners, controllers or "
+                    "node daemons")
     up.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=_NAME_HELP)
     up.add_argument("--nodes", type=int, default=3, metavar="N", help="number of nodes (default 3)")
     up.add_argument("--timeout", type=float, default=60, metavar="S",

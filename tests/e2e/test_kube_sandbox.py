@@ -145,8 +145,17 @@ spec:
 def test_rbac_is_enforced_on_pacifics_own_identities(kube):
     """Pacific's daemons hold their ServiceAccount tokens, bound by deploy/'s roles
     and nothing more."""
+    import yaml
+
+    from pacific.sandbox.k8s.kubeconfig import write_kubeconfig
     sb, _ = kube
-    node_kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)
+    # pacific-node's token, at the root namespace's URL (its own kubeconfig points
+    # at the underlay address, which only the node namespaces reach)
+    with open(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)) as f:
+        token = yaml.safe_load(f)["users"][0]["user"]["token"]
+    plane = k8s.plane(sb)
+    node_kc = write_kubeconfig(os.path.join(sb.dir, "test-node-root.kubeconfig"), plane.url,
+                               token, plane.pki.ca_crt)
     ctl_kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_CONTROLLER)
     node_api, ctl_api = client.load(node_kc), client.load(ctl_kc)
     # the controller may write Subnets' status, the node daemon may not
