@@ -70,6 +70,9 @@ OWNER_KIND_NODE = "Node"
 OWNER_KIND_SUBNET = "Subnet"
 OWNER_KIND_TENANT = "Tenant"
 OWNER_KIND_POLICY = "NetworkPolicy"
+OWNER_KIND_SERVICE = "Service"
+LB_GROUP = "pacific_services"        # Load_Balancer_Group every switch holds: all Services
+SERVICE_AFFINITY_DEFAULT = 10800     # seconds, Kubernetes' default ClientIP timeout
 PG_ISOLATED = "pacific_isolated"     # port group: every pod of a non-global namespace
 DEFAULT_GLOBAL_NAMESPACES = ("kube-system", "pacific-system")
 OWNER_KIND_CLUSTER = "Cluster"
@@ -106,6 +109,11 @@ def router_port_name(switch: str) -> str:
 def switch_router_port_name(switch: str) -> str:
     """Switch side of the patch between the cluster router and a switch."""
     return f"{PORT_PREFIX_ROUTER_LINK}{switch}"
+
+
+def service_lb_name(namespace: str, name: str, protocol: str) -> str:
+    """OVN Load_Balancer of a Service's ports of one protocol (tcp, udp, sctp)."""
+    return f"svc:{namespace}/{name}:{protocol}"
 
 
 def pod_lsp_name(namespace: str, name: str) -> str:

@@ -10,7 +10,9 @@ from pacific.controller.node import NodeFeature
 from pacific.controller.pod import PodFeature
 from pacific.controller.policy import PolicyFeature
 from pacific.controller.qos import QosFeature
+from pacific.controller.service import ServiceFeature
 from pacific.controller.subnet import SubnetFeature
 from pacific.controller.tenant import TenantFeature
 
-FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature]
+FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
+            ServiceFeature]

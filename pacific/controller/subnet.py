@@ -25,7 +25,7 @@ from pacific.controller.model import SubnetSpec, SubnetSpecError
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
-from pacific.ovn import acl, ensure
+from pacific.ovn import acl, ensure, lb
 
 LOG = logging.getLogger(__name__)
 READY = "Ready"
@@ -189,6 +189,7 @@ class SubnetFeature(Feature):
         ids = subnet_ids(name)
         acls = private_acls(spec, ctl.cfg.join_cidr)
         ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids),
+                        lambda api: lb.AttachLoadBalancerGroup(api, name, names.LB_GROUP),
                         *topology.router_link_builders(name, spec.gateway, spec.prefixlen, ids),
                         lambda api: acl.EnsureACLs(api, name, acls, table=ensure.LS)],
                        what=f"subnet {name}")

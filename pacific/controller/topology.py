@@ -19,6 +19,7 @@ from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn.ensure import EnsurePort, EnsureRouter, EnsureRouterPort, EnsureSwitch
+from pacific.ovn.lb import AttachLoadBalancerGroup
 
 LOG = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ def ensure(ctl) -> None:
     builders = [
         lambda api: EnsureRouter(api, names.CLUSTER_ROUTER, cluster_ids()),
         lambda api: EnsureSwitch(api, cfg.join_switch, ids),
+        # Services reach the nodes through ovn0 on the join switch
+        lambda api: AttachLoadBalancerGroup(api, cfg.join_switch, names.LB_GROUP),
         *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_prefixlen, ids),
     ]
     ctl.writer.run(builders, what="startup topology")

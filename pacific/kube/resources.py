@@ -75,7 +75,10 @@ EVENTS = Resource("", "v1", "events", True, "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", True, "ConfigMap")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", True, "Lease")
 STATEFULSETS = Resource("apps", "v1", "statefulsets", True, "StatefulSet")
-# EndpointSlice: v1 or v1beta1 depending on the server, see pacific.kube.versions
+# EndpointSlice: v1 (1.21+) or v1beta1 (1.20): pacific.kube.versions picks one
+ENDPOINTSLICES = Resource("discovery.k8s.io", "v1", "endpointslices", True, "EndpointSlice")
+ENDPOINTSLICES_V1BETA1 = Resource("discovery.k8s.io", "v1beta1", "endpointslices", True,
+                                  "EndpointSlice")
 NETWORKPOLICIES = Resource("networking.k8s.io", "v1", "networkpolicies", True,
                            "NetworkPolicy")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", False,

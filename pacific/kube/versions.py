@@ -30,15 +30,20 @@ def served_versions(api: Any, group: str) -> list[str]:
     return [v["version"] for v in doc.get("versions", [])]
 
 
-def endpointslices(api: Any) -> resources.Resource:
+def endpointslice_version(api: Any) -> str:
+    """"v1" or "v1beta1": the EndpointSlice version to use with this server."""
     served = served_versions(api, "discovery.k8s.io")
     for v in _PREFERENCE:
         if v in served:
-            return resources.Resource("discovery.k8s.io", v, "endpointslices", True,
-                                      "EndpointSlice")
+            return v
     raise errors.ApiError(404, "NotFound", "the server serves no EndpointSlice API "
                           f"(discovery.k8s.io versions: {served or 'none'})", "GET",
                           "/apis/discovery.k8s.io")
+
+
+def endpointslices(api: Any) -> resources.Resource:
+    return (resources.ENDPOINTSLICES_V1BETA1 if endpointslice_version(api) == "v1beta1"
+            else resources.ENDPOINTSLICES)
 
 
 def endpoint_node(endpoint: dict) -> str | None:

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the conflist is written (default: %(default)s; '' to skip)")
     p.add_argument("--cni-bin-dir", default="/opt/cni/bin",
                    help="where the plugin is installed (default: %(default)s; '' to skip)")
+    p.add_argument("--service-cidr", default=names.SERVICE_CIDR,
+                   help="the cluster's Service CIDR: routed into ovn0 so the node reaches "
+                   f"ClusterIPs through OVN's load balancers (default {names.SERVICE_CIDR}; "
+                   "empty: no route)")
     p.add_argument("--mtu", type=int, help="pod MTU (default: MTU of the interface holding "
                    f"--encap-ip minus {names.POD_MTU_OVERHEAD})")
     p.add_argument("--allocation-timeout", type=float, default=60.0,
@@ -155,7 +159,8 @@ class NodeDaemon:
         pods = Informer(api, PODS, field_selector=f"spec.nodeName={a.node_name}")
         nodes = Informer(api, NODES, field_selector=f"metadata.name={a.node_name}")
         subnets = Informer(api, SUBNETS)
-        self.mgmt = MgmtPort(self.ovs, a.node_name, nodes, subnets, mtu)
+        self.mgmt = MgmtPort(self.ovs, a.node_name, nodes, subnets, mtu,
+                             service_cidr=a.service_cidr or None)
         for inf in (nodes, subnets):
             inf.on_add, inf.on_update, inf.on_delete = self.mgmt.kick, self.mgmt.kick, \
                 self.mgmt.kick

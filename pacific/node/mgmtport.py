@@ -27,8 +27,10 @@ RT_PROTO_STATIC = 4
 
 class MgmtPort:
     def __init__(self, ovs, node_name: str, nodes, subnets, mtu: int,
-                 bridge: str = names.INTEGRATION_BRIDGE, ifname: str = names.MGMT_PORT):
+                 bridge: str = names.INTEGRATION_BRIDGE, ifname: str = names.MGMT_PORT,
+                 service_cidr: str | None = None):
         self.ovs, self.node_name, self.nodes, self.subnets = ovs, node_name, nodes, subnets
+        self.service_cidr = service_cidr
         self.mtu, self.bridge, self.ifname = mtu, bridge, ifname
         self._kick = threading.Event()
         self._stop = threading.Event()
@@ -91,6 +93,8 @@ class MgmtPort:
             net = ipaddress.ip_network(cidr)
             if net.version == gateway.version and net != iface_ip.network:
                 want_routes.add(str(net))
+        if self.service_cidr:   # ClusterIPs: OVN's load balancers on the join switch
+            want_routes.add(str(ipaddress.ip_network(self.service_cidr)))
 
         iface = self.ovs.get_interface(self.ifname)
         ids = {names.OVS_IFACE_ID: lsp, names.OVS_ATTACHED_MAC: mac.lower()}

@@ -70,7 +70,7 @@ NB_TABLES = (
     "NB_Global", "Logical_Switch", "Logical_Switch_Port", "Logical_Router",
     "Logical_Router_Port", "Logical_Router_Static_Route",
     "Logical_Router_Policy", "NAT", "ACL", "Address_Set", "Port_Group",
-    "Load_Balancer", "QoS", "Gateway_Chassis", "HA_Chassis_Group",
+    "Load_Balancer", "Load_Balancer_Group", "QoS", "Gateway_Chassis", "HA_Chassis_Group",
     "HA_Chassis",
 )
 
@@ -81,7 +81,8 @@ NB_TABLES = (
 # AttributeError/KeyError.  A controller feature that needs another table or
 # column adds it here (None: every column of the table).
 CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
-    "Logical_Switch": ("name", "ports", "acls", "other_config", "external_ids"),
+    "Logical_Switch": ("name", "ports", "acls", "other_config", "external_ids",
+                       "load_balancer_group"),
     "Logical_Switch_Port": ("name", "addresses", "port_security", "type",
                             "options", "external_ids"),
     "Logical_Router": ("name", "ports", "external_ids"),
@@ -90,6 +91,9 @@ CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
     "Port_Group": ("name", "ports", "acls", "external_ids"),
     "Address_Set": ("name", "addresses", "external_ids"),
     "ACL": None,
+    # Services (pacific.ovn.lb)
+    "Load_Balancer": ("name", "vips", "protocol", "options", "external_ids"),
+    "Load_Balancer_Group": ("name", "load_balancer"),
 }
 
 

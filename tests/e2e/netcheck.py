@@ -1,7 +1,11 @@
 """Reachability probes for e2e tests, run inside pod network namespaces.
 
-    python3 netcheck.py serve PORT           # TCP and UDP echo on PORT (until killed)
+    python3 netcheck.py serve PORT [NAME]    # TCP and UDP echo on PORT (until killed);
+                                             # with NAME it answers "NAME <client ip>"
     python3 netcheck.py probe tcp|udp IP PORT [TIMEOUT]   # exit 0 iff the echo came back
+    python3 netcheck.py ask tcp|udp IP PORT [TIMEOUT] [SRCPORT]
+        # prints the answer; exit 0 answered, 2 refused (RST / ICMP unreachable),
+        # 1 no answer
 
 Stdlib only (it runs under `ip netns exec`), one process per probe."""
 import random
@@ -10,7 +14,7 @@ import sys
 import threading
 
 
-def serve(port: int) -> None:
+def serve(port: int, name: str | None = None) -> None:
     udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.bind(("0.0.0.0", port))
     tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -21,21 +25,22 @@ def serve(port: int) -> None:
     def udp_loop():
         while True:
             data, peer = udp.recvfrom(2048)
-            udp.sendto(data, peer)
+            udp.sendto(f"{name} {peer[0]}".encode() if name else data, peer)
 
-    def handle(conn):
+    def handle(conn, peer):
         with conn:
             conn.settimeout(5)
             try:
-                conn.sendall(conn.recv(2048))
+                data = conn.recv(2048)
+                conn.sendall(f"{name} {peer[0]}".encode() if name else data)
             except OSError:
                 pass
 
     threading.Thread(target=udp_loop, daemon=True).start()
     print("ready", flush=True)
     while True:
-        conn, _ = tcp.accept()
-        threading.Thread(target=handle, args=(conn,), daemon=True).start()
+        conn, peer = tcp.accept()
+        threading.Thread(target=handle, args=(conn, peer), daemon=True).start()
 
 
 def probe(proto: str, ip: str, port: int, timeout: float) -> bool:
@@ -63,9 +68,36 @@ def probe(proto: str, ip: str, port: int, timeout: float) -> bool:
             return False
 
 
+def ask(proto: str, ip: str, port: int, timeout: float, src_port: int = 0) -> int:
+    kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.settimeout(timeout)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", src_port or random.randint(20000, 60999)))
+        try:
+            if proto == "tcp":
+                s.connect((ip, port))
+                s.sendall(b"ask")
+            else:
+                s.connect((ip, port))
+                s.send(b"ask")
+            print(s.recv(2048).decode(), flush=True)
+            return 0
+        except ConnectionRefusedError:
+            print("refused", flush=True)
+            return 2
+        except OSError as e:
+            print(f"no answer: {e}", flush=True)
+            return 1
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(int(sys.argv[2]))
+        serve(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
+    elif sys.argv[1] == "ask":
+        t = float(sys.argv[5]) if len(sys.argv) > 5 else 2.0
+        sys.exit(ask(sys.argv[2], sys.argv[3], int(sys.argv[4]), t,
+                     int(sys.argv[6]) if len(sys.argv) > 6 else 0))
     else:
         t = float(sys.argv[5]) if len(sys.argv) > 5 else 1.0
         sys.exit(0 if probe(sys.argv[2], sys.argv[3], int(sys.argv[4]), t) else 1)

@@ -205,11 +205,15 @@ def scan(component_modules: list[str]) -> Scan:
         mod = idx.modules[name]
         for call in ast.walk(mod.tree):
             if isinstance(call, ast.Call) and mod.resolve(call.func, None) == INFORMER_SPEC:
-                res = _resource(mod, _arg(call, 0, "resource"), None)
-                if res is None:
+                arg = _arg(call, 0, "resource")
+                # `A if version == "v1beta1" else B`: either one may be used
+                choices = [arg.body, arg.orelse] if isinstance(arg, ast.IfExp) else [arg]
+                found = [_resource(mod, a, None) for a in choices]
+                if None in found:
                     out.unresolved.append(f"{mod.name}:{call.lineno}: InformerSpec on a resource "
                                           "held in a variable")
                     continue
-                for verb in ("list", "watch"):
-                    out.uses.add(Use(res.group, res.plural, verb, f"{mod.name}:{call.lineno}"))
+                for res in found:
+                    for verb in ("list", "watch"):
+                        out.uses.add(Use(res.group, res.plural, verb, f"{mod.name}:{call.lineno}"))
     return out

@@ -1,0 +1,152 @@
+"""Kubernetes Services (ClusterIP) as OVN load balancers, without kube-proxy.
+
+Per Service (key "ns/name"): one Load_Balancer per protocol, named
+`names.service_lb_name`, owned by the Service (external_ids), member of the one
+Load_Balancer_Group `names.LB_GROUP` that every switch holds (subnet switches
+and the join switch, attached where they are created).  So pods on any switch
+and the nodes (through ovn0 on the join switch, with a route for the service
+CIDR) reach every Service, and northd applies it everywhere from one row.
+
+What the balancer holds comes from service_model.balancers(): the Service's
+cluster IPs x ports -> the ready endpoints of its EndpointSlices (label
+kubernetes.io/service-name).  An EndpointSlice event queues only its Service;
+a Service event only itself; no other feature is re-queued.  The balancer sits
+in the client's switch pipeline before the destination port's to-lport ACLs,
+so tenant isolation and NetworkPolicy ingress rules see the endpoint and the
+real client address: a client reaches a Service's endpoints exactly where it
+may reach the endpoint pods.
+
+EndpointSlice is discovery.k8s.io/v1 or v1beta1, whichever the server serves
+(pacific.kube.versions).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from pacific import names
+from pacific.controller import informers, model
+from pacific.controller import service_model as sm
+from pacific.controller.feature import Feature, InformerSpec
+from pacific.kube import errors as kerr
+from pacific.kube import resources as r
+from pacific.kube import versions
+from pacific.ovn import lb
+
+LOG = logging.getLogger(__name__)
+
+
+def service_ids(key: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_SERVICE, names.EXT_OWNER: key}
+
+
+def slice_version(kube) -> str:
+    try:
+        return versions.endpointslice_version(kube)
+    except (kerr.ApiError, OSError) as e:   # e.g. a fake API in unit tests
+        LOG.warning("EndpointSlice version not discovered (%s): using discovery.k8s.io/v1", e)
+        return "v1"
+
+
+def slim_slice(s: dict) -> dict:
+    """What the controller reads of an EndpointSlice."""
+    m = s.get("metadata") or {}
+    return {"kind": "EndpointSlice", "apiVersion": s.get("apiVersion"),
+            "metadata": {k: m.get(k) for k in ("name", "namespace", "uid", "resourceVersion",
+                                               "labels") if m.get(k) is not None},
+            "addressType": s.get("addressType"), "ports": s.get("ports") or [],
+            "endpoints": [{"addresses": e.get("addresses") or [],
+                           "conditions": e.get("conditions") or {}}
+                          for e in s.get("endpoints") or []]}
+
+
+class ServiceFeature(Feature):
+    name = "service"
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        self.informers = {"services": informers.SERVICES,
+                          "endpointslices": InformerSpec(
+                              r.ENDPOINTSLICES_V1BETA1 if slice_version(ctl.kube) == "v1beta1"
+                              else r.ENDPOINTSLICES, slim_slice)}
+        self._lock = threading.Lock()
+        self._slices: dict[str, set[str]] = {}   # service key -> slice keys
+        self._reported: dict[str, str] = {}
+
+    def handlers(self):
+        return {"services": self._on_service, "endpointslices": self._on_slice}
+
+    def _on_service(self, old, new):
+        return (r.object_key(new or old),)
+
+    def _on_slice(self, old, new):
+        keys = set()
+        for obj, present in ((old, False), (new, True)):
+            if obj is None:
+                continue
+            m = model.meta(obj)
+            svc = (m.get("labels") or {}).get(sm.SERVICE_NAME_LABEL)
+            if not svc:
+                continue
+            skey, key = f"{m.get('namespace')}/{svc}", r.object_key(obj)
+            with self._lock:
+                if present:
+                    self._slices.setdefault(skey, set()).add(key)
+                elif new is None or (model.meta(new).get("labels") or {}).get(
+                        sm.SERVICE_NAME_LABEL) != svc:
+                    self._slices.get(skey, set()).discard(key)
+            keys.add(skey)
+        return keys
+
+    def resync_keys(self):
+        keys = {r.object_key(s) for s in self.ctl.informer("services").list()}
+        keys |= {row.external_ids.get(names.EXT_OWNER) for row in self._owned()}
+        return sorted(k for k in keys if k)
+
+    # -- reconcile ---------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        svc = self.ctl.informer("services").get(key)
+        ns, name = r.split_key(key)
+        with self._lock:
+            slice_keys = sorted(self._slices.get(key, ()))
+        cache = self.ctl.informer("endpointslices")
+        slices = [s for s in (cache.get(k) for k in slice_keys) if s is not None]
+        want, problems = sm.balancers(svc, slices) if svc is not None else ({}, [])
+        have = {row.name: row for row in self.ctl.nb.rows_owned(lb.LB, names.OWNER_KIND_SERVICE, key)}
+        group = names.LB_GROUP
+        builders = []
+        for proto, b in want.items():
+            lb_name = names.service_lb_name(ns, name, proto)
+            row = have.pop(lb_name, None)
+            if row is not None and _same(row, b, key):
+                continue
+            builders.append(lambda api, n=lb_name, b=b: lb.EnsureLoadBalancer(
+                api, n, b.protocol, b.vips, options=b.options, external_ids=service_ids(key),
+                group=group))
+        for lb_name in have:
+            builders.append(lambda api, n=lb_name: lb.DeleteLoadBalancer(api, n, group=group))
+        if builders:
+            self.ctl.writer.run(builders, what=f"service {key}")
+            LOG.info("service %s: %s", key, ", ".join(
+                f"{p} {len(b.vips)} vips / {sum(bool(v) for v in b.vips.values())} with endpoints"
+                for p, b in want.items()) or "no balancer")
+        self._report(svc, key, problems)
+
+    def _owned(self) -> list:
+        return self.ctl.nb.rows_owned(lb.LB, names.OWNER_KIND_SERVICE)
+
+    def _report(self, svc, key: str, problems: list[str]) -> None:
+        text = "; ".join(problems)
+        if self._reported.get(key, "") == text:
+            return
+        self._reported[key] = text
+        if text and svc is not None:
+            LOG.warning("service %s: %s", key, text)
+            self.ctl.event(svc, "ServiceNotFullyProgrammed", text)
+
+
+def _same(row, b: sm.Balancer, key: str) -> bool:
+    proto = row.protocol if isinstance(row.protocol, list) else [row.protocol]
+    return (dict(row.vips) == b.vips and proto == [b.protocol]
+            and dict(row.options) == b.options
+            and dict(row.external_ids) == service_ids(key))

@@ -1,0 +1,157 @@
+"""Services (ClusterIP) in OVN load balancers, real packets in the sandbox:
+TCP and UDP from pods on every node and from a node, spread over the ready
+endpoints (EndpointSlices from the real kube-controller-manager, named target
+port), a removed endpoint gets no new connections, no endpoint -> rejected at
+once, hairpin, ClientIP affinity, and a client of another tenant refused."""
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pacific import contract, names
+from pacific.kube import client
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods
+from pacific.sandbox.k8s import sandbox as k8s
+
+pytestmark = pytest.mark.e2e
+NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
+NS, OTHER = "svc-e2e", "svc-other"
+PORT = 7000
+
+
+def wait_until(pred, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def ask(sb, netns, proto, ip, port, timeout=2.0, src_port=0):
+    """(exit code, answer) of one request from `netns` (0 answered, 2 refused, 1 none)."""
+    p = sb.exec(netns, [sys.executable, NETCHECK, "ask", proto, ip, str(port), str(timeout),
+                        str(src_port)], check=False, timeout=timeout + 10)
+    return p.returncode, p.stdout.strip()
+
+
+def pod_netns(sb, ns, name):
+    return cnipods.load(sb, ns, name).netns
+
+
+def service(name, selector, ports, affinity=False):
+    spec = {"selector": selector, "ports": ports}
+    if affinity:
+        spec["sessionAffinity"] = "ClientIP"
+        spec["sessionAffinityConfig"] = {"clientIP": {"timeoutSeconds": 60}}
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": NS},
+            "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def env(sandbox):
+    sb = sandbox
+    api = client.load(k8s.kubeconfig_path(sb))
+    ports = [{"name": "echo", "containerPort": PORT, "protocol": "TCP"},
+             {"name": "echo-udp", "containerPort": PORT, "protocol": "UDP"}]
+    servers = {}
+    for i, node in enumerate(("node1", "node2", "node3"), 1):
+        name = f"echo{i}"
+        cnipods.add_pod(sb, NS, name, node, labels={"app": "echo", "pod": name}, api=api,
+                        container_ports=ports)
+        cnipods.detach_pod(sb, NS, name, [sys.executable, NETCHECK, "serve", str(PORT), name])
+        servers[name] = cnipods.load(sb, NS, name).ip
+    cnipods.add_pod(sb, NS, "client", "node2", api=api)
+    cnipods.add_pod(sb, OTHER, "stranger", "node2", api=api)
+    for name, ip in servers.items():   # the servers listen
+        wait_until(lambda ip=ip: ask(sb, pod_netns(sb, NS, "client"), "tcp", ip, PORT)[0] == 0,
+                   20, f"{name} serving")
+    r.create(api, r.SERVICES, service("echo", {"app": "echo"}, [
+        {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"},
+        {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}]), NS)
+    svc = r.get(api, r.SERVICES, "echo", NS)
+    return sb, api, svc["spec"]["clusterIP"], servers
+
+
+def answers(sb, netns, proto, ip, port, n):
+    got = collections.Counter()
+    for _ in range(n):
+        rc, out = ask(sb, netns, proto, ip, port)
+        got[out.split()[0] if rc == 0 else f"rc={rc}"] += 1
+    return got
+
+
+def test_cluster_ip_tcp_and_udp_from_pods_on_every_node_and_from_a_node(env):
+    sb, api, vip, servers = env
+    wait_until(lambda: ask(sb, pod_netns(sb, NS, "client"), "tcp", vip, 80)[0] == 0, 20,
+               "the ClusterIP answering")
+    sources = [pod_netns(sb, NS, n) for n in ("echo1", "echo2", "echo3", "client")]
+    sources.append(sb.node("node3").netns)             # a node, through ovn0
+    for src in sources:
+        for proto, port in (("tcp", 80), ("udp", 53)):
+            got = answers(sb, src, proto, vip, port, 12)
+            assert set(got) <= set(servers), (src, proto, got)
+            assert len(got) >= 2, f"{src} {proto}: not spread over the endpoints: {got}"
+
+
+def test_no_ready_endpoint_is_rejected_at_once(env):
+    sb, api, _, _ = env
+    r.create(api, r.SERVICES, service("nobody", {"app": "nobody"},
+                                      [{"name": "http", "port": 80, "protocol": "TCP"},
+                                       {"name": "dns", "port": 53, "protocol": "UDP"}]), NS)
+    vip = r.get(api, r.SERVICES, "nobody", NS)["spec"]["clusterIP"]
+    src = pod_netns(sb, NS, "client")
+    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 2, 20, "TCP reset from the VIP")
+    t0 = time.monotonic()
+    assert ask(sb, src, "tcp", vip, 80, timeout=5)[0] == 2
+    assert ask(sb, src, "udp", vip, 53, timeout=5)[0] == 2      # ICMP port unreachable
+    assert time.monotonic() - t0 < 3, "the client waited instead of being refused"
+
+
+def test_hairpin_and_client_ip_affinity(env):
+    sb, api, _, _ = env
+    r.create(api, r.SERVICES, service("self", {"pod": "echo1"}, [
+        {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"}]), NS)
+    vip = r.get(api, r.SERVICES, "self", NS)["spec"]["clusterIP"]
+    src = pod_netns(sb, NS, "echo1")
+    rc, out = wait_until(lambda: (lambda a: a[0] == 0 and a)(ask(sb, src, "tcp", vip, 80)), 20,
+                         "hairpin answer")
+    assert out.split()[0] == "echo1"              # the pod reached itself through its Service
+
+    r.create(api, r.SERVICES, service("sticky", {"app": "echo"}, [
+        {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"}], affinity=True), NS)
+    vip = r.get(api, r.SERVICES, "sticky", NS)["spec"]["clusterIP"]
+    src = pod_netns(sb, NS, "client")
+    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 0, 20, "sticky answering")
+    got = answers(sb, src, "tcp", vip, 80, 10)
+    assert len(got) == 1 and list(got)[0].startswith("echo"), got
+
+
+def test_a_removed_endpoint_gets_no_new_connections(env):
+    sb, api, vip, servers = env
+    cnipods.delete_pod(sb, NS, "echo3", api=api)
+    src = pod_netns(sb, NS, "client")
+
+    def gone():
+        return "echo3" not in answers(sb, src, "tcp", vip, 80, 6)
+    wait_until(gone, 20, "echo3 out of the balancer")
+    got = answers(sb, src, "tcp", vip, 80, 15)
+    assert "echo3" not in got and set(got) <= {"echo1", "echo2"}, got
+    lb = sb.nbctl("--columns=vips", "find", "Load_Balancer",
+                  f'name="{names.service_lb_name(NS, "echo", "tcp")}"')
+    assert servers["echo3"] not in lb and servers["echo1"] in lb
+
+
+def test_a_client_of_another_tenant_is_refused(env):
+    sb, _, vip, _ = env
+    assert ask(sb, pod_netns(sb, NS, "client"), "tcp", vip, 80)[0] == 0
+    assert ask(sb, pod_netns(sb, OTHER, "stranger"), "tcp", vip, 80, timeout=1.5)[0] != 0
+    assert ask(sb, pod_netns(sb, OTHER, "stranger"), "udp", vip, 53, timeout=1.5)[0] != 0
