@@ -160,7 +160,7 @@ def ovs_attachments(ovs, mtu: int) -> Callable[[str], list[PodAttachment]]:
     """find_attachments for PodLoop: the pod's interfaces recorded in OVS."""
     def find(key: str) -> list[PodAttachment]:
         out = []
-        for iface in ovs.find_interfaces({names.OVS_POD: key}):
+        for iface in ovs.interfaces_of_pod(key):
             att = PodAttachment.from_ovs(dict(iface.external_ids), mtu, iface.name)
             if att is not None:
                 out.append(att)

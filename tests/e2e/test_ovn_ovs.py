@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import time
+
 import pytest
 
 from ovsdb_fixtures import NB_SCHEMA, VSWITCH_SCHEMA, OvsdbServer
@@ -68,7 +70,19 @@ def test_interface_port_create_update_find_delete(ovs):
     found = ovs.find_interfaces({names.OVS_POD: "default/web-0"})
     assert [i.name for i in found] == ["veth0a1b"]
     assert ovs.find_interfaces({names.OVS_POD: "default/other"}) == []
+    # the pod index (IDL events) agrees, and follows a second interface and a removal
+    assert [i.name for i in ovs.interfaces_of_pod("default/web-0")] == ["veth0a1b"]
+    ovs.commit(ovs.add_interface_port(BR, "veth9", external_ids={names.OVS_POD: "default/web-0"},
+                                      owner=POD))
+    wait = time.monotonic() + 5
+    while len(ovs.interfaces_of_pod("default/web-0")) != 2 and time.monotonic() < wait:
+        time.sleep(0.01)     # the index follows in the event thread
+    assert [i.name for i in ovs.interfaces_of_pod("default/web-0")] == ["veth0a1b", "veth9"]
+    ovs.commit(ovs.del_port("veth9"))
     ovs.commit(ovs.del_port("veth0a1b"))
+    while ovs.interfaces_of_pod("default/web-0") and time.monotonic() < wait:
+        time.sleep(0.01)
+    assert ovs.interfaces_of_pod("default/web-0") == []
     assert ovs.get_interface("veth0a1b") is None
     assert ovs.rows_owned("Port", names.OWNER_KIND_POD) == []
 
