@@ -6,7 +6,8 @@
     def test_y(sandbox_factory):     # private sandboxes, each down()ed afterwards
         sb = sandbox_factory(nodes=2)
 
-Sandbox names are unique per test run (`t<pid><n>`), so runs and other sandboxes
+PACIFIC_KEEP_SANDBOXES=1 leaves them up after the session (to inspect a failure;
+`pacific sandbox down --name NAME` removes each).  Sandbox names are unique per test run (`t<pid><n>`), so runs and other sandboxes
 on the machine never collide.  End-to-end tests need root and the Debian OVS/OVN
 packages; without them they are skipped with the reason.
 """
@@ -55,6 +56,10 @@ def sandbox_factory():
         return sb
 
     yield make
+    if os.environ.get("PACIFIC_KEEP_SANDBOXES"):   # debugging: inspect after a failure
+        logging.getLogger(__name__).warning("keeping sandboxes %s (PACIFIC_KEEP_SANDBOXES)",
+                                            [sb.name for sb in made])
+        return
     errors = []
     for sb in reversed(made):
         try:

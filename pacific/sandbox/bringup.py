@@ -134,6 +134,21 @@ def restart_node_daemon(sb: "Sandbox", node: "SandboxNode", daemon: str,
     log.info("%s restarted (pid %d)", tag, st.pid)
 
 
+def guard_tag(node: "SandboxNode") -> str:
+    return f"{node.name}-guard"
+
+
+def start_guards(sb: "Sandbox") -> None:
+    """One pacific.sandbox.nodeguard per node (idempotent)."""
+    import sys
+    for node in sb.nodes:
+        if sb.daemon_pid(guard_tag(node)) is None:
+            # in the node's namespace: whatever cleans the sandbox up finds it there
+            sb.spawn(guard_tag(node), [sys.executable, "-m", "pacific.sandbox.nodeguard",
+                                       "--sandbox", sb.name, "--node", node.name],
+                     netns=node.netns)
+
+
 def netns_has_link(ns: str, dev: str) -> bool:
     return run(["ip", "link", "show", "dev", dev], netns=ns, check=False).returncode == 0
 

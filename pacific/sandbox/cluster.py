@@ -157,6 +157,7 @@ class Sandbox:
         return self._start_services(services)
 
     def _start_services(self, services: Iterable[Service] | None) -> "Sandbox":
+        bringup.start_guards(self)       # the underlay survives an ovs-vswitchd crash
         if services is None:
             from pacific.sandbox.services import DEFAULT_SERVICES
             services = DEFAULT_SERVICES

@@ -69,7 +69,10 @@ def ovn_northd(nb_remote: str, sb_remote: str, netns: str, directory: str) -> St
 
 
 def ovs_vswitchd(db_remote: str, netns: str, directory: str) -> Started:
-    return start_detached("ovs-vswitchd", "ovs-vswitchd", [db_remote], netns, directory)
+    # --monitor: restarted after a crash, as systemd would (pacific.sandbox.nodeguard
+    # then restores the node's underlay, which lives on the restarted process's tap)
+    return start_detached("ovs-vswitchd", "ovs-vswitchd", ["--monitor", db_remote], netns,
+                          directory)
 
 
 def ovn_controller(db_remote: str, netns: str, directory: str) -> Started:

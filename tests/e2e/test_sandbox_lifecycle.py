@@ -57,7 +57,9 @@ def test_down_leaves_nothing(sandbox_factory):
     b.spawn("sleeper", ["sleep", "600"])
     sb.spawn("rootsleeper", ["sleep", "600"])
     pids = [d["pid"] for d in sb.state.read()["daemons"].values()]
-    assert len(pids) == 2 * 3 + 3 + 2
+    # per node ovsdb-server, ovs-vswitchd, ovn-controller; central 3; the two
+    # spawned here; one node guard per node
+    assert len(pids) == 2 * 3 + 3 + 2 + 2
     sb.down()
     assert [p for p in pids if alive(p)] == []
     assert netns.list_with_prefix(sb.netns_prefix) == []
@@ -182,3 +184,20 @@ def test_services_hook_runs_after_the_network_is_ready(sandbox_factory):
     sb.down()
     with pytest.raises(SandboxError, match="service broken failed to start: no config"):
         sandbox_factory(nodes=1, services=[broken])
+
+
+def test_a_crashed_ovs_vswitchd_comes_back_with_the_underlay(sandbox_factory):
+    """ovs-vswitchd 3.1.0's userspace conntrack can abort; the sandbox restarts it
+    (--monitor) and the node guard restores the underlay on its new tap device."""
+    sb = sandbox_factory(nodes=2)
+    a, b = pod_pair(sb)
+    assert a.ping(b.ip, wait=10)
+    node = sb.node(b.node.name)
+    tag = f"{node.name}/ovs-vswitchd"
+    old = sb.state.read()["daemons"][tag]["pid"]
+    os.kill(old, signal.SIGABRT)           # what a failed assertion does
+    assert a.ping(b.ip, count=1, wait=15)  # back within seconds
+    new = sb.state.read()["daemons"][tag]["pid"]
+    assert new != old and alive(new)
+    assert sb.healthy()
+    sb.down()

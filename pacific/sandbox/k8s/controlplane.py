@@ -294,7 +294,9 @@ class ControlPlane:
             name = doc["metadata"]["name"]
             while True:
                 cur = r.get(api, r.CRDS, name) or {}
-                conds = {c["type"]: c["status"] for c in cur.get("status", {}).get("conditions", [])}
+                # status and its conditions are null until the server fills them
+                conds = {c["type"]: c["status"]
+                         for c in (cur.get("status") or {}).get("conditions") or []}
                 if conds.get("Established") == "True":
                     break
                 if time.monotonic() > deadline:
