@@ -99,8 +99,9 @@ def part1(tmp: Path, n_ns: int, n_pods: int, n_pol: int) -> None:
         want = {group_name(f"ns{i % n_ns}/p{i}") for i in range(n_pol)}
 
         def done():
-            have = {row.name for row in cp.nb.rows_owned("Port_Group", names.OWNER_KIND_POLICY)
-                    if row.acls}
+            with cp.nb.ovsdb_connection.lock:
+                have = {row.name for row in cp.nb.tables["Port_Group"].rows.values()
+                        if row.name in want and row.acls}
             return want <= have
         wait_until(done, 900, interval=0.2, what="all policies programmed")
         dt = time.perf_counter() - t0

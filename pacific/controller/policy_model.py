@@ -46,6 +46,17 @@ class PodInfo:
 class World:
     pods: list[PodInfo]
     namespace_labels: dict[str, dict]
+    by_namespace: dict[str, list[PodInfo]] = field(init=False, repr=False)
+
+    def __post_init__(self):
+        # selectors look at one namespace, or at namespaces chosen by labels:
+        # index once instead of scanning every pod per policy and peer
+        self.by_namespace = {}
+        for p in self.pods:
+            self.by_namespace.setdefault(p.namespace, []).append(p)
+
+    def in_namespace(self, namespace: str) -> list[PodInfo]:
+        return self.by_namespace.get(namespace, [])
 
 
 @dataclass(frozen=True)
@@ -92,20 +103,18 @@ def policy_types(spec: dict) -> list[str]:
 def selected(spec: dict, namespace: str, world: World) -> list[PodInfo]:
     sel = spec.get("podSelector")
     sel = {} if sel is None else sel
-    return [p for p in world.pods if p.namespace == namespace and selector_matches(sel, p.labels)]
+    return [p for p in world.in_namespace(namespace) if selector_matches(sel, p.labels)]
 
 
 def _peer_pods(peer: dict, namespace: str, world: World) -> list[PodInfo]:
     pod_sel, ns_sel = peer.get("podSelector"), peer.get("namespaceSelector")
-    out = []
-    for p in world.pods:
-        if ns_sel is None:
-            in_ns = p.namespace == namespace
-        else:
-            in_ns = selector_matches(ns_sel, world.namespace_labels.get(p.namespace, {}))
-        if in_ns and selector_matches({} if pod_sel is None else pod_sel, p.labels):
-            out.append(p)
-    return out
+    if ns_sel is None:
+        spaces = [namespace]
+    else:
+        spaces = [ns for ns in world.by_namespace
+                  if selector_matches(ns_sel, world.namespace_labels.get(ns, {}))]
+    sel = {} if pod_sel is None else pod_sel
+    return [p for ns in spaces for p in world.in_namespace(ns) if selector_matches(sel, p.labels)]
 
 
 def set_name(namespace: str, peer: dict) -> str:
