@@ -161,7 +161,8 @@ def _matrix(sb, targets: list[tuple[str, str]]) -> int:
     print("\ncolumns: " + "  ".join(f"{i + 1}={name} ({ip})" for i, (name, ip) in enumerate(targets)))
     print("\ndemo-blue and demo-green are two tenants: their pods do not reach each other; "
           "every node reaches every pod.  Join them with\n  .venv/bin/pacific tenant join "
-          f"demo-green --to demo-blue   (it sets the namespace label {names.LABEL_TENANT})")
+          f"demo-green --to demo-blue   (it sets the namespace label {names.LABEL_TENANT}),\n"
+          f"  or: kubectl label namespace demo-green {names.LABEL_TENANT}=demo-blue")
     return failures
 
 
@@ -191,6 +192,7 @@ ready in {time.monotonic() - t0:.0f} s.  Explore the sandbox's Kubernetes API:
   kubectl get pods -A -o wide
   kubectl create deployment hello --image=localhost/busybox:latest --replicas=4
   kubectl scale deployment hello --replicas=8
+  kubectl expose deployment hello --port 80     # a ClusterIP in OVN's load balancers
   kubectl get pods -o wide -w
   kubectl get subnets
   kubectl get ips
