@@ -207,3 +207,29 @@ def test_pod_add_with_ports_exec_detach_and_delete(kube):
     assert cnipods.delete_pod(sb, "tools", "srv")
     assert not sbnetns.exists(ns)          # and with it the detached process
     assert r.get(api, r.PODS, "srv", "tools") is None
+
+
+def test_a_restarted_pod_runner_keeps_its_pods_and_finishes_deletions(kube):
+    """The runner's records survive it: after a kill -9 and a restart, its pods
+    keep their network (no second ADD), and a pod deleted while it was down
+    (grace period 0: the object goes at once) is torn down once it is back."""
+    import signal
+    sb, api = kube
+    node = sb.node("node1")
+    for name in ("keep", "gone"):
+        cnipods.add_pod(sb, "rr", name, "node1", api=api)
+    keep = cnipods.load(sb, "rr", "keep")
+    gone_ns = cnipods.load(sb, "rr", "gone").netns
+    os.kill(sb.daemon_pid(k8s.runner_tag(node)), signal.SIGKILL)
+    r.delete(api, r.PODS, "gone", "rr")
+    assert r.get(api, r.PODS, "gone", "rr") is None
+    assert sbnetns.exists(gone_ns)                # nobody tore it down yet
+    sb.stop(k8s.runner_tag(node))
+    k8s.start_pod_runner(sb, node)
+    wait_until(lambda: not sbnetns.exists(gone_ns), 30, "the orphan's network removed")
+    assert cnipods.load(sb, "rr", "gone") is None
+    again = cnipods.load(sb, "rr", "keep")
+    assert again.container_id == keep.container_id          # not plumbed twice
+    assert sb.exec(sb.node("node2").netns, ["ping", "-c1", "-W2", keep.ip],
+                   check=False).returncode == 0
+    cnipods.delete_pod(sb, "rr", "keep", api=api)
