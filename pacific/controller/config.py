@@ -26,6 +26,7 @@ class Config:
     batch_delay: float = 0.001
     gc_interval: float = 300.0
     status_interval: float = 1.0
+    nb_failure_exit: float = 60.0               # seconds of failing NB writes before giving up
     isolation: bool = True                      # tenant isolation between namespaces
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
 

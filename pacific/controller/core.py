@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable
 import time
 
 from pacific import names
@@ -30,6 +31,10 @@ from pacific.kube.workqueue import run_workers
 
 LOG = logging.getLogger(__name__)
 SYNC_TIMEOUT = 120.0
+
+
+class NBUnavailable(RuntimeError):
+    """The NB database has been unwritable for longer than cfg.nb_failure_exit."""
 
 
 class Controller:
@@ -58,6 +63,7 @@ class Controller:
                 kube_api, spec.resource, transform=spec.transform,
                 **self._fan_out(inf_name, subscribers[inf_name]))
         self.ready = threading.Event()   # set once rebuilt and workers run
+        self.on_giving_up: Callable[[], None] | None = None   # see NBUnavailable
         self.last_tick = time.monotonic()  # the run loop's heartbeat (liveness)
 
     @staticmethod
@@ -123,6 +129,15 @@ class Controller:
             next_gc = time.monotonic() + self.cfg.gc_interval
             while not stop.wait(self.cfg.status_interval):
                 self.last_tick = time.monotonic()
+                failing = self.writer.failing_for()
+                if self.cfg.nb_failure_exit and failing > self.cfg.nb_failure_exit:
+                    if self.on_giving_up is not None:
+                        self.on_giving_up()     # e.g. release the Lease now, not after
+                                                # the hung transaction's timeout
+                    raise NBUnavailable(
+                        f"NB writes have failed for {failing:.0f} s (--nb-failure-exit "
+                        f"{self.cfg.nb_failure_exit:g}): giving up so that a replica with a "
+                        "working NB connection takes over")
                 for f in self.features:
                     f.tick()
                 if time.monotonic() >= next_gc:

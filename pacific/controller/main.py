@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--no-batch", action="store_true", help="one NB transaction per reconcile")
     g.add_argument("--gc-interval", type=float, default=float(_env("PACIFIC_GC_INTERVAL", "300")),
                    help="seconds between full re-checks of every object and owned NB row")
+    g.add_argument("--nb-failure-exit", type=float,
+                   default=float(_env("PACIFIC_NB_FAILURE_EXIT", "60")), metavar="SECONDS",
+                   help="give up leadership and exit (status 1) when NB writes have failed "
+                   "this long, so a replica with a working NB connection takes over "
+                   "[PACIFIC_NB_FAILURE_EXIT, default 60; 0: never]")
     g = p.add_argument_group("leader election")
     g.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
                    help="run without a Lease (only ever run ONE replica like this)")
@@ -111,6 +116,7 @@ def config_from_args(args) -> Config:
                   join_cidr=args.join_cidr, workers=args.workers, batch=not args.no_batch,
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
                   gc_interval=args.gc_interval, isolation=args.isolation,
+                  nb_failure_exit=args.nb_failure_exit,
                   global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")
                                           if n.strip())).validate()
 
@@ -131,7 +137,7 @@ def _ensure_namespace(kube, namespace: str) -> None:
 def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event,
                        health=None) -> bool:
     """Campaign, lead until shutdown or until the Lease is lost; False if lost."""
-    from pacific.controller.core import Controller
+    from pacific.controller.core import Controller, NBUnavailable
     from pacific.kube.leader import run_leader_elected as campaign
 
     _ensure_namespace(kube, args.lease_namespace)
@@ -144,8 +150,14 @@ def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event,
 
     def lead():
         leading.set()
+        ctl = Controller(cfg, kube, nb)
+        # NB unwritable too long: release the Lease at once (a standby leads)
+        # rather than after the hung transaction and the shutdown finished
+        ctl.on_giving_up = elector_stop.set
         try:
-            run_term(Controller(cfg, kube, nb), term, health)
+            run_term(ctl, term, health)
+        except NBUnavailable as exc:
+            LOG.error("%s", exc)
         finally:
             done.set()
 

@@ -23,6 +23,9 @@ server refuses the transaction and the error names the command to blame, only
 that command's submission fails and the rest are committed again together;
 when it names none, every submission is retried in its own transaction, so one
 bad object fails only its own reconcile (which the work queue retries).
+`failing_for()` says how long NB has been unavailable to the writer: the
+controller gives up its leadership when that exceeds --nb-failure-exit (a
+controller wedged on a dead NB member must not hold the Lease for an hour).
 
 The queue is bounded (`max_pending`): a submission beyond it fails at once
 ("NB writer queue full"), so an outage cannot grow memory without bound as
@@ -88,6 +91,7 @@ class NBWriter:
         self.transactions = 0
         self.submissions = 0
         self.fallbacks = 0
+        self.failing_since: float | None = None   # see failing_for()
 
     # -- lifecycle -----------------------------------------------------------
     def start(self) -> "NBWriter":
@@ -194,11 +198,20 @@ class NBWriter:
                 return sub
         return None
 
+    def failing_for(self) -> float:
+        """Seconds since the oldest commit that has not succeeded began (0: the
+        last one succeeded): an outage and a wedged connection, whose
+        transaction hangs until its timeout, both count from the start."""
+        since = self.failing_since
+        return 0.0 if since is None else time.monotonic() - since
+
     def _commit(self, batch: list[_Submission]) -> None:
         self.submissions += len(batch)
         if self.fence is not None and not self.fence():
             self._fail(batch, "not the leader any more; nothing written")
             return
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
         try:
             results = self._execute(batch)
         except _OUTAGE as exc:
@@ -206,6 +219,7 @@ class NBWriter:
             self._fail(batch, f"NB unavailable: {exc}")
             return
         except Exception as exc:
+            self.failing_since = None      # NB answered (it refused): not an outage
             if len(batch) == 1:
                 self._fail(batch, f"transaction failed: {exc}")
                 return
@@ -228,6 +242,7 @@ class NBWriter:
                     LOG.warning("NB transaction for %s failed: %s", sub.what or "commands", exc1)
                     self._fail([sub], f"transaction failed: {exc1}")
             return
+        self.failing_since = None
         if len(batch) > 1:
             LOG.debug("NB batch: %d submissions in one transaction", len(batch))
         for sub, res in zip(batch, results):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 import signal
 import time
 
@@ -311,3 +312,31 @@ def test_a_leader_that_loses_its_lease_stops_writing_and_exits(cp):
     assert {row.name for row in cp.nb.rows_owned("Logical_Switch_Port", names.OWNER_KIND_POD)} \
         == ports_before
     assert record(cp, "orphan") is None
+
+
+def test_a_leader_whose_nb_writes_keep_failing_gives_up(cp):
+    """NB wedged (its server stopped, transactions hang): after --nb-failure-exit
+    seconds without a successful write the leader releases the Lease and exits
+    with status 1, instead of holding the cluster for an hour; a standby leads
+    and, once NB answers, programs what was waiting."""
+    cp.start_controller("c2", extra=("--nb-failure-exit", "3"))
+    cp.kill_controller("c1", signal.SIGTERM)
+    wait_until(lambda: cp.leader() == "c2", 15, what="c2 leading")
+    make_pod(cp, "before")
+    allocated(cp, "before")
+    p = cp.controllers["c2"]
+    cp.start_controller("c3")                      # a standby, connected to NB
+    wait_until(lambda: "pacific-controller c3 starting" in cp.log("c3"), 30, what="c3 up")
+    os.kill(cp.nbdb.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        make_pod(cp, "during")
+        # 3 s of failing writes, then the Lease is released and c3 takes it:
+        # bounded, not the 30 s transaction timeout nor forever
+        wait_until(lambda: cp.leader() == "c3", 12, what="c3 leading after c2 gave up")
+        assert time.monotonic() - t0 < 12
+    finally:
+        os.kill(cp.nbdb.proc.pid, signal.SIGCONT)
+    assert p.wait(40) == 1
+    assert "NB writes have failed for" in cp.log("c2")
+    assert allocated(cp, "during", timeout=40).ip != allocated(cp, "before").ip
