@@ -74,7 +74,12 @@ def test_health_says_who_leads(stack):
     status, body = node_get(sb, m.PATH_READYZ)
     assert status == 200 and "ovn-controller connected" in body, body
     assert node_get(sb, m.PATH_HEALTHZ)[0] == 200
-    assert m.value(node_scrape(sb), "pacific_node_mgmt_port_ready") == 1
+    # ovn0 converges once the controller annotated the Node, which may come a
+    # moment after the daemon is ready: the gauge follows within seconds
+    deadline = time.monotonic() + 20
+    while m.value(node_scrape(sb), "pacific_node_mgmt_port_ready") != 1:
+        assert time.monotonic() < deadline, "ovn0 never reported ready"
+        time.sleep(0.1)
 
 
 def test_a_pod_moves_every_counter_by_one(stack):
