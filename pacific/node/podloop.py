@@ -32,7 +32,7 @@ import logging
 import threading
 from typing import Callable, Hashable, Iterable
 
-from pacific import contract, names
+from pacific import contract
 from pacific.kube.resources import object_key
 from pacific.kube.workqueue import WorkQueue, run_workers
 from pacific.node.attachment import PodAttachment

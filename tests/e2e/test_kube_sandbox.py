@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from controller_fixtures import wait_until
+
 from pacific import contract, names
 from pacific.kube import client, errors, versions
 from pacific.kube import resources as r
@@ -26,17 +28,6 @@ def kubectl(sb, *args, check=True, timeout=60, kubeconfig=None) -> subprocess.Co
     return subprocess.run([bins.path("kubectl"),
                            f"--kubeconfig={kubeconfig or k8s.kubeconfig_path(sb)}", *args],
                           capture_output=True, text=True, check=check, timeout=timeout)
-
-
-def wait_until(pred, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def running_pods(api, ns, selector):
@@ -56,7 +47,7 @@ def test_kubectl_namespace_deployment_scale_and_delete(kube):
     kubectl(sb, "-n", "kc", "create", "deployment", "web", "--image=localhost/busybox:latest",
             "--replicas=6")
     pods = wait_until(lambda: len(running_pods(api, "kc", "app=web")) == 6 and
-                      running_pods(api, "kc", "app=web"), 90, "6 web pods Running")
+                      running_pods(api, "kc", "app=web"), 90, what="6 web pods Running")
     assert len({p["spec"]["nodeName"] for p in pods}) >= 2, "the scheduler spread them"
     for p in pods:   # the address is the one Pacific allocated, and it answers
         assert contract.own_record(p).ip == p["status"]["podIP"]
@@ -69,7 +60,7 @@ def test_kubectl_namespace_deployment_scale_and_delete(kube):
 
     kubectl(sb, "-n", "kc", "scale", "deployment", "web", "--replicas=2")
     wait_until(lambda: len(r.list_(api, r.PODS, "kc", label_selector="app=web")[0]) == 2, 60,
-               "scaled down to 2")
+               what="scaled down to 2")
     gone = {p["metadata"]["name"] for p in pods} - {
         p["metadata"]["name"] for p in r.list_(api, r.PODS, "kc")[0]}
     assert len(gone) == 4
@@ -81,7 +72,7 @@ def test_kubectl_namespace_deployment_scale_and_delete(kube):
     # the namespace controller deleted the pods, the runners tore them down, the
     # controller released their addresses
     wait_until(lambda: not [i for i in r.list_(api, r.IPS)[0]
-                            if i["spec"].get("namespace") == "kc"], 30, "IP objects released")
+                            if i["spec"].get("namespace") == "kc"], 30, what="IP objects released")
 
 
 def test_kubectl_run_apply_watch_and_a_service_gets_endpointslices(kube, tmp_path):
@@ -117,8 +108,8 @@ spec:
 """)
         kubectl(sb, "apply", "-f", str(manifest))
         pods = wait_until(lambda: len(running_pods(api, "svc", "app=web")) == 3 and
-                          running_pods(api, "svc", "app=web"), 90, "3 web pods Running")
-        wait_until(lambda: running_pods(api, "svc", "run=solo"), 60, "solo Running")
+                          running_pods(api, "svc", "app=web"), 90, what="3 web pods Running")
+        wait_until(lambda: running_pods(api, "svc", "run=solo"), 60, what="solo Running")
         want = sorted(p["status"]["podIP"] for p in pods)
         slices_res = versions.endpointslices(api)
         assert slices_res.version == "v1beta1"        # what a 1.20 server serves
@@ -129,7 +120,7 @@ spec:
             return sorted(a for s in items for e in s.get("endpoints") or []
                           if (e.get("conditions") or {}).get("ready")
                           for a in e["addresses"])
-        wait_until(lambda: slice_addresses() == want, 60, f"EndpointSlice listing {want}")
+        wait_until(lambda: slice_addresses() == want, 60, what=f"EndpointSlice listing {want}")
         items, _ = r.list_(api, slices_res, "svc", label_selector="kubernetes.io/service-name=web")
         assert {versions.endpoint_node(e) for s in items for e in s["endpoints"]} == \
             {p["spec"]["nodeName"] for p in pods}
@@ -199,7 +190,7 @@ def test_pod_add_with_ports_exec_detach_and_delete(kube):
                          cwd=REPO)
     assert out.returncode == 0, out.stderr
     ns = cnipods.load(sb, "tools", "srv").netns
-    assert wait_until(lambda: sbnetns.pids(ns), 10, "detached process")
+    assert wait_until(lambda: sbnetns.pids(ns), 10, what="detached process")
     bad = subprocess.run([".venv/bin/pacific", "sandbox", "pod", "add", "tools/x", "--name",
                           sb.name, "--port", "http:99999"], capture_output=True, text=True,
                          cwd=REPO)
@@ -226,7 +217,7 @@ def test_a_restarted_pod_runner_keeps_its_pods_and_finishes_deletions(kube):
     assert sbnetns.exists(gone_ns)                # nobody tore it down yet
     sb.stop(k8s.runner_tag(node))
     k8s.start_pod_runner(sb, node)
-    wait_until(lambda: not sbnetns.exists(gone_ns), 30, "the orphan's network removed")
+    wait_until(lambda: not sbnetns.exists(gone_ns), 30, what="the orphan's network removed")
     assert cnipods.load(sb, "rr", "gone") is None
     again = cnipods.load(sb, "rr", "keep")
     assert again.container_id == keep.container_id          # not plumbed twice

@@ -2,7 +2,6 @@
 has the set-up and the first half), on a sandbox of this module's own."""
 from __future__ import annotations
 
-import os
 
 import pytest
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import collections
 import os
-import subprocess
 import sys
 import time
 
 import pytest
 
-from pacific import contract, names
+from controller_fixtures import wait_until
+
+from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods
@@ -23,17 +24,6 @@ pytestmark = pytest.mark.e2e
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, OTHER = "svc-e2e", "svc-other"
 PORT = 7000
-
-
-def wait_until(pred, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def ask(sb, netns, proto, ip, port, timeout=2.0, src_port=0):
@@ -73,7 +63,7 @@ def env(sandbox):
     cnipods.add_pod(sb, OTHER, "stranger", "node2", api=api)
     for name, ip in servers.items():   # the servers listen
         wait_until(lambda ip=ip: ask(sb, pod_netns(sb, NS, "client"), "tcp", ip, PORT)[0] == 0,
-                   20, f"{name} serving")
+                   20, what=f"{name} serving")
     r.create(api, r.SERVICES, service("echo", {"app": "echo"}, [
         {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"},
         {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}]), NS)
@@ -92,7 +82,7 @@ def answers(sb, netns, proto, ip, port, n):
 def test_cluster_ip_tcp_and_udp_from_pods_on_every_node_and_from_a_node(env):
     sb, api, vip, servers = env
     wait_until(lambda: ask(sb, pod_netns(sb, NS, "client"), "tcp", vip, 80)[0] == 0, 20,
-               "the ClusterIP answering")
+               what="the ClusterIP answering")
     sources = [pod_netns(sb, NS, n) for n in ("echo1", "echo2", "echo3", "client")]
     sources.append(sb.node("node3").netns)             # a node, through ovn0
     for src in sources:
@@ -109,7 +99,7 @@ def test_no_ready_endpoint_is_rejected_at_once(env):
                                        {"name": "dns", "port": 53, "protocol": "UDP"}]), NS)
     vip = r.get(api, r.SERVICES, "nobody", NS)["spec"]["clusterIP"]
     src = pod_netns(sb, NS, "client")
-    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 2, 20, "TCP reset from the VIP")
+    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 2, 20, what="TCP reset from the VIP")
     t0 = time.monotonic()
     assert ask(sb, src, "tcp", vip, 80, timeout=5)[0] == 2
     assert ask(sb, src, "udp", vip, 53, timeout=5)[0] == 2      # ICMP port unreachable
@@ -123,14 +113,14 @@ def test_hairpin_and_client_ip_affinity(env):
     vip = r.get(api, r.SERVICES, "self", NS)["spec"]["clusterIP"]
     src = pod_netns(sb, NS, "echo1")
     rc, out = wait_until(lambda: (lambda a: a[0] == 0 and a)(ask(sb, src, "tcp", vip, 80)), 20,
-                         "hairpin answer")
+                         what="hairpin answer")
     assert out.split()[0] == "echo1"              # the pod reached itself through its Service
 
     r.create(api, r.SERVICES, service("sticky", {"app": "echo"}, [
         {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"}], affinity=True), NS)
     vip = r.get(api, r.SERVICES, "sticky", NS)["spec"]["clusterIP"]
     src = pod_netns(sb, NS, "client")
-    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 0, 20, "sticky answering")
+    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 0, 20, what="sticky answering")
     got = answers(sb, src, "tcp", vip, 80, 10)
     assert len(got) == 1 and list(got)[0].startswith("echo"), got
 
@@ -142,7 +132,7 @@ def test_a_removed_endpoint_gets_no_new_connections(env):
 
     def gone():
         return "echo3" not in answers(sb, src, "tcp", vip, 80, 6)
-    wait_until(gone, 20, "echo3 out of the balancer")
+    wait_until(gone, 20, what="echo3 out of the balancer")
     got = answers(sb, src, "tcp", vip, 80, 15)
     assert "echo3" not in got and set(got) <= {"echo1", "echo2"}, got
     lb = sb.nbctl("--columns=vips", "find", "Load_Balancer",

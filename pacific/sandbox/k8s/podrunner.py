@@ -113,22 +113,21 @@ class PodRunner:
         log.info("node %s registered (%s)", a.node, a.node_ip)
 
     def heartbeat(self) -> None:
-        res = r.LEASES
-        while not self.stopping.wait(RENEW_EVERY if self._renew(res) else 2.0):
+        while not self.stopping.wait(RENEW_EVERY if self._renew() else 2.0):
             pass
 
-    def _renew(self, res) -> bool:
+    def _renew(self) -> bool:
         name = self.a.node
         try:
-            cur = r.get(self.api, res, name, LEASE_NAMESPACE)
+            cur = r.get(self.api, r.LEASES, name, LEASE_NAMESPACE)
             spec = {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS,
                     "renewTime": _micro_now()}
             if cur is None:
-                r.create(self.api, res, {"metadata": {"name": name, "namespace": LEASE_NAMESPACE},
+                r.create(self.api, r.LEASES, {"metadata": {"name": name, "namespace": LEASE_NAMESPACE},
                                          "spec": spec}, namespace=LEASE_NAMESPACE)
             else:
                 cur["spec"].update(spec)
-                r.replace(self.api, res, cur, namespace=LEASE_NAMESPACE)
+                r.replace(self.api, r.LEASES, cur, namespace=LEASE_NAMESPACE)
             return True
         except (errors.ApiError, OSError) as e:
             log.warning("node lease renewal failed: %s", e)
