@@ -59,9 +59,13 @@ def _api(sb):
 
 
 def load(sb, namespace: str, name: str) -> SandboxPod | None:
-    rec = podrunner.load_record(k8s.pod_state_dir(sb), namespace, name)
-    if rec is None:
+    """The newest record of namespace/name on any node (a pod re-created on
+    another node may still have its old record on the old one)."""
+    recs = [rec for n in sb.nodes
+            if (rec := podrunner.load_record(k8s.pod_state_dir(sb, n.name), namespace, name))]
+    if not recs:
         return None
+    rec = max(recs, key=lambda rec: rec.get("started", 0.0))
     return SandboxPod(rec["namespace"], rec["name"], rec["node"], rec["uid"],
                       rec["container_id"], rec["netns"], rec["result"])
 

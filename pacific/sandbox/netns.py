@@ -15,6 +15,16 @@ def exists(name: str) -> bool:
     return os.path.exists(os.path.join(NETNS_DIR, name))
 
 
+def identity(name: str) -> str | None:
+    """Which namespace the name stands for now (its nsfs inode): a name given
+    up and taken again by someone else is another namespace."""
+    try:
+        st = os.stat(os.path.join(NETNS_DIR, name))
+    except FileNotFoundError:
+        return None
+    return f"{st.st_dev}:{st.st_ino}"
+
+
 def list_with_prefix(prefix: str) -> list[str]:
     try:
         return sorted(n for n in os.listdir(NETNS_DIR) if n.startswith(prefix))

@@ -5,8 +5,8 @@ through `pacific sandbox pod add` (the real CNI plugin), checked with real packe
 import itertools
 import os
 import subprocess
-import time
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,6 +14,8 @@ import pytest
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
+
+from controller_fixtures import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -106,7 +108,10 @@ def wait_running(api, ns, name, node=None, uid_not=None, timeout=60):
 
 def test_statefulset_pod_keeps_its_address_on_another_node(stack):
     """The real StatefulSet controller makes db-0 and re-creates it after the
-    template moves it to another node: it keeps its address."""
+    template moves it to another node: it keeps its address.  Grace period 0
+    deletes the old pod object at once, so node1 tears the old pod down while
+    node3 plumbs the new one; and a port node1 never tore down (a failed
+    kubelet) cannot take the address back: only node3 may bind the port."""
     sb, api = stack
     def sts(node):
         return {"apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -123,7 +128,8 @@ def test_statefulset_pod_keeps_its_address_on_another_node(stack):
     add(sb, "team-a/client", "node2")
     first = pod_ip(api, "team-a", "db-0")
     assert first_pod["status"]["podIP"] == first
-    assert ping(sb, pod_netns(sb, "team-a", "client"), first)
+    client_ns = pod_netns(sb, "team-a", "client")
+    assert ping(sb, client_ns, first)
 
     # a new template (node3): the controller deletes db-0 and creates it again there
     r.patch_merge(api, r.STATEFULSETS, "db", {"spec": sts("node3")["spec"]}, "team-a")
@@ -131,9 +137,34 @@ def test_statefulset_pod_keeps_its_address_on_another_node(stack):
     assert pod_ip(api, "team-a", "db-0") == first
     # the client's chassis learns the port's new location from the SB a moment
     # after node3 installed it: up to 3 pings within 5 s
-    assert sb.exec(pod_netns(sb, "team-a", "client"),
-                   ["ping", "-c1", "-w5", "-i0.2", first], check=False).returncode == 0
+    assert sb.exec(client_ns, ["ping", "-c1", "-w5", "-i0.2", first],
+                   check=False).returncode == 0
     assert ping(sb, sb.node("node1").netns, first)
+
+    # a stale OVS port on node1 with db-0's iface-id, its device up
+    lsp = names.pod_lsp_name("team-a", "db-0")
+    node1 = sb.node("node1")
+    node1.exec(["ip", "link", "add", "stale-db0", "type", "veth", "peer", "name", "stale-db0p"])
+    try:
+        node1.exec(["ip", "link", "set", "stale-db0", "up"])
+        node1.exec(["ip", "link", "set", "stale-db0p", "up"])
+        node1.vsctl("add-port", "br-int", "stale-db0", "--", "set", "Interface", "stale-db0",
+                    f"external_ids:iface-id=\"{lsp}\"")
+        # node1's ovn-controller has seen the port (it reports it in its
+        # interface's ofport and its own state) while the client keeps talking
+        wait_until(lambda: node1.vsctl("get", "Interface", "stale-db0", "ofport").strip()
+                   not in ("[]", "-1"), 10, what="the stale port in OVS")
+        out = sb.exec(client_ns, ["ping", "-c15", "-i0.2", "-W1", first], check=False)
+        assert " 0% packet loss" in out.stdout, out.stdout
+        bound = sb.sbctl("--bare", "--columns=chassis", "find", "Port_Binding",
+                         f"logical_port=\"{lsp}\"").strip()
+        assert bound == sb.sbctl("--bare", "--columns=_uuid", "find", "Chassis",
+                                 "name=node3").strip()
+        assert "ovn-installed" not in node1.vsctl("get", "Interface", "stale-db0",
+                                                  "external_ids")
+    finally:
+        node1.vsctl("--if-exists", "del-port", "br-int", "stale-db0")
+        node1.exec(["ip", "link", "del", "stale-db0"], check=False)
 
 
 def test_bad_fixed_address_is_refused_and_nothing_else_breaks(stack):

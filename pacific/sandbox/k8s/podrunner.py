@@ -21,6 +21,8 @@ pod exec` and for the next start of the runner.  The image is ignored (issue
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -175,23 +177,42 @@ class PodRunner:
         ns_name = pod_netns_name(self.a.netns_prefix, md["namespace"], md["name"])
         rec = {"namespace": md["namespace"], "name": md["name"], "uid": md["uid"],
                "node": self.a.node, "container_id": runtime.new_container_id(),
-               "netns": ns_name, "ips": [], "result": {}}
-        if sbnetns.exists(ns_name):
-            self._kill_netns_procs(ns_name)
-            sbnetns.delete(ns_name)
-        sbnetns.create(ns_name)
+               "netns": ns_name, "ips": [], "result": {}, "started": time.time()}
+        with self._netns_names():
+            self._fresh_netns(ns_name, rec)
         try:
             rec["result"] = runtime.add(runtime.load_conflist(self.a.conflist), [self.a.cni_bin_dir],
                                         self._attachment(rec, True), self.a.cni_timeout,
                                         run_in_netns=f"/run/netns/{self.a.node_netns}")
         except BaseException:
             self._del(rec)
-            sbnetns.delete(ns_name)
+            with self._netns_names():
+                if sbnetns.identity(ns_name) == rec["netns_id"]:
+                    sbnetns.delete(ns_name)
             raise
         rec["ips"] = [i["address"].split("/")[0] for i in rec["result"].get("ips", [])]
         self._save(rec)
         log.info("pod %s/%s: %s in %s", md["namespace"], md["name"], rec["ips"], ns_name)
         return rec
+
+    @contextlib.contextmanager
+    def _netns_names(self):
+        """Every node's runner shares this kernel's netns names: one at a time
+        checks and changes them (a lock file beside the nodes' state dirs)."""
+        with open(os.path.join(os.path.dirname(os.path.abspath(self.a.state_dir)),
+                               ".netns.lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
+    def _fresh_netns(self, ns_name: str, rec: dict) -> None:
+        if sbnetns.exists(ns_name):
+            # the name is still held by the pod's earlier incarnation on another
+            # node (deleted with grace 0, its runner not done yet): that runner
+            # leaves the new one alone (netns_id)
+            self._kill_netns_procs(ns_name)
+            sbnetns.delete(ns_name)
+        sbnetns.create(ns_name)
+        rec["netns_id"] = sbnetns.identity(ns_name)
 
     def _del(self, rec: dict) -> list[str]:
         errs = []
@@ -208,8 +229,14 @@ class PodRunner:
         errs = self._del(rec)
         if len(errs) == 2:
             log.warning("pod %s/%s: CNI DEL failed: %s", rec["namespace"], rec["name"], errs[0])
-        self._kill_netns_procs(rec["netns"])
-        sbnetns.delete(rec["netns"])
+        with self._netns_names():
+            now = sbnetns.identity(rec["netns"])
+            if now is not None and now == rec.get("netns_id"):
+                self._kill_netns_procs(rec["netns"])
+                sbnetns.delete(rec["netns"])
+            elif now is not None:
+                log.info("pod %s/%s: %s now belongs to a pod of that name on another node; "
+                         "left alone", rec["namespace"], rec["name"], rec["netns"])
         try:
             os.unlink(record_path(self.a.state_dir, rec["namespace"], rec["name"]))
         except FileNotFoundError:

@@ -137,8 +137,10 @@ def runner_tag(node) -> str:
     return f"{node.name}-podrunner"
 
 
-def pod_state_dir(sb: "Sandbox") -> str:
-    return os.path.join(sb.dir, "pods")
+def pod_state_dir(sb: "Sandbox", node_name: str) -> str:
+    """One node's pod records: a node's runner never reads another's (a pod
+    re-created on another node under the same name is two records)."""
+    return os.path.join(sb.dir, "pods", node_name)
 
 
 def pod_netns_prefix(sb: "Sandbox") -> str:
@@ -153,7 +155,7 @@ def start_pod_runner(sb: "Sandbox", node) -> int:
         sys.executable, "-m", "pacific.sandbox.k8s.podrunner",
         "--kubeconfig", cp.node_kubeconfig(node.name), "--node", node.name,
         "--node-netns", node.netns, "--node-ip", node.underlay_ip, "--conflist", p.conflist,
-        "--cni-bin-dir", p.bin_dir, "--state-dir", pod_state_dir(sb),
+        "--cni-bin-dir", p.bin_dir, "--state-dir", pod_state_dir(sb, node.name),
         "--netns-prefix", pod_netns_prefix(sb)])
 
 
