@@ -54,6 +54,10 @@ EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
 EXT_SUBNET = "pacific.io/subnet"
 EXT_RULE = "pacific.io/rule"               # which rule of its owner an ACL is (trace names it)
 # OVS Interface external_ids used by the node daemon
+# LSP option: the only chassis that may bind the port (a stale OVS port of a
+# force-deleted pod on its old node cannot claim it back: no thrashing)
+LSP_OPT_REQUESTED_CHASSIS = "requested-chassis"
+
 OVS_IFACE_ID = "iface-id"
 OVS_IFACE_STATUS = "iface-status"
 OVS_OVN_INSTALLED = "ovn-installed"

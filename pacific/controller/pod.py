@@ -239,15 +239,22 @@ class PodFeature(Feature):
         self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
         addr = f"{alloc.mac} {alloc.ip}"
         ids = pod_ids(ns, name, alloc.subnet)
+        # only the pod's node may bind the port (system-id = node name): the old
+        # node of a re-created pod of the same name (a StatefulSet pod deleted
+        # with grace 0, a failed node) may still hold an OVS port with this
+        # iface-id until its CNI DEL, and must not claim it back
+        opts = {names.LSP_OPT_REQUESTED_CHASSIS: node}
         with self._lock:
             legacy = self._legacy_ports.pop(key, [])
-        if legacy or not ensure.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids):
+        if legacy or not ensure.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids,
+                                          options=opts):
             # a port named by an older scheme goes in the same transaction
             # the port joins the groups other features keep (tenant, policies) in
             # the transaction that creates it: no packet before they apply
             joins = [b for f in ctl.features for b in f.port_builders(pod, lsp)]
             ctl.writer.run([*(lambda api, p=p: ensure.DeletePort(api, p, None) for p in legacy),
-                            lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids),
+                            lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids,
+                                                              options=opts),
                             *joins], what=f"pod port {lsp}")
         self._write_record(pod, contract.PodRecord(
             uid=model.meta(pod).get("uid"), port=lsp, ip=alloc.ip, mac=alloc.mac, cidr=alloc.cidr,

@@ -108,6 +108,8 @@ def test_topology_node_and_pod_allocation(cp):
     port = lsp(cp, a.port)
     want = f"{a.mac} {a.ip}"
     assert port.addresses == [want] and port.port_security == [want]
+    # only the pod's node may bind it (chassis name = node name)
+    assert port.options == {names.LSP_OPT_REQUESTED_CHASSIS: "node1"}
     ip = r.get(cp.kube, r.IPS, "web-0.default")
     assert ip["spec"]["ipAddress"] == a.ip and ip["spec"]["nodeName"] == "node1"
     # host-network pods get nothing
