@@ -10,6 +10,7 @@ import sys
 from pacific.cli import demo as demo_cli
 from pacific.cli import sandbox as sandbox_cli
 from pacific.cli import tenant as tenant_cli
+from pacific.cli import trace as trace_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_cli.register(sub)
     demo_cli.register(sub)
     tenant_cli.register(sub)
+    trace_cli.register(sub)
     return parser
 
 

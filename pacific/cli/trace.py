@@ -1,0 +1,160 @@
+"""`pacific trace SRC DST`: why can (or can't) SRC reach DST, in Kubernetes terms.
+
+    pacific trace a/client b/db --tcp 5432
+    pacific trace node/node1 a/web --detailed
+    pacific trace a/client a/web --tcp 80 --sandbox demo --probe   # and a real packet
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from pacific import names
+
+_DESCRIPTION = """\
+Trace the first packet of a connection from SRC to DST through OVN's logical
+network (ovn-trace against the southbound database) and, if it arrives, the
+reply.  The first line is the verdict in Kubernetes terms (delivered through
+Service X; dropped by NetworkPolicy Y, ingress rule 0; dropped by tenant
+isolation between tenants A and B); then each hop, named by its Subnet, pod,
+node, Service, policy and rule.
+
+SRC: NS/POD, pod/NS/POD or node/NAME (the node's management port ovn0).
+DST: the same, svc/NS/NAME (a Service's ClusterIP: give --tcp/--udp PORT), or
+an address.  Without --tcp/--udp the trace is an ICMP echo.
+
+Exit status: 0 when the trace (and the probe, if asked) says it gets through,
+1 when it does not, 2 on a usage or lookup error."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("trace", help="trace a packet between pods, nodes, Services, in "
+                       "Kubernetes terms", description=_DESCRIPTION,
+                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dst", metavar="DST")
+    proto = p.add_mutually_exclusive_group()
+    proto.add_argument("--tcp", type=int, metavar="PORT", help="a TCP connection to PORT")
+    proto.add_argument("--udp", type=int, metavar="PORT", help="a UDP datagram to PORT")
+    p.add_argument("--detailed", action="store_true", help="also print ovn-trace's logical flows")
+    p.add_argument("--ovs", nargs="?", const="", default=None, metavar="REMOTE",
+                   help="add the OpenFlow trace of the source's chassis (REMOTE: its br-int "
+                   "management socket; with --sandbox found by itself)")
+    p.add_argument("--probe", action="store_true",
+                   help="send a real packet (sandbox only) and say whether it agrees")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--sandbox", metavar="NAME",
+                   help="use sandbox NAME's kubeconfig and OVN databases")
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                   help="kubeconfig (default: $KUBECONFIG, else in-cluster)")
+    p.add_argument("--nb", default=os.environ.get("PACIFIC_NB_REMOTE"),
+                   help="OVN northbound database (default: $PACIFIC_NB_REMOTE)")
+    p.add_argument("--sb", default=os.environ.get("PACIFIC_SB_REMOTE"),
+                   help="OVN southbound database (default: $PACIFIC_SB_REMOTE)")
+    p.add_argument("--global-namespaces", default=",".join(names.DEFAULT_GLOBAL_NAMESPACES),
+                   help="the controller's --global-namespaces (default: %(default)s)")
+    p.set_defaults(func=cmd_trace)
+
+
+def connect(args):
+    """(kube client, nb remote, sb remote, sandbox or None) from the flags."""
+    from pacific.kube import client
+    sb = None
+    if args.sandbox:
+        from pacific.sandbox.cluster import Sandbox
+        sb = Sandbox(args.sandbox)
+        if not os.path.isdir(sb.dir):
+            raise SystemExit(f"error: sandbox {args.sandbox} is not up ({sb.dir} missing)")
+        args.kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
+        args.nb, args.sb = args.nb or sb.nb_remote, args.sb or sb.sb_remote
+    if not args.nb or not args.sb:
+        raise SystemExit("error: give --nb and --sb (or $PACIFIC_NB_REMOTE and "
+                         "$PACIFIC_SB_REMOTE, or --sandbox NAME)")
+    return client.load(args.kubeconfig), args.nb, args.sb, sb
+
+
+def cmd_trace(args) -> int:
+    from pacific.tools import trace as tr
+    from pacific.tools.ovsdbq import QueryError
+    proto, port = ("tcp", args.tcp) if args.tcp else ("udp", args.udp) if args.udp else ("icmp", None)
+    try:
+        kube, nb, sb_remote, sb = connect(args)
+        ovs = args.ovs
+        if ovs == "":
+            ovs = _sandbox_ovs(sb, kube, args.src)
+        res = tr.trace(kube, nb, sb_remote, args.src, args.dst, proto, port, ovs,
+                       frozenset(filter(None, args.global_namespaces.split(","))))
+    except (tr.TraceError, QueryError, subprocess.SubprocessError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    probe = None
+    if args.probe:
+        if sb is None:
+            print("error: --probe sends a real packet, only in a sandbox (--sandbox NAME)",
+                  file=sys.stderr)
+            return 2
+        probe = _probe(sb, res)
+    if args.json:
+        json.dump({"ok": res.ok, "verdict": res.request.verdict,
+                   "reply": res.reply and res.reply.verdict,
+                   "hops": {d.title: [f"{h.where}: {h.what}" for h in d.hops]
+                            for d in (res.request, res.reply) if d},
+                   "probe": probe}, sys.stdout, indent=2)
+        print()
+    else:
+        print(tr.render(res, args.detailed))
+        if probe:
+            print(f"probe: {probe['said']}; "
+                  + ("agrees with the trace" if probe["agrees"] else "DISAGREES with the trace"))
+    if probe and not probe["agrees"]:
+        return 1
+    return 0 if res.ok else 1
+
+
+def _sandbox_ovs(sb, kube, src_ref: str) -> str:
+    from pacific.tools import trace as tr
+    if sb is None:
+        raise tr.TraceError("--ovs without REMOTE needs --sandbox (else give the source "
+                            "chassis' br-int management socket, unix:.../br-int.mgmt)")
+    src = tr.resolve(kube, src_ref, "source")
+    return f"unix:{os.path.join(sb.node(src.node).rundir, 'br-int.mgmt')}"
+
+
+_TCP_PROBE = """
+import socket, sys
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2]))); print("connected")
+except ConnectionRefusedError: print("refused")
+except OSError as e: print("no answer", e)
+"""
+
+
+def _probe(sb, res) -> dict:
+    """A real packet from the source's namespace: does it get an answer?"""
+    from pacific.sandbox import cnipods
+    src = res.src
+    if src.kind == "pod":
+        ns_, name = src.name.split("/", 1)
+        rec = cnipods.load(sb, ns_, name)
+        if rec is None:
+            return {"said": f"pod {src.name} is not a sandbox pod", "agrees": True}
+        netns = rec.netns
+    else:
+        netns = sb.node(src.name).netns
+    if res.proto == "icmp":
+        cp = sb.exec(netns, ["ping", "-c1", "-W2", res.dst.ip], check=False)
+        got, said = cp.returncode == 0, ("echo reply received" if cp.returncode == 0
+                                         else "no echo reply")
+    elif res.proto == "tcp":
+        cp = sb.exec(netns, [sys.executable, "-c", _TCP_PROBE, res.dst.ip, str(res.port)],
+                     check=False)
+        out = cp.stdout.strip()
+        got = out in ("connected", "refused")
+        said = {"connected": "TCP connection established",
+                "refused": "answered with a reset (reached, nothing listening)"}.get(out, out)
+    else:
+        return {"said": "a UDP probe needs a server that answers: not probed", "agrees": True}
+    return {"said": said, "reached": got, "agrees": got == res.ok}

@@ -1,0 +1,48 @@
+"""ovn-trace --detailed output (captured from the sandbox's OVN 23.03) parsed
+into sections and steps, and how each trace ended."""
+from __future__ import annotations
+
+import pathlib
+
+from pacific.tools import traceparse as tp
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+def load(name):
+    return tp.parse((DATA / name).read_text())
+
+
+def test_a_service_trace_is_delivered_through_the_load_balancer():
+    sections = load("ovn-trace-service.txt")
+    assert [(s.pipeline, s.datapath) for s in sections] == [
+        ("ingress", "ovn-default"), ("egress", "ovn-default"), ("ingress", "pacific-cluster"),
+        ("egress", "pacific-cluster"), ("ingress", "ovn-default"), ("egress", "ovn-default")]
+    assert sections[0].inport == "pod:a/p1" and sections[0].outport is None
+    assert sections[1].outport == "ls-lrp:ovn-default"
+    assert sections[1].output == ("ls-lrp:ovn-default", "patch")
+    lb = [st for s in sections for st in s.steps if st.backends]
+    assert len(lb) == 1 and lb[0].stage == "ls_in_lb" and lb[0].backends == ["10.16.0.3:80"]
+    assert lb[0].priority == 120 and lb[0].uuid == "f18cdfbe" and lb[0].table == 12
+    out = tp.outcome(sections)
+    assert out.delivered_to == "pod:a/p2" and out.dropped_at is None
+
+
+def test_an_acl_drop_is_the_outcome_with_its_step():
+    sections = load("ovn-trace-tenant-drop.txt")
+    out = tp.outcome(sections)
+    assert out.delivered_to is None
+    st = out.dropped_at
+    assert st.is_acl and st.drops and st.stage == "ls_out_acl"
+    assert (st.table, st.priority, st.uuid) == (4, 4000, "3a1f1814")
+    assert "ip4.src == $pacific_isolated_ip4" in st.match and st.actions == ["drop;"]
+
+
+def test_no_sections_and_a_trace_that_just_ends():
+    assert tp.outcome([]).last is None
+    text = ('ingress(dp="r", inport="lrp:x")\n---\n'
+            " 13. lr_in_ip_routing (northd.c:1): ip4.dst == 10.0.0.0/8, priority 50, uuid 0a0b0c0d\n"
+            "    next;\n")
+    out = tp.outcome(tp.parse(text))
+    assert out.delivered_to is None and out.dropped_at is None and out.last.datapath == "r"
+    assert out.last.steps[0].actions == ["next;"]
