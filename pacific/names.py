@@ -167,6 +167,10 @@ SANDBOX_APISERVER_TAG = "kube-apiserver"            # Sandbox.spawn tag of the r
 SANDBOX_FORWARD_TAG = "kube-forward"               # carries node netns requests to the API server
 KUBE_BIN_ENV = "PACIFIC_KUBE_BIN"                  # overrides where the Kubernetes binaries are
 PACIFIC_NAMESPACE = "pacific-system"               # deploy/: Pacific's own namespace
+NODE_HEALTH_NAMESPACE = "pacific-health"           # only the node daemons' reports live here (deploy/)
+NODE_HEALTH_LEASE_PREFIX = "pacific-node-"         # Lease pacific-node-<node>: the node daemon's report
+ANN_HEALTH_READY = "pacific.io/ready"              # on that Lease: "true" or what is not ready
+ANN_HEALTH_TUNNELS = "pacific.io/tunnels"          # on that Lease: {"peer chassis": "up"|"down"}
 
 
 def sandbox_node_name(index: int) -> str:

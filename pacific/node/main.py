@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"copy pod traffic to the node's {names.MIRROR_PORT} interface: "
                    f"'annotated' pods ({names.ANN_MIRROR}: \"true\"), 'all' pods of the "
                    "node, or 'off' (default: %(default)s)")
+    p.add_argument("--health-interval", type=float, default=10.0,
+                   help="seconds between health reports (tunnel peers probed, readiness) "
+                   f"written to Lease {names.NODE_HEALTH_NAMESPACE}/{names.NODE_HEALTH_LEASE_PREFIX}"
+                   "NODE for `pacific diagnose`; 0: none (default: %(default)s)")
     p.add_argument("--pod-resync", type=float, default=60.0,
                    help="seconds between re-applications of every pod's port settings "
                    "(bandwidth, mirroring), which repairs what a restart of ovs-vswitchd "
@@ -119,6 +123,7 @@ class NodeDaemon:
         self.informers: list = []
         self.mgmt: MgmtPort | None = None
         self.pod_loop: PodLoop | None = None
+        self.health = None    # pacific.node.health.HealthReporter
         self.metrics = None   # pacific.metrics.MetricsServer
 
     def start_metrics(self) -> None:
@@ -186,6 +191,10 @@ class NodeDaemon:
                 log.warning("%s not listed within 30 s (API server reachable?); retrying "
                             "in the background", inf.res.plural)
         self.mgmt.start()
+        if a.health_interval > 0:
+            from pacific.node.health import HealthReporter
+            self.health = HealthReporter(api, self.ovs, a.node_name, readiness.check,
+                                         a.health_interval).start()
         log.info("pacific-node ready on %s: node %s, pod MTU %d, CNI socket %s",
                  a.ovs_remote, a.node_name, mtu, a.cni_socket)
 
@@ -193,6 +202,8 @@ class NodeDaemon:
         """Stop serving; pods and their ports are left as they are."""
         if self.server:
             self.server.stop()
+        if self.health:
+            self.health.stop()
         if self.mgmt:
             self.mgmt.stop()
         if self.pod_loop:

@@ -54,7 +54,7 @@ def argv(sandbox, node, kubeconfig: str, extra=()) -> list[str]:
             "--ovn-remote", sandbox.sb_tcp_remote, "--encap-ip", node.underlay_ip,
             "--ovn-rundir", node.rundir, "--ovs-rundir", node.rundir, "--mtu", str(node.mtu),
             "--cni-socket", p.socket, "--cni-conf-dir", p.conf_dir, "--cni-bin-dir", p.bin_dir,
-            *extra]
+            "--health-interval", "3", *extra]
 
 
 def start(sandbox, node, kubeconfig: str, wait: bool = True, timeout: float = 30.0,

@@ -71,6 +71,8 @@ def covers(rule: dict, group: str, resource: str, verb: str, name: str | None) -
 def fixed_objects(component: str, monkeypatch) -> dict[tuple[str, str], tuple[str, str]]:
     """Objects the component uses by a fixed namespace/name from its flags:
     (group, resource) -> (namespace, name)."""
+    if component == "node":        # the health reports: Leases of their own namespace
+        return {("coordination.k8s.io", "leases"): (names.NODE_HEALTH_NAMESPACE, None)}
     if component != "controller":
         return {}
     argv, env = command_line(workload("controller"), "controller")
@@ -133,6 +135,11 @@ def test_deliberate_omissions_are_still_real(scans):
 
 
 def test_node_daemon_only_reads(scans):
-    """A node is the easiest place to break into: its credentials change nothing."""
+    """A node is the easiest place to break into: its credentials change nothing
+    but the health reports, which nothing acts on (a namespace of their own)."""
     s = scans["node"]
-    assert {v for _, _, v in s.pairs()} <= {"get", "list", "watch"}
+    writes = {(g, r, v) for g, r, v in s.pairs() if v not in ("get", "list", "watch")}
+    assert writes <= {("coordination.k8s.io", "leases", v) for v in ("create", "update")}
+    rules = grants(pod_spec(workload("node"))["serviceAccountName"], manifests())
+    assert [scope for scope, rule in rules if "leases" in rule["resources"]] == \
+        [names.NODE_HEALTH_NAMESPACE]
