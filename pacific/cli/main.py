@@ -5,17 +5,21 @@ Each group lives in its own module under pacific/cli/ and exposes
 """
 import argparse
 import logging
+import os
 import sys
 
 from pacific.cli import demo as demo_cli
+from pacific.cli import diagnose as diagnose_cli
 from pacific.cli import sandbox as sandbox_cli
 from pacific.cli import tenant as tenant_cli
+from pacific.cli import topology as topology_cli
 from pacific.cli import trace as trace_cli
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="pacific",
+        # as a kubectl plugin (the kubectl-pacific entry point): `kubectl pacific ...`
+        prog="kubectl pacific" if os.path.basename(sys.argv[0]) == "kubectl-pacific" else "pacific",
         description="Pacific: a Kubernetes network plugin on OVN/Open vSwitch.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -24,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo_cli.register(sub)
     tenant_cli.register(sub)
     trace_cli.register(sub)
+    topology_cli.register(sub)
+    diagnose_cli.register(sub)
     return parser
 
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from pacific import names
+from pacific.cli import connect
 
 _DESCRIPTION = """\
 Trace the first packet of a connection from SRC to DST through OVN's logical
@@ -45,34 +45,8 @@ def register(sub) -> None:
     p.add_argument("--probe", action="store_true",
                    help="send a real packet (sandbox only) and say whether it agrees")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--sandbox", metavar="NAME",
-                   help="use sandbox NAME's kubeconfig and OVN databases")
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
-                   help="kubeconfig (default: $KUBECONFIG, else in-cluster)")
-    p.add_argument("--nb", default=os.environ.get("PACIFIC_NB_REMOTE"),
-                   help="OVN northbound database (default: $PACIFIC_NB_REMOTE)")
-    p.add_argument("--sb", default=os.environ.get("PACIFIC_SB_REMOTE"),
-                   help="OVN southbound database (default: $PACIFIC_SB_REMOTE)")
-    p.add_argument("--global-namespaces", default=",".join(names.DEFAULT_GLOBAL_NAMESPACES),
-                   help="the controller's --global-namespaces (default: %(default)s)")
+    connect.add_arguments(p)
     p.set_defaults(func=cmd_trace)
-
-
-def connect(args):
-    """(kube client, nb remote, sb remote, sandbox or None) from the flags."""
-    from pacific.kube import client
-    sb = None
-    if args.sandbox:
-        from pacific.sandbox.cluster import Sandbox
-        sb = Sandbox(args.sandbox)
-        if not os.path.isdir(sb.dir):
-            raise SystemExit(f"error: sandbox {args.sandbox} is not up ({sb.dir} missing)")
-        args.kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
-        args.nb, args.sb = args.nb or sb.nb_remote, args.sb or sb.sb_remote
-    if not args.nb or not args.sb:
-        raise SystemExit("error: give --nb and --sb (or $PACIFIC_NB_REMOTE and "
-                         "$PACIFIC_SB_REMOTE, or --sandbox NAME)")
-    return client.load(args.kubeconfig), args.nb, args.sb, sb
 
 
 def cmd_trace(args) -> int:
@@ -80,12 +54,12 @@ def cmd_trace(args) -> int:
     from pacific.tools.ovsdbq import QueryError
     proto, port = ("tcp", args.tcp) if args.tcp else ("udp", args.udp) if args.udp else ("icmp", None)
     try:
-        kube, nb, sb_remote, sb = connect(args)
+        kube, nb, sb_remote, sb = connect.connect(args)
         ovs = args.ovs
         if ovs == "":
             ovs = _sandbox_ovs(sb, kube, args.src)
         res = tr.trace(kube, nb, sb_remote, args.src, args.dst, proto, port, ovs,
-                       frozenset(filter(None, args.global_namespaces.split(","))))
+                       connect.global_namespaces(args))
     except (tr.TraceError, QueryError, subprocess.SubprocessError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -104,7 +78,7 @@ def cmd_trace(args) -> int:
                    "probe": probe}, sys.stdout, indent=2)
         print()
     else:
-        print(tr.render(res, args.detailed))
+        print(tr.render(res, args.detailed or args.ovs is not None))
         if probe:
             print(f"probe: {probe['said']}; "
                   + ("agrees with the trace" if probe["agrees"] else "DISAGREES with the trace"))

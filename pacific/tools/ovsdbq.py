@@ -9,7 +9,9 @@ JSON-RPC connection (the ovs library's, so tcp:, ssl: and unix: all work):
         rows = nb.select("ACL", ["_uuid", "external_ids"])
         acl = nb.select("ACL", ["name"], [["_uuid", "==", ["uuid", u]]])
 
-Rows come back as plain dicts: maps as dicts, sets as lists, uuids as strings.
+Rows come back as plain dicts: maps as dicts, uuids as strings, sets as lists,
+except that OVSDB sends a set of one element as the bare element: read set
+columns through `as_list`.
 """
 from __future__ import annotations
 
@@ -33,6 +35,11 @@ def _value(v):
         if kind in ("uuid", "named-uuid"):
             return body
     return v
+
+
+def as_list(v) -> list:
+    """A set column's value as a list (one element comes bare, see above)."""
+    return v if isinstance(v, list) else [v]
 
 
 def set_ssl(private_key: str | None, certificate: str | None, ca_cert: str | None) -> None:
