@@ -27,6 +27,7 @@ class Config:
     gc_interval: float = 300.0
     status_interval: float = 1.0
     nb_failure_exit: float = 60.0               # seconds of failing NB writes before giving up
+    lag_probe_interval: float = 30.0            # NB -> chassis lag probe (lagprobe.py); 0: off
     isolation: bool = True                      # tenant isolation between namespaces
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
 

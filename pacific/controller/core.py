@@ -25,6 +25,7 @@ from pacific import names
 from pacific.controller import metrics, topology
 from pacific.controller.config import Config
 from pacific.controller.feature import Feature, merge_informer_specs
+from pacific.controller.lagprobe import LagProbe
 from pacific.kube import resources as r
 from pacific.kube.informer import Informer
 from pacific.kube.workqueue import run_workers
@@ -124,6 +125,8 @@ class Controller:
                 threads += run_workers(f.queue, timed(f.name, f.reconcile), f.workers(self.cfg),
                                        name=f.name)
             self.ready.set()
+            if self.cfg.lag_probe_interval > 0:
+                threads.append(LagProbe(self.nb, self.cfg.lag_probe_interval).start(stop))
             LOG.info("controller ready in %.2fs (features: %s)", time.monotonic() - t0,
                      ", ".join(f.name for f in self.features))
             next_gc = time.monotonic() + self.cfg.gc_interval

@@ -79,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give up leadership and exit (status 1) when NB writes have failed "
                    "this long, so a replica with a working NB connection takes over "
                    "[PACIFIC_NB_FAILURE_EXIT, default 60; 0: never]")
+    g.add_argument("--lag-probe-interval", type=float,
+                   default=float(_env("PACIFIC_LAG_PROBE_INTERVAL", "30")),
+                   help="seconds between NB -> chassis lag probes (bump NB_Global.nb_cfg, time "
+                   "until ovn-northd and every chassis applied it; metrics "
+                   "pacific_ovn_nb_to_*_seconds); 0: off (default: %(default)s)")
     g = p.add_argument_group("leader election")
     g.add_argument("--no-leader-elect", dest="leader_elect", action="store_false",
                    help="run without a Lease (only ever run ONE replica like this)")
@@ -115,7 +120,7 @@ def config_from_args(args) -> Config:
                   default_gateway=args.default_gateway, join_switch=args.node_switch,
                   join_cidr=args.join_cidr, workers=args.workers, batch=not args.no_batch,
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
-                  gc_interval=args.gc_interval, isolation=args.isolation,
+                  gc_interval=args.gc_interval, lag_probe_interval=args.lag_probe_interval, isolation=args.isolation,
                   nb_failure_exit=args.nb_failure_exit,
                   global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")
                                           if n.strip())).validate()

@@ -31,6 +31,7 @@ import time
 from pacific import names
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
+from pacific.node import metrics
 
 log = logging.getLogger(__name__)
 MISSES = 2
@@ -107,6 +108,10 @@ class HealthReporter:
         for chassis, ip in sorted(peers.items()):
             self._misses[chassis] = 0 if ip in answered else self._misses.get(chassis, 0) + 1
             tunnels[chassis] = "down" if self._misses[chassis] >= MISSES else "up"
+            metrics.TUNNEL_UP.labels(chassis).set(tunnels[chassis] == "up")
+        for gone in set(self._misses) - set(peers):
+            del self._misses[gone]
+            metrics.TUNNEL_UP.remove(gone)
         try:
             self.readiness_check()
             ready = "true"

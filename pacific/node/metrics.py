@@ -7,6 +7,8 @@
 | pacific_node_ovn_installed_wait_seconds | histogram | result (installed, timeout) |
 | pacific_node_pods_attached | gauge | (pod interfaces on br-int, from the OVS database) |
 | pacific_node_mgmt_port_ready | gauge | (1 once ovn0 converged to the Node annotations) |
+| pacific_node_tunnel_peer_up | gauge | peer (chassis): 1 while its tunnel endpoint answers (health.py) |
+| pacific_node_port_settings_applied_total | counter | setting (qos, mirror), result (ok, error) |
 
 command: ADD, DEL, CHECK, GC, STATUS, or "invalid" (did not parse); result: the
 CNI error code answered, "0" = success.  ADD's duration includes waiting for
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from pacific import metrics as _exposition  # noqa: F401 - process-wide settings (no _created)
@@ -40,6 +42,11 @@ OVN_INSTALLED_SECONDS = Histogram("pacific_node_ovn_installed_wait_seconds",
                                   "Time from adding a pod's OVS port until ovn-controller "
                                   "marked it ovn-installed (or gave up)", ["result"],
                                   buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+TUNNEL_UP = Gauge("pacific_node_tunnel_peer_up", "1 while the peer chassis' tunnel endpoint "
+                  "answers the health probes, 0 when it does not", ["peer"])
+SETTINGS_APPLIED = Counter("pacific_node_port_settings_applied", "Port settings applied to a "
+                           "pod's port by the pod loop (bandwidth, mirroring)",
+                           ["setting", "result"])
 INVALID = "invalid"   # command label of requests that could not be parsed
 
 for _c in ("ADD", "DEL", "CHECK", "GC", "STATUS"):      # export zeros before the first one

@@ -35,6 +35,7 @@ from typing import Callable, Hashable, Iterable
 from pacific import contract
 from pacific.kube.resources import object_key
 from pacific.kube.workqueue import WorkQueue, run_workers
+from pacific.node import metrics
 from pacific.node.attachment import PodAttachment
 
 log = logging.getLogger(__name__)
@@ -149,7 +150,9 @@ class PodLoop:
                 try:
                     self._ensure_started(s)
                     s.apply(att, want)
+                    metrics.SETTINGS_APPLIED.labels(s.name, "ok").inc()
                 except Exception as exc:   # one setting's failure must not stop the others
+                    metrics.SETTINGS_APPLIED.labels(s.name, "error").inc()
                     log.warning("pod %s: %s on %s failed: %s", key, s.name, att.host_ifname, exc)
                     failed.append(f"{s.name} on {att.host_ifname}: {exc}")
         if failed:

@@ -81,6 +81,8 @@ NB_TABLES = (
 # AttributeError/KeyError.  A controller feature that needs another table or
 # column adds it here (None: every column of the table).
 CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
+    # the lag probe (controller/lagprobe.py)
+    "NB_Global": ("nb_cfg", "sb_cfg", "hv_cfg"),
     "Logical_Switch": ("name", "ports", "acls", "other_config", "external_ids",
                        "load_balancer_group"),
     "Logical_Switch_Port": ("name", "addresses", "port_security", "type",

@@ -33,7 +33,8 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
     return [sys.executable, "-m", "pacific.controller.main", "--kubeconfig", kubeconfig,
             "--nb-remote", sandbox.nb_remote, "--identity", identity,
             # short lease in the sandbox: failover within a few seconds
-            "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1", *extra]
+            "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
+            "--lag-probe-interval", "2", *extra]
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

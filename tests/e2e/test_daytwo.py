@@ -81,6 +81,17 @@ def test_diagnose_finds_nothing_on_a_healthy_cluster(cluster):
         assert f"OK   {area}:" in cp.stdout
 
 
+def tunnel_gauges(sb, node: str) -> dict:
+    from pacific import metrics as m
+    from pacific.node.nsutil import Netns
+    with Netns(f"/run/netns/{sb.node(node).netns}") as ns:
+        status, body = ns.run(lambda: m.get(f"http://127.0.0.1:{names.NODE_METRICS_PORT}"
+                                            f"{m.PATH_METRICS}"))
+    assert status == 200
+    return {dict(labels)["peer"]: v for (name, labels), v in m.parse_metrics(body).items()
+            if name == "pacific_node_tunnel_peer_up"}
+
+
 def test_diagnose_finds_a_cut_tunnel_and_its_repair(cluster):
     sb, _ = cluster
     node2, node3 = sb.node("node2"), sb.node("node3")
@@ -94,10 +105,12 @@ def test_diagnose_finds_a_cut_tunnel_and_its_repair(cluster):
         assert cp.returncode == 1
         assert "node3 -> node2: down" in cp.stdout
         assert "node1 -> node3" not in cp.stdout         # the other tunnels are fine
+        assert tunnel_gauges(sb, "node3") == {"node1": 1.0, "node2": 0.0}
     finally:
         node3.exec(["nft", "delete", "table", "inet", "pacific-test-cut"])
     wait_until(lambda: cli(sb, "diagnose").returncode == 0, 30, interval=0.5,
                what="the repaired tunnel reported up")
+    assert tunnel_gauges(sb, "node3") == {"node1": 1.0, "node2": 1.0}
 
 
 def test_topology_check_finds_rows_changed_behind_pacifics_back(cluster):

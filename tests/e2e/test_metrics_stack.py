@@ -82,6 +82,22 @@ def test_health_says_who_leads(stack):
         time.sleep(0.1)
 
 
+def test_the_leader_times_nb_changes_to_northd_and_every_chassis(stack):
+    """The sandbox's controllers probe every 2 s (--lag-probe-interval)."""
+    _, _, leader, standby = stack
+
+    def probed():
+        c = m.scrape(leader)
+        assert m.value(c, "pacific_ovn_nb_to_chassis_seconds_count") >= 2
+        return c
+    c = eventually(probed, 15)
+    assert m.value(c, "pacific_ovn_nb_to_sb_seconds_count") >= 2
+    # a chassis applies a change within a second here (nothing else to do)
+    assert m.value(c, "pacific_ovn_nb_to_chassis_seconds_bucket", le="1.0") >= 1
+    assert m.value(c, "pacific_ovn_lag_probe_timeouts_total", stage="chassis") == 0
+    assert m.value(m.scrape(standby), "pacific_ovn_nb_to_chassis_seconds_count") == 0
+
+
 def test_a_pod_moves_every_counter_by_one(stack):
     sb, api, leader, _ = stack
     sub = names.DEFAULT_SUBNET
