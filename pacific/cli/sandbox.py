@@ -29,9 +29,9 @@ Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.S
 Needs root."""
 
 
-def _sandbox(args, nodes=None):
+def _sandbox(args, nodes=None, ha=None):
     from pacific.sandbox.cluster import Sandbox
-    return Sandbox(args.name, nodes=nodes)
+    return Sandbox(args.name, nodes=nodes, ha=ha)
 
 
 def errors_to_exit(fn):
@@ -49,7 +49,7 @@ def errors_to_exit(fn):
 
 @errors_to_exit
 def cmd_up(args) -> int:
-    sb = _sandbox(args, nodes=args.nodes)
+    sb = _sandbox(args, nodes=args.nodes, ha=args.ha)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -127,6 +127,9 @@ def register(sub):
                     "node daemons")
     up.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help=_NAME_HELP)
     up.add_argument("--nodes", type=int, default=3, metavar="N", help="number of nodes (default 3)")
+    up.add_argument("--ha", action="store_true",
+                    help="OVN NB and SB as 3-member RAFT clusters (namespaces ovn1..3, two "
+                    "ovn-northd); every client is given all members and follows the leader")
     up.add_argument("--timeout", type=float, default=60, metavar="S",
                     help="seconds to wait for chassis and tunnels (default 60)")
     up.set_defaults(func=cmd_up)

@@ -174,6 +174,10 @@ class ControllerHealth:
 
     def readiness(self) -> tuple[bool, str]:
         if not self.nb.is_connected():
+            if "," in self.nb.remote:     # a RAFT cluster: the IDL talks to its leader only
+                return False, (f"{self.identity}: not connected to the leader of the OVN "
+                               f"Northbound cluster {self.nb.remote}: no member reachable "
+                               "that leads (members down, or quorum lost)")
             return False, f"{self.identity}: not connected to OVN Northbound {self.nb.remote}"
         ctl = self._ctl
         if ctl is None:

@@ -51,7 +51,7 @@ DEFAULT_TIMEOUT = 30.0
 # Reconnect back-off of the IDL session (ovs default max is 8 s; a restarted
 # local ovsdb-server should be picked up quickly).
 MIN_BACKOFF_MS = 100
-MAX_BACKOFF_MS = 2000
+MAX_BACKOFF_MS = 1000
 # Extra time the caller waits for the connection thread beyond the
 # transaction's own timeout, so the thread (which gives up at `timeout`)
 # always answers first and a transaction never commits after its caller
@@ -342,7 +342,9 @@ class PacificTransaction(ovsdbapp_txn.Transaction):
                     f"not committed within {self.timeout:g}s after "
                     f"{attempts} attempt(s); "
                     + ("database kept changing" if connected else
-                       "OVSDB server unreachable, reconnecting"))
+                       "no member of the clustered database is the leader or reachable "
+                       "(members down, or a majority lost: quorum lost); retrying"
+                       if "," in remote else "OVSDB server unreachable, reconnecting"))
             attempts += 1
             seqno = self.api.idl.change_seqno
             txn = ovs_idl.Transaction(self.api.idl)

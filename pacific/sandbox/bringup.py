@@ -43,6 +43,13 @@ def central_up(sb: "Sandbox") -> None:
 
     d = sb.central_dir
     os.makedirs(d, exist_ok=True)
+    if sb.ha:
+        from pacific.sandbox import ovnha
+        ovnha.central_up(sb)
+        sb.nbctl("init")
+        ovnha.remember_server_ids(sb)
+        log.info("central up (ha): NB %s, SB %s", sb.nb_tcp_remote, sb.sb_tcp_remote)
+        return
     for db, schema, port in (("nb", daemons.OVN_NB_SCHEMA, names.OVN_NB_PORT),
                              ("sb", daemons.OVN_SB_SCHEMA, names.OVN_SB_PORT)):
         path = os.path.join(d, f"{db}.db")

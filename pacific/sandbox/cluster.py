@@ -46,7 +46,7 @@ class Sandbox:
     file (so `Sandbox(name).down()` / `.status()` work from a new process), else 3."""
 
     def __init__(self, name: str = names.SANDBOX_DEFAULT_NAME, nodes: int | None = None,
-                 underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU):
+                 underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -57,6 +57,8 @@ class Sandbox:
         if nodes is None:
             nodes = saved.get("nodes") or 3
             underlay_mtu = saved.get("underlay_mtu") or underlay_mtu
+        # --ha: OVN NB and SB as 3-member RAFT clusters (pacific.sandbox.ovnha)
+        self.ha = bool(saved.get("ha")) if ha is None else ha
         if not 1 <= nodes <= MAX_NODES:
             raise SandboxError(f"nodes must be between 1 and {MAX_NODES}, got {nodes}")
         if underlay_mtu < 1280:
@@ -76,6 +78,10 @@ class Sandbox:
         self.sb_remote = f"unix:{self.central_dir}/sb.sock"
         self.nb_tcp_remote = f"tcp:{self.central_ip}:{names.OVN_NB_PORT}"
         self.sb_tcp_remote = f"tcp:{self.central_ip}:{names.OVN_SB_PORT}"
+        if self.ha:
+            from pacific.sandbox import ovnha
+            for k, v in ovnha.remotes(self).items():
+                setattr(self, k, v)
         self.nodes: list[SandboxNode] = [
             SandboxNode(name=names.sandbox_node_name(i), index=i, netns=f"{prefix}node{i}",
                         rundir=os.path.join(self.dir, names.sandbox_node_name(i)),
@@ -127,9 +133,11 @@ class Sandbox:
             return self._start_services(services)
         if self._leftovers():
             saved = self.state.read()
-            if saved.get("ready") and saved.get("nodes") != len(self.nodes):
-                log.info("sandbox %s has %s nodes, %d wanted: rebuilding it", self.name,
-                         saved.get("nodes"), len(self.nodes))
+            if saved.get("ready") and (saved.get("nodes") != len(self.nodes)
+                                       or bool(saved.get("ha")) != self.ha):
+                log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
+                         saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
+                         " (ha)" if self.ha else "")
             else:
                 log.info("sandbox %s: cleaning leftovers of an earlier run", self.name)
             self.down()
@@ -139,7 +147,8 @@ class Sandbox:
                  len(self.nodes), self.dir)
         os.makedirs(self.dir, exist_ok=True)
         with self.state.update() as st:
-            st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ready=False)
+            st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
+                      ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
@@ -178,7 +187,8 @@ class Sandbox:
         daemon alive and every recorded namespace present (spawned services are
         not checked: their owners restart them)."""
         st = self.state.read()
-        if not st.get("ready") or st.get("nodes") != len(self.nodes):
+        if not st.get("ready") or st.get("nodes") != len(self.nodes) \
+                or bool(st.get("ha")) != self.ha:
             return False
         return (all(alive(d["pid"], d["start"]) for d in st["daemons"].values()
                     if d.get("kind") == "ovs")

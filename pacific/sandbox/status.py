@@ -52,7 +52,9 @@ def collect(sb: "Sandbox") -> dict:
         "nb_tcp_remote": sb.nb_tcp_remote,
         "sb_tcp_remote": sb.sb_tcp_remote,
         "central": {"netns": sb.central_netns, "underlay_ip": sb.central_ip,
-                    "logs": {d: f"{sb.central_dir}/{d}.log" for d in ("nb", "sb", "northd")}},
+                    "logs": ({f"ovn{i}/{d}": f"{sb.central_dir}/ovn{i}/{d}.log"
+                              for i in (1, 2, 3) for d in ("nb", "sb")} if sb.ha else
+                             {d: f"{sb.central_dir}/{d}.log" for d in ("nb", "sb", "northd")})},
         "external": {"netns": sb.external_netns, "underlay_ip": sb.external_ip,
                      "remote_ip": sb.external_remote_ip},
         "chassis": _chassis(sb) if exists else [],
