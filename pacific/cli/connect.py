@@ -17,6 +17,13 @@ def add_arguments(p) -> None:
                    "members joined by ',' (default: $PACIFIC_NB_REMOTE)")
     p.add_argument("--sb", default=os.environ.get("PACIFIC_SB_REMOTE"),
                    help="OVN southbound database (default: $PACIFIC_SB_REMOTE)")
+    p.add_argument("--ssl-key", default=os.environ.get("PACIFIC_SSL_KEY"),
+                   help="private key for ssl: remotes ($PACIFIC_SSL_KEY)")
+    p.add_argument("--ssl-cert", default=os.environ.get("PACIFIC_SSL_CERT"),
+                   help="certificate for ssl: remotes ($PACIFIC_SSL_CERT)")
+    p.add_argument("--ssl-ca", default=os.environ.get("PACIFIC_SSL_CA"),
+                   help="CA certificate the servers' certificates must be signed by "
+                   "($PACIFIC_SSL_CA)")
     p.add_argument("--global-namespaces", default=",".join(names.DEFAULT_GLOBAL_NAMESPACES),
                    help="the controller's --global-namespaces (default: %(default)s)")
 
@@ -36,6 +43,14 @@ def connect(args, need_sb: bool = True):
             raise SystemExit(f"error: sandbox {args.sandbox} is not up ({sb.dir} missing)")
         args.kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
         args.nb, args.sb = args.nb or sb.nb_remote, args.sb or sb.sb_remote
+    if args.ssl_key or args.ssl_cert or args.ssl_ca:
+        from pacific.tools.ovsdbq import QueryError, set_ssl
+        try:
+            set_ssl(args.ssl_key, args.ssl_cert, args.ssl_ca)
+        except QueryError as e:
+            raise SystemExit(f"error: {e}") from None
+    elif "ssl:" in f"{args.nb},{args.sb}":
+        raise SystemExit("error: an ssl: database needs --ssl-key, --ssl-cert and --ssl-ca")
     if not args.nb or (need_sb and not args.sb):
         raise SystemExit("error: give --nb and --sb (or $PACIFIC_NB_REMOTE and "
                          "$PACIFIC_SB_REMOTE, or --sandbox NAME)")

@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nb-remote", default=_env("PACIFIC_NB_REMOTE"),
                    help="OVN Northbound OVSDB remote, e.g. unix:/run/ovn/ovnnb_db.sock or "
                         "tcp:10.0.0.1:6641 (required) [PACIFIC_NB_REMOTE]")
+    p.add_argument("--nb-ssl-key", default=_env("PACIFIC_NB_SSL_KEY"),
+                   help="private key for ssl: NB remotes [PACIFIC_NB_SSL_KEY]")
+    p.add_argument("--nb-ssl-cert", default=_env("PACIFIC_NB_SSL_CERT"),
+                   help="certificate for ssl: NB remotes [PACIFIC_NB_SSL_CERT]")
+    p.add_argument("--nb-ssl-ca", default=_env("PACIFIC_NB_SSL_CA"),
+                   help="CA certificate the NB servers' certificates must be signed by "
+                   "[PACIFIC_NB_SSL_CA]")
     g = p.add_argument_group("topology")
     g.add_argument("--default-subnet", default=_env("PACIFIC_DEFAULT_SUBNET", names.DEFAULT_SUBNET),
                    help="name of the default Subnet (created if missing) [PACIFIC_DEFAULT_SUBNET]")
@@ -219,6 +226,7 @@ def main(argv=None) -> int:
         return 2
     from pacific.controller.core import Controller
     from pacific.kube import client
+    from pacific.ovn.base import configure_ssl
     from pacific.ovn.nb import CONTROLLER_MONITOR, NorthboundAPI, OvnError
 
     shutdown = threading.Event()
@@ -226,6 +234,8 @@ def main(argv=None) -> int:
         signal.signal(sig, lambda *_: shutdown.set())
     try:
         kube = client.load(cfg.kubeconfig)
+        if args.nb_ssl_key or args.nb_ssl_cert or args.nb_ssl_ca:
+            configure_ssl(args.nb_ssl_key, args.nb_ssl_cert, args.nb_ssl_ca)
         # only the NB tables/columns the controller reads: a smaller replica
         nb = NorthboundAPI(cfg.nb_remote, created_by=names.CONTROLLER_NAME,
                            monitor=CONTROLLER_MONITOR)

@@ -37,6 +37,18 @@ def configure_ovs(ovs, ids: dict) -> None:
         log.info("Open_vSwitch external_ids already configured")
 
 
+def configure_ssl(ovs, private_key: str, certificate: str, ca_cert: str) -> None:
+    """ovn-controller's TLS files for an ssl: ovn-remote (the Open_vSwitch SSL
+    row, as `ovs-vsctl set-ssl`); SystemExit naming a file that is missing."""
+    for flag, path in (("--ovn-ssl-key", private_key), ("--ovn-ssl-cert", certificate),
+                       ("--ovn-ssl-ca", ca_cert)):
+        if not path or not os.access(path, os.R_OK):
+            raise SystemExit(f"pacific-node: {flag} {path!r} is not a readable file")
+    ovs.commit(ovs.set_ssl(private_key, certificate, ca_cert))
+    log.info("ovn-controller TLS: key %s, certificate %s, CA %s", private_key, certificate,
+             ca_cert)
+
+
 def _write_atomic(path: str, data: bytes, mode: int) -> bool:
     """Write `path` unless it already holds `data`; True if written."""
     try:

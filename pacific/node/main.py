@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"copy pod traffic to the node's {names.MIRROR_PORT} interface: "
                    f"'annotated' pods ({names.ANN_MIRROR}: \"true\"), 'all' pods of the "
                    "node, or 'off' (default: %(default)s)")
+    p.add_argument("--ovn-ssl-key", help="with an ssl: --ovn-remote: ovn-controller's private "
+                   "key (written to the Open_vSwitch SSL row)")
+    p.add_argument("--ovn-ssl-cert", help="... its certificate")
+    p.add_argument("--ovn-ssl-ca", help="... the CA certificate SB's certificate must be "
+                   "signed by")
     p.add_argument("--health-interval", type=float, default=10.0,
                    help="seconds between health reports (tunnel peers probed, readiness) "
                    f"written to Lease {names.NODE_HEALTH_NAMESPACE}/{names.NODE_HEALTH_LEASE_PREFIX}"
@@ -149,6 +154,12 @@ class NodeDaemon:
             if not (a.ovn_remote and a.encap_ip):
                 raise SystemExit("pacific-node: --ovn-remote and --encap-ip are required "
                                  "(or --no-bootstrap)")
+            if a.ovn_ssl_key or a.ovn_ssl_cert or a.ovn_ssl_ca:
+                bootstrap.configure_ssl(self.ovs, a.ovn_ssl_key, a.ovn_ssl_cert, a.ovn_ssl_ca)
+            elif a.ovn_remote.startswith("ssl:"):
+                log.warning("--ovn-remote %s is ssl: but no --ovn-ssl-key/cert/ca given: "
+                            "ovn-controller uses the SSL row already in OVS, if any",
+                            a.ovn_remote)
             bootstrap.configure_ovs(self.ovs, bootstrap.ovs_external_ids(
                 a.node_name, a.ovn_remote, a.encap_ip, a.encap_type, a.datapath_type))
         if self.ovs.wait_for_row("Bridge", lambda r: r.name == names.INTEGRATION_BRIDGE,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import sys
 import time
@@ -42,7 +43,7 @@ from ovsdbapp import exceptions as ovsdbapp_exc
 
 from pacific import names
 from pacific.ovn import cjson
-from pacific.ovn.errors import (OvnConnectionError, OvnTimeoutError,
+from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
                                 OvnTransactionError)
 
 LOG = logging.getLogger(__name__)
@@ -527,6 +528,36 @@ class RowSnapshot:
         return f"RowSnapshot({self.__dict__})"
 
 
+_ssl: dict[str, str] = {}
+
+
+def configure_ssl(private_key: str, certificate: str, ca_cert: str) -> None:
+    """The PKI of ssl: remotes, for every connection of this process (the ovs
+    library keeps it process-wide): our key and certificate, and the CA that
+    must have signed the server's certificate (verified; the connection is
+    refused otherwise).  Raises OvnError naming a missing or unreadable file."""
+    from ovs.stream import Stream
+    files = {"private key": private_key, "certificate": certificate, "CA certificate": ca_cert}
+    for what, path in files.items():
+        if not path or not os.access(path, os.R_OK):
+            raise OvnError(f"TLS {what} {path!r} is not a readable file")
+    Stream.ssl_set_private_key_file(private_key)
+    Stream.ssl_set_certificate_file(certificate)
+    Stream.ssl_set_ca_cert_file(ca_cert)
+    _ssl.update(files)
+
+
+def uses_ssl(remote: str) -> bool:
+    return any(r.strip().startswith("ssl:") for r in remote.split(","))
+
+
+def check_ssl(remote: str) -> None:
+    if uses_ssl(remote) and not _ssl:
+        raise OvnError(f"{remote}: an ssl: remote needs a private key, a certificate and a CA "
+                       "certificate (configure_ssl; the daemons' --*-ssl-key, --*-ssl-cert, "
+                       "--*-ssl-ca flags)")
+
+
 class ApiBase:
     """Mixin giving an ovsdbapp Backend its own connection (see module doc).
 
@@ -544,6 +575,7 @@ class ApiBase:
         self.created_by = created_by
         self._conn = None
         cjson.enable()   # the C JSON parser if the system has one (see cjson.py)
+        check_ssl(remote)
         helper = fetch_schema_helper(remote, self.schema, timeout)
         available = helper.schema_json["tables"]
         # table -> columns (None: all); `monitor` replaces TABLES

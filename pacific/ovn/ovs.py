@@ -64,7 +64,7 @@ __all__ = ["OvsAPI", "OvnError", "OvnConnectionError", "OvnTransactionError",
 _UNSET = object()
 
 OVS_TABLES = ("Open_vSwitch", "Bridge", "Port", "Interface", "QoS", "Queue",
-              "Mirror", "Controller", "Manager")
+              "Mirror", "Controller", "Manager", "SSL")
 
 
 class OvsTransaction(PacificTransaction, impl_idl.OvsVsctlTransaction):
@@ -85,6 +85,23 @@ class OvsTransaction(PacificTransaction, impl_idl.OvsVsctlTransaction):
             super().post_commit(txn)
         else:
             ovsdbapp_txn.Transaction.post_commit(self, txn)
+
+
+class _SetSSL(ovsdbapp_cmd.BaseCommand):
+    def __init__(self, api, private_key: str, certificate: str, ca_cert: str):
+        super().__init__(api)
+        self.cols = {"private_key": private_key, "certificate": certificate,
+                     "ca_cert": ca_cert}
+
+    def run_idl(self, txn):
+        root = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
+        ssl = root.ssl[0] if root.ssl else None
+        if ssl is None:
+            ssl = txn.insert(self.api.tables["SSL"])
+            root.ssl = [ssl]
+        for k, v in self.cols.items():
+            if getattr(ssl, k) != v:
+                setattr(ssl, k, v)
 
 
 class _EnsureInterfacePort(ovsdbapp_cmd.BaseCommand):
@@ -223,6 +240,12 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
         ovn-remote, ovn-encap-type, ovn-encap-ip, ...)."""
         return self.db_set("Open_vSwitch", ".", ("external_ids", dict(ids)),
                            if_exists=False)
+
+    def set_ssl(self, private_key: str, certificate: str, ca_cert: str):
+        """Command making the Open_vSwitch SSL row these files (``ovs-vsctl
+        set-ssl``): ovn-controller takes its TLS configuration for an ssl:
+        ovn-remote from it."""
+        return _SetSSL(self, private_key, certificate, ca_cert)
 
     def get_ovs_external_ids(self) -> dict[str, str]:
         with self.ovsdb_connection.lock:

@@ -94,6 +94,9 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
     st = daemons.ovsdb_server("ovsdb-server", db, [f"punix:{node.db_sock}"], ns, d)
     sb._record_daemon(f"{node.name}/ovsdb-server", st, ns)
     node.vsctl("--no-wait", "init")
+    if sb.ha:     # SB speaks TLS only: ovn-controller's files (pacific-node sets them too)
+        from pacific.sandbox import ovnha
+        node.vsctl("--no-wait", "set-ssl", *ovnha.ssl_files(sb, node.name))
     st = daemons.ovs_vswitchd(node.ovs_remote, ns, d)
     sb._record_daemon(f"{node.name}/ovs-vswitchd", st, ns)
     ext_ids = {"system-id": node.name, "hostname": node.name,

@@ -54,7 +54,15 @@ def argv(sandbox, node, kubeconfig: str, extra=()) -> list[str]:
             "--ovn-remote", sandbox.sb_tcp_remote, "--encap-ip", node.underlay_ip,
             "--ovn-rundir", node.rundir, "--ovs-rundir", node.rundir, "--mtu", str(node.mtu),
             "--cni-socket", p.socket, "--cni-conf-dir", p.conf_dir, "--cni-bin-dir", p.bin_dir,
-            "--health-interval", "3", *extra]
+            "--health-interval", "3", *_ssl(sandbox, node), *extra]
+
+
+def _ssl(sandbox, node) -> list[str]:
+    if not sandbox.ha:
+        return []
+    from pacific.sandbox import ovnha
+    key, crt, ca = ovnha.ssl_files(sandbox, node.name)
+    return ["--ovn-ssl-key", key, "--ovn-ssl-cert", crt, "--ovn-ssl-ca", ca]
 
 
 def start(sandbox, node, kubeconfig: str, wait: bool = True, timeout: float = 30.0,

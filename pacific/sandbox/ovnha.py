@@ -2,12 +2,15 @@
 
 Three member namespaces `pac-<name>-ovn1..3` hang off the underlay bridge, at
 192.168.77.2-4.  Each runs a clustered NB and SB ovsdb-server (RAFT on ports
-6643 / 6644, clients on 6641 / 6642 and on a unix socket in its directory);
-members 1 and 2 run ovn-northd (one active, through its lock).  Clients are
-given every member:
+6643 / 6644, clients on 6641 / 6642, all TLS, and on a unix socket in its
+directory); members 1 and 2 run ovn-northd (one active, through its lock).
+Clients are given every member:
 
     Pacific's controllers, ovn-nbctl/sbctl   unix:<m1>/nb.sock,unix:<m2>/nb.sock,...
-    ovn-controller, pacific-node             tcp:192.168.77.2:6642,tcp:...:6642,...
+    ovn-controller (its SSL row), northd     ssl:192.168.77.2:6642,ssl:...:6642,...
+
+Every TLS peer has a certificate of the sandbox's OVN CA (central/pki) and
+verifies the other's against it.
 
 and follow the leader (the ovs IDL's leader_only).  `member_*` functions are the
 operations a test or an operator needs: who leads, stop and start a member,
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from pacific import names
 from pacific.sandbox import daemons, netns
+from pacific.sandbox.k8s.pki import Pki
 from pacific.sandbox.proc import SandboxError, run, stop_pid, wait_for
 
 if TYPE_CHECKING:
@@ -53,14 +57,30 @@ def unix_remote(sb: "Sandbox", i: int, db: str) -> str:
     return f"unix:{member_dir(sb, i)}/{db}.sock"
 
 
+def pki(sb: "Sandbox") -> Pki:
+    return Pki(os.path.join(sb.central_dir, "pki")).ensure_ca("pacific-sandbox-ovn-ca")
+
+
+def ssl_files(sb: "Sandbox", name: str, hosts=()) -> tuple[str, str, str]:
+    """(private key, certificate, CA certificate) of TLS peer `name`."""
+    p = pki(sb)
+    crt, key = p.peer(name, list(hosts))
+    return key, crt, p.ca_crt
+
+
+def _ssl_args(files) -> list[str]:
+    key, crt, ca = files
+    return [f"--private-key={key}", f"--certificate={crt}", f"--ca-cert={ca}"]
+
+
 def remotes(sb: "Sandbox") -> dict[str, str]:
     """nb_remote, sb_remote (unix, any namespace), nb_tcp_remote, sb_tcp_remote."""
     members = range(1, MEMBERS + 1)
     return {
         "nb_remote": ",".join(unix_remote(sb, i, "nb") for i in members),
         "sb_remote": ",".join(unix_remote(sb, i, "sb") for i in members),
-        "nb_tcp_remote": ",".join(f"tcp:{member_ip(sb, i)}:{CLIENT_PORTS['nb']}" for i in members),
-        "sb_tcp_remote": ",".join(f"tcp:{member_ip(sb, i)}:{CLIENT_PORTS['sb']}" for i in members),
+        "nb_tcp_remote": ",".join(f"ssl:{member_ip(sb, i)}:{CLIENT_PORTS['nb']}" for i in members),
+        "sb_tcp_remote": ",".join(f"ssl:{member_ip(sb, i)}:{CLIENT_PORTS['sb']}" for i in members),
     }
 
 
@@ -76,11 +96,11 @@ def _create_file(sb: "Sandbox", i: int, db: str) -> None:
     path = os.path.join(member_dir(sb, i), f"{db}.db")
     if os.path.exists(path):
         os.unlink(path)
-    local = f"tcp:{member_ip(sb, i)}:{RAFT_PORTS[db]}"
+    local = f"ssl:{member_ip(sb, i)}:{RAFT_PORTS[db]}"
     if i == 1 and not _others_alive(sb, i, db):
         run(["ovsdb-tool", "create-cluster", path, SCHEMAS[db], local])
     else:
-        others = [f"tcp:{member_ip(sb, j)}:{RAFT_PORTS[db]}" for j in range(1, MEMBERS + 1)
+        others = [f"ssl:{member_ip(sb, j)}:{RAFT_PORTS[db]}" for j in range(1, MEMBERS + 1)
                   if j != i]
         run(["ovsdb-tool", "join-cluster", path, DB_NAMES[db], local, *others])
 
@@ -92,10 +112,10 @@ def _others_alive(sb: "Sandbox", i: int, db: str) -> bool:
 
 def _start_server(sb: "Sandbox", i: int, db: str) -> None:
     d = member_dir(sb, i)
-    st = daemons.ovsdb_server(db, os.path.join(d, f"{db}.db"),
-                              [f"punix:{d}/{db}.sock",
-                               f"ptcp:{CLIENT_PORTS[db]}:{member_ip(sb, i)}"],
-                              member_netns(sb, i), d)
+    files = ssl_files(sb, f"ovn{i}", [member_ip(sb, i)])
+    st = daemons.start_detached("ovsdb-server", db, [
+        f"--remote=punix:{d}/{db}.sock", f"--remote=pssl:{CLIENT_PORTS[db]}:{member_ip(sb, i)}",
+        *_ssl_args(files), os.path.join(d, f"{db}.db")], member_netns(sb, i), d)
     sb._record_daemon(_tag(i, db), st, member_netns(sb, i))
 
 
@@ -125,7 +145,9 @@ def central_up(sb: "Sandbox") -> None:
         d = member_dir(sb, i)
         st = daemons.start_detached("ovn-northd", "northd",
                                     [f"--ovnnb-db={r['nb_tcp_remote']}",
-                                     f"--ovnsb-db={r['sb_tcp_remote']}"], member_netns(sb, i), d)
+                                     f"--ovnsb-db={r['sb_tcp_remote']}",
+                                     *_ssl_args(ssl_files(sb, "northd"))],
+                                    member_netns(sb, i), d)
         sb._record_daemon(f"central/ovn{i}/northd", st, member_netns(sb, i))
     log.info("OVN central: NB and SB clusters of %d members, northd on members %s",
              MEMBERS, ", ".join(map(str, NORTHD_MEMBERS)))

@@ -42,14 +42,28 @@ def as_list(v) -> list:
     return v if isinstance(v, list) else [v]
 
 
+_ssl: dict[str, str] = {}
+
+
 def set_ssl(private_key: str | None, certificate: str | None, ca_cert: str | None) -> None:
-    """PKI files for ssl: remotes (all three, or none)."""
-    if private_key:
-        ovs.stream.Stream.ssl_set_private_key_file(private_key)
-    if certificate:
-        ovs.stream.Stream.ssl_set_certificate_file(certificate)
-    if ca_cert:
-        ovs.stream.Stream.ssl_set_ca_cert_file(ca_cert)
+    """PKI files for ssl: remotes (all three; the server's certificate must be
+    signed by ca_cert).  Also passed to ovn-trace (ssl_argv)."""
+    for what, path in (("--ssl-key", private_key), ("--ssl-cert", certificate),
+                       ("--ssl-ca", ca_cert)):
+        if not path or not os.access(path, os.R_OK):
+            raise QueryError(f"{what} {path!r} is not a readable file")
+    ovs.stream.Stream.ssl_set_private_key_file(private_key)
+    ovs.stream.Stream.ssl_set_certificate_file(certificate)
+    ovs.stream.Stream.ssl_set_ca_cert_file(ca_cert)
+    _ssl.update(key=private_key, cert=certificate, ca=ca_cert)
+
+
+def ssl_argv() -> list[str]:
+    """ovn-trace / ovn-*ctl flags for the same PKI (none if not set)."""
+    if not _ssl:
+        return []
+    return [f"--private-key={_ssl['key']}", f"--certificate={_ssl['cert']}",
+            f"--ca-cert={_ssl['ca']}"]
 
 
 class Query:

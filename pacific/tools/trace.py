@@ -182,7 +182,8 @@ def microflow(src: Endpoint, dst_ip: str, dst_mac: str, proto: str, sport: int,
 
 def run_ovn_trace(sb_remote: str, switch: str, flow: str, ct: str, ovs: str | None = None,
                   timeout: float = 30.0) -> str:
-    argv = ["ovn-trace", f"--db={sb_remote}", "--detailed", *[f"--ct={ct}"] * 12]
+    from pacific.tools.ovsdbq import ssl_argv
+    argv = ["ovn-trace", f"--db={sb_remote}", "--detailed", *ssl_argv(), *[f"--ct={ct}"] * 12]
     if ovs:
         argv.append(f"--ovs={ovs}")
     cp = subprocess.run([*argv, switch, flow], capture_output=True, text=True, timeout=timeout)

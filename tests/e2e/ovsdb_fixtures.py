@@ -24,7 +24,8 @@ VSWITCH_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
 
 
 class OvsdbServer:
-    def __init__(self, workdir: Path, schema: str):
+    def __init__(self, workdir: Path, schema: str, extra_args: tuple = ()):
+        self.extra_args = list(extra_args)     # e.g. --remote=pssl:... and its PKI
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.schema = schema
@@ -46,7 +47,7 @@ class OvsdbServer:
         self.proc = subprocess.Popen(
             ["ovsdb-server", str(self.db), f"--remote=punix:{self.sock}",
              f"--pidfile={self.pidfile}", f"--unixctl={self.ctl}",
-             f"--log-file={self.log}", "-vconsole:off", "-vfile:info"],
+             f"--log-file={self.log}", "-vconsole:off", "-vfile:info", *self.extra_args],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

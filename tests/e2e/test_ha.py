@@ -55,6 +55,12 @@ def test_the_stack_runs_on_three_member_clusters(ha):
         assert ovnha.members_up(sb, db) == [1, 2, 3]
         assert ovnha.leader(sb, db) in (1, 2, 3)
     assert sb.nb_remote.count(",") == 2 and sb.sb_tcp_remote.count(",") == 2
+    # the nodes reach SB over TLS only (the members listen with pssl:)
+    assert all(r.startswith("ssl:") for r in sb.sb_tcp_remote.split(","))
+    for node in sb.nodes:
+        assert node.vsctl("get", "Open_vSwitch", ".", "external_ids:ovn-remote").strip() \
+            .strip('"') == sb.sb_tcp_remote
+        assert "ca.crt" in node.vsctl("get-ssl")
     pod = cnipods.load(sb, NS, "a")
     assert sb.exec(pod.netns, ["ping", "-c1", "-W2", ip_of(api, "b")], check=False).returncode == 0
 

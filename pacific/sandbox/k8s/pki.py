@@ -49,6 +49,28 @@ class Pki:
         self.sa_key = os.path.join(directory, "sa.key")
         self.sa_pub = os.path.join(directory, "sa.pub")
 
+    def ensure_ca(self, cn: str = "pacific-sandbox-ca") -> "Pki":
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        if not os.path.exists(self.ca_crt):
+            _run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                  "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", self.ca_key,
+                  "-out", self.ca_crt, "-days", "3650", "-subj", f"/CN={cn}",
+                  "-addext", "basicConstraints=critical,CA:TRUE",
+                  "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"])
+            os.chmod(self.ca_key, 0o600)
+        return self
+
+    def peer(self, name: str, hosts: list[str] = ()) -> tuple[str, str]:
+        """A certificate (crt, key) for both ends of a TLS connection (OVSDB
+        members talk to each other and serve clients), made once."""
+        crt = os.path.join(self.dir, f"{name}.crt")
+        key = os.path.join(self.dir, f"{name}.key")
+        if not os.path.exists(crt):
+            alt = ",".join(f"IP:{h}" for h in hosts)
+            self._sign(name, f"/CN={name}", (f"subjectAltName={alt}\n" if alt else "")
+                       + "extendedKeyUsage=serverAuth,clientAuth\n")
+        return crt, key
+
     def ensure(self, server_hosts: list[str]) -> "Pki":
         os.makedirs(self.dir, mode=0o700, exist_ok=True)
         if not os.path.exists(self.ca_crt):
