@@ -32,6 +32,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", action="store_true", help="leave the sandbox up (to inspect)")
     args = ap.parse_args()
     from pacific.sandbox.cluster import Sandbox
     sb = Sandbox(f"bc{os.getpid() % 10000}", nodes=args.nodes, ha=True)
@@ -49,7 +50,8 @@ def main() -> int:
               f"address twice, no IP object or NB row left over, {res['checked_pairs']} pod "
               "pairs reached")
     finally:
-        sb.down()
+        if not args.keep:
+            sb.down()
     return 0
 
 
