@@ -254,12 +254,7 @@ class PolicyFeature(Feature):
                 return None
 
     def _addresses(self, name: str) -> set[str] | None:
-        nb = self.ctl.nb
-        with nb.ovsdb_connection.lock:
-            try:
-                return set(nb.lookup(ensure.AS, name).addresses)
-            except idlutils.RowNotFound:
-                return None
+        return ensure.address_set_addresses(self.ctl.nb, name)
 
     def _report(self, pol: dict, key: str, problem: str | None) -> None:
         with self._lock:

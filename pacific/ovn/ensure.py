@@ -182,6 +182,16 @@ def port_is(api, switch: str, name: str, addresses: list[str], port_security: li
                 and row.options == dict(options or {}) and row.external_ids == dict(external_ids))
 
 
+def address_set_addresses(api, name: str) -> set[str] | None:
+    """The addresses of address set `name` in the replica (None: no such set);
+    under the connection lock, from worker threads."""
+    with api.ovsdb_connection.lock:
+        try:
+            return set(api.lookup(AS, name).addresses)
+        except idlutils.RowNotFound:
+            return None
+
+
 def owned_rows(api, table: str, kind: str, owner_kind_key: str) -> list:
     """Rows of `table` whose external_ids[owner_kind_key] == kind (IDL read,
     under the connection lock; RowViews)."""
@@ -557,3 +567,97 @@ class DeleteSwitch(_DeleteNamed):
     """Delete a switch (OVSDB garbage-collects its ports) if it exists."""
 
     TABLE = LS
+
+
+# --- router policies and static routes -------------------------------------------------
+LR_POLICY = "Logical_Router_Policy"
+LR_ROUTE = "Logical_Router_Static_Route"
+
+
+def _owned_by(row, owner_ids: dict) -> bool:
+    ids = _ids(row)
+    return all(ids.get(k) == v for k, v in owner_ids.items())
+
+
+class EnsureRouterPolicies(Command):
+    """Router `router`'s policies whose external_ids contain `owner_ids`
+    become exactly `specs`: (priority, match, action, nexthops) tuples,
+    identified by (priority, match); other owners' policies are untouched.
+    Policies are not root rows: dropping the reference deletes them."""
+
+    def __init__(self, api, router: str, owner_ids: dict, specs):
+        super().__init__(api)
+        self.router, self.owner_ids = router, dict(owner_ids)
+        self.specs = {(p, m): (a, list(n)) for p, m, a, n in specs}
+
+    def describe(self):
+        return f"{self.router} policies of {self.owner_ids}: {len(self.specs)}"
+
+    def run_idl(self, txn):
+        lr = find(self.api, txn, LR, self.router)
+        if lr is None:
+            raise idlutils.RowNotFound(table=LR, col="name", match=self.router)
+        seen = set()
+        for row in list(lr.policies):
+            if not _owned_by(row, self.owner_ids):
+                continue
+            key = (row.priority, row.match)
+            if key not in self.specs or key in seen:
+                lr.delvalue("policies", row)
+                continue
+            seen.add(key)
+            action, nexthops = self.specs[key]
+            _set_if_changed(row, "action", action)
+            _set_if_changed(row, "nexthops", nexthops)
+        for (prio, match), (action, nexthops) in self.specs.items():
+            if (prio, match) in seen:
+                continue
+            row = txn.insert(self.api.tables[LR_POLICY])
+            row.priority, row.match, row.action = prio, match, action
+            row.nexthops = nexthops
+            row.external_ids = dict(self.owner_ids)
+            lr.addvalue("policies", row)
+
+
+class EnsureRouterRoutes(Command):
+    """Router `router`'s static routes whose external_ids contain `owner_ids`
+    become exactly `routes`: {ip_prefix: nexthop}."""
+
+    def __init__(self, api, router: str, owner_ids: dict, routes: dict):
+        super().__init__(api)
+        self.router, self.owner_ids, self.routes = router, dict(owner_ids), dict(routes)
+
+    def describe(self):
+        return f"{self.router} routes of {self.owner_ids}: {self.routes}"
+
+    def run_idl(self, txn):
+        lr = find(self.api, txn, LR, self.router)
+        if lr is None:
+            raise idlutils.RowNotFound(table=LR, col="name", match=self.router)
+        seen = set()
+        for row in list(lr.static_routes):
+            if not _owned_by(row, self.owner_ids):
+                continue
+            if row.ip_prefix not in self.routes or row.ip_prefix in seen:
+                lr.delvalue("static_routes", row)
+                continue
+            seen.add(row.ip_prefix)
+            _set_if_changed(row, "nexthop", self.routes[row.ip_prefix])
+        for prefix, nexthop in self.routes.items():
+            if prefix not in seen:
+                row = txn.insert(self.api.tables[LR_ROUTE])
+                row.ip_prefix, row.nexthop = prefix, nexthop
+                row.external_ids = dict(self.owner_ids)
+                lr.addvalue("static_routes", row)
+
+
+def router_policies_are(api, router: str, owner_ids: dict, specs) -> bool:
+    """Does the replica already hold exactly these policies of this owner?"""
+    with api.ovsdb_connection.lock:
+        try:
+            lr = api.lookup(LR, router)
+        except idlutils.RowNotFound:
+            return False
+        have = sorted((r.priority, r.match, r.action, sorted(r.nexthops))
+                      for r in lr.policies if _owned_by(r, owner_ids))
+    return have == sorted((p, m, a, sorted(n)) for p, m, a, n in specs)

@@ -87,7 +87,10 @@ CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
                        "load_balancer_group"),
     "Logical_Switch_Port": ("name", "addresses", "port_security", "type",
                             "options", "external_ids"),
-    "Logical_Router": ("name", "ports", "external_ids"),
+    "Logical_Router": ("name", "ports", "external_ids", "policies", "static_routes"),
+    # egress (controller/egress.py): reroute a node's pods to its ovn0
+    "Logical_Router_Policy": ("priority", "match", "action", "nexthops", "external_ids"),
+    "Logical_Router_Static_Route": ("ip_prefix", "nexthop", "external_ids"),
     "Logical_Router_Port": ("name", "mac", "networks", "peer", "external_ids"),
     # NetworkPolicy / tenant isolation (ensure.EnsurePortGroup, ...)
     "Port_Group": ("name", "ports", "acls", "external_ids"),

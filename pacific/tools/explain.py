@@ -133,6 +133,10 @@ class Namer:
             if sec.output and sec.output[1] in ("", "localport"):
                 hops.append(Hop(where, f"out to {port_name(sec.output[0])}"))
         out = tp.outcome(sections)
+        if out.delivered_to and dst.kind == "address" \
+                and out.delivered_to.startswith(names.PORT_PREFIX_NODE):
+            return hops, (f"leaves the cluster through {port_name(out.delivered_to)}: the "
+                          "node's host routes it on (distributed egress)"), True, None
         if out.delivered_to:
             verdict = f"delivered to {port_name(out.delivered_to)}"
             if service:
