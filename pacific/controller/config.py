@@ -4,7 +4,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from pacific import names
+from pacific import exposure, names
 
 
 class ConfigError(ValueError):
@@ -30,15 +30,24 @@ class Config:
     lag_probe_interval: float = 30.0            # NB -> chassis lag probe (lagprobe.py); 0: off
     isolation: bool = True                      # tenant isolation between namespaces
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
+    service_cidr: str = names.SERVICE_CIDR      # kube-apiserver's --service-cluster-ip-range
+    external_ip_cidrs: str = ""                 # where externalIPs may lie ("": anywhere outside)
+    node_port_range: str = "%d-%d" % exposure.NODE_PORT_RANGE
 
     def validate(self) -> "Config":
-        for flag, value in (("--default-cidr", self.default_cidr), ("--join-cidr", self.join_cidr)):
+        for flag, value in (("--default-cidr", self.default_cidr), ("--join-cidr", self.join_cidr),
+                            ("--service-cidr", self.service_cidr)):
             try:
                 ipaddress.ip_network(value, strict=True)
             except ValueError as exc:
                 raise ConfigError(f"{flag} {value!r} is not a valid CIDR: {exc}") from None
         if ipaddress.ip_network(self.default_cidr).overlaps(ipaddress.ip_network(self.join_cidr)):
             raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
+        try:
+            exposure.parse_cidrs(self.external_ip_cidrs)
+            exposure.parse_port_range(self.node_port_range)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.workers < 1:
             raise ConfigError("--workers must be at least 1")
         if self.batch_max < 1:
@@ -52,3 +61,9 @@ class Config:
     @property
     def join_prefixlen(self) -> int:
         return ipaddress.ip_network(self.join_cidr).prefixlen
+
+    @property
+    def exposure_settings(self) -> tuple[list[str] | None, tuple[int, int]]:
+        """(the CIDRs external IPs may come from or None, the node port range)."""
+        return exposure.parse_cidrs(self.external_ip_cidrs), exposure.parse_port_range(
+            self.node_port_range)

@@ -60,6 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="name of the join switch carrying the nodes' ovn0 ports [PACIFIC_NODE_SWITCH]")
     g.add_argument("--join-cidr", default=_env("PACIFIC_JOIN_CIDR", names.JOIN_CIDR),
                    help="CIDR of the join switch (node addresses) [PACIFIC_JOIN_CIDR]")
+    g = p.add_argument_group("services")
+    g.add_argument("--service-cidr", default=_env("PACIFIC_SERVICE_CIDR", names.SERVICE_CIDR),
+                   help="kube-apiserver's --service-cluster-ip-range: no external IP may lie "
+                   "in it (default: %(default)s)")
+    g.add_argument("--external-ip-cidrs", default=_env("PACIFIC_EXTERNAL_IP_CIDRS", ""),
+                   help="comma-separated CIDRs a Service's externalIPs must lie in (default: any "
+                   "address outside the cluster's networks); refused ones get an Event. Keep "
+                   "equal to pacific-node's")
+    g.add_argument("--node-port-range", default=_env("PACIFIC_NODE_PORT_RANGE", "30000-32767"),
+                   help="kube-apiserver's --service-node-port-range (default: %(default)s)")
     g = p.add_argument_group("tenant isolation")
     g.add_argument("--no-isolation", dest="isolation", action="store_false",
                    default=_env("PACIFIC_ISOLATION", "true").lower() not in ("false", "0", "no"),
@@ -128,7 +138,8 @@ def config_from_args(args) -> Config:
                   join_cidr=args.join_cidr, workers=args.workers, batch=not args.no_batch,
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
                   gc_interval=args.gc_interval, lag_probe_interval=args.lag_probe_interval, isolation=args.isolation,
-                  nb_failure_exit=args.nb_failure_exit,
+                  nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
+                  external_ip_cidrs=args.external_ip_cidrs, node_port_range=args.node_port_range,
                   global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")
                                           if n.strip())).validate()
 

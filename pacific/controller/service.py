@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from pacific import names
+from pacific import contract, exposure, names
 from pacific.controller import informers, model
 from pacific.controller import service_model as sm
 from pacific.controller.feature import Feature, InformerSpec
@@ -65,19 +65,27 @@ class ServiceFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self.informers = {"services": informers.SERVICES,
+        self.informers = {"services": informers.SERVICES, "nodes": informers.NODES,
+                          "subnets": informers.SUBNETS,
                           "endpointslices": InformerSpec(
                               r.ENDPOINTSLICES_V1BETA1 if slice_version(ctl.kube) == "v1beta1"
                               else r.ENDPOINTSLICES, slim_slice)}
         self._lock = threading.Lock()
         self._slices: dict[str, set[str]] = {}   # service key -> slice keys
         self._reported: dict[str, str] = {}
+        self._exposed: set[str] = set()          # Services with external IPs or node ports
 
     def handlers(self):
         return {"services": self._on_service, "endpointslices": self._on_slice}
 
     def _on_service(self, old, new):
-        return (r.object_key(new or old),)
+        key = r.object_key(new or old)
+        with self._lock:
+            if new is not None and _exposes(new):
+                self._exposed.add(key)
+            else:
+                self._exposed.discard(key)
+        return (key,)
 
     def _on_slice(self, old, new):
         keys = set()
@@ -112,6 +120,8 @@ class ServiceFeature(Feature):
         cache = self.ctl.informer("endpointslices")
         slices = [s for s in (cache.get(k) for k in slice_keys) if s is not None]
         want, problems = sm.balancers(svc, slices) if svc is not None else ({}, [])
+        if svc is not None and _exposes(svc):
+            problems += self._refused_frontends(key)
         have = {row.name: row for row in self.ctl.nb.rows_owned(lb.LB, names.OWNER_KIND_SERVICE, key)}
         group = names.LB_GROUP
         builders = []
@@ -132,6 +142,25 @@ class ServiceFeature(Feature):
                 for p, b in want.items()) or "no balancer")
         self._report(svc, key, problems)
 
+    def _refused_frontends(self, key: str) -> list[str]:
+        """What of the Service's external IPs and node ports the nodes do not
+        program, and why: pacific.exposure decides, on every node alike; only the
+        Services that expose anything are compared."""
+        with self._lock:
+            exposed = sorted(self._exposed)
+        cache = self.ctl.informer("services")
+        services = [s for s in (cache.get(k) for k in exposed) if s is not None]
+        cfg = self.ctl.cfg
+        cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
+                             for s in self.ctl.informer("subnets").list()) if c]
+        node_ips = {a.get("address") for n in self.ctl.informer("nodes").list()
+                    for a in (n.get("status") or {}).get("addresses") or []
+                    if a.get("type") in ("InternalIP", "ExternalIP")}
+        allowed, port_range = cfg.exposure_settings
+        _, refused = exposure.exposures(services, [*cidrs, cfg.join_cidr, cfg.service_cidr],
+                                        node_ips, allowed, port_range)
+        return refused.get(key, [])
+
     def _owned(self) -> list:
         return self.ctl.nb.rows_owned(lb.LB, names.OWNER_KIND_SERVICE)
 
@@ -143,6 +172,11 @@ class ServiceFeature(Feature):
         if text and svc is not None:
             LOG.warning("service %s: %s", key, text)
             self.ctl.event(svc, "ServiceNotFullyProgrammed", text)
+
+
+def _exposes(svc: dict) -> bool:
+    spec = svc.get("spec") or {}
+    return bool(spec.get("externalIPs")) or spec.get("type") in ("NodePort", "LoadBalancer")
 
 
 def _same(row, b: sm.Balancer, key: str) -> bool:

@@ -18,9 +18,9 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from pacific import names
+from pacific.exposure import SERVICE_NAME_LABEL, ready_backends  # noqa: F401 (shared with nodes)
 
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 @dataclass
@@ -47,32 +47,6 @@ def cluster_ips(svc: dict) -> list[str]:
         except (TypeError, ValueError):
             continue
     return out
-
-
-def ready_backends(slices: list[dict], port_name: str, protocol: str) -> list[str]:
-    """"ip:port" of every ready, not terminating IPv4 endpoint for the port."""
-    out = set()
-    for s in slices:
-        if s.get("addressType", "IPv4") != "IPv4":
-            continue
-        ports = [p for p in s.get("ports") or []
-                 if (p.get("name") or "") == port_name and (p.get("protocol") or "TCP") == protocol
-                 and p.get("port")]
-        if not ports:
-            continue
-        for ep in s.get("endpoints") or []:
-            cond = ep.get("conditions") or {}
-            if cond.get("ready") is False or cond.get("terminating") is True:
-                continue
-            for addr in ep.get("addresses") or []:
-                for p in ports:
-                    out.add(f"{addr}:{p['port']}")
-    return sorted(out, key=_sort_key)
-
-
-def _sort_key(backend: str):
-    ip, _, port = backend.rpartition(":")
-    return (ipaddress.ip_address(ip), int(port))
 
 
 def balancers(svc: dict, slices: list[dict]) -> tuple[dict[str, Balancer], list[str]]:

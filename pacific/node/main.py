@@ -13,7 +13,7 @@ import threading
 
 from pyroute2 import IPRoute
 
-from pacific import daemonlog, names
+from pacific import daemonlog, exposure, names
 from pacific.node import bootstrap, settings
 from pacific.node.cnihandler import CniHandler
 from pacific.node.cniserver import CniServer
@@ -87,6 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ovn-ssl-cert", help="... its certificate")
     p.add_argument("--ovn-ssl-ca", help="... the CA certificate SB's certificate must be "
                    "signed by")
+    p.add_argument("--no-host-firewall", dest="host_firewall", action="store_false",
+                   help="do not keep Pacific's nftables table `inet pacific` (natOutgoing "
+                   "masquerade, forwarding of pod CIDRs, Geneve and ovn0 accepted)")
+    p.add_argument("--external-ip-cidrs", default="",
+                   help="comma-separated CIDRs a Service's externalIPs must lie in to be "
+                   "programmed (default: any address outside the cluster's networks); keep "
+                   "equal to pacific-controller's, which reports refusals as Events")
+    p.add_argument("--node-port-range", default="%d-%d" % exposure.NODE_PORT_RANGE,
+                   help="kube-apiserver's --service-node-port-range (default: %(default)s)")
+    p.add_argument("--uninstall", action="store_true",
+                   help="remove what pacific-node keeps on the host (the nftables table) and "
+                   "exit: the node leaves the cluster")
     p.add_argument("--health-interval", type=float, default=10.0,
                    help="seconds between health reports (tunnel peers probed, readiness) "
                    f"written to Lease {names.NODE_HEALTH_NAMESPACE}/{names.NODE_HEALTH_LEASE_PREFIX}"
@@ -129,6 +141,7 @@ class NodeDaemon:
         self.mgmt: MgmtPort | None = None
         self.pod_loop: PodLoop | None = None
         self.health = None    # pacific.node.health.HealthReporter
+        self.firewall = None  # pacific.node.firewall.HostFirewall
         self.metrics = None   # pacific.metrics.MetricsServer
 
     def start_metrics(self) -> None:
@@ -177,12 +190,24 @@ class NodeDaemon:
         subnets = Informer(api, SUBNETS)
         self.mgmt = MgmtPort(self.ovs, a.node_name, nodes, subnets, mtu,
                              service_cidr=a.service_cidr or None)
+        extra = []            # the informers only the host firewall's frontends need
+        if a.host_firewall:
+            from pacific.node.firewall import HostFirewall
+            self.firewall = HostFirewall(subnets, nodes, a.node_name,
+                                         service_cidr=a.service_cidr or None,
+                                         frontends=self._frontends(api, pods, subnets, extra))
+        fw_kick = self.firewall.kick if self.firewall else (lambda *_: None)
+
+        def kick(*args):
+            self.mgmt.kick(*args)
+            fw_kick()
         for inf in (nodes, subnets):
-            inf.on_add, inf.on_update, inf.on_delete = self.mgmt.kick, self.mgmt.kick, \
-                self.mgmt.kick
+            inf.on_add, inf.on_update, inf.on_delete = kick, kick, kick
+        for inf in extra:
+            inf.on_add, inf.on_update, inf.on_delete = fw_kick, fw_kick, fw_kick
         self.pod_loop = PodLoop(pods, ovs_attachments(self.ovs, mtu),
                                 settings.build(a, self.ovs), resync=a.pod_resync).start()
-        self.informers = [pods, nodes, subnets]
+        self.informers = [pods, nodes, subnets, *extra]
         for inf in self.informers:
             inf.start()
         self.readiness = readiness = Readiness(self.ovs, a.ovn_rundir)
@@ -197,11 +222,13 @@ class NodeDaemon:
         self.server.start()
         if a.cni_conf_dir:
             bootstrap.write_conflist(a.cni_conf_dir, a.cni_socket)
-        for inf in self.informers:
+        for inf in (pods, nodes, subnets):     # the frontends' informers sync on their own
             if not inf.wait_synced(30):
                 log.warning("%s not listed within 30 s (API server reachable?); retrying "
                             "in the background", inf.res.plural)
         self.mgmt.start()
+        if self.firewall:
+            self.firewall.start()
         if a.health_interval > 0:
             from pacific.node.health import HealthReporter
             self.health = HealthReporter(api, self.ovs, a.node_name, readiness.check,
@@ -209,12 +236,38 @@ class NodeDaemon:
         log.info("pacific-node ready on %s: node %s, pod MTU %d, CNI socket %s",
                  a.ovs_remote, a.node_name, mtu, a.cni_socket)
 
+    def _frontends(self, api, pods, subnets, extra: list):
+        """Services' external IPs and node ports for the host firewall (informers
+        of Services, EndpointSlices and all Nodes appended to extra)."""
+        from pacific.kube import versions
+        from pacific.kube.informer import Informer
+        from pacific.kube.resources import ENDPOINTSLICES, ENDPOINTSLICES_V1BETA1, NODES, SERVICES
+        from pacific.node.frontends import ServiceFrontends
+        from pacific.kube import errors as kerr
+        a = self.args
+        try:
+            v1beta1 = versions.endpointslice_version(api) == "v1beta1"
+        except (kerr.ApiError, OSError) as e:
+            log.warning("EndpointSlice version not discovered (%s): using v1", e)
+            v1beta1 = False
+        services = Informer(api, SERVICES)
+        slices = Informer(api, ENDPOINTSLICES_V1BETA1) if v1beta1 else Informer(api, ENDPOINTSLICES)
+        all_nodes = Informer(api, NODES)
+        extra += [services, slices, all_nodes]
+        return ServiceFrontends(services, slices, all_nodes, subnets, pods,
+                                join_cidr=lambda: self.firewall.join_cidr(),
+                                service_cidr=a.service_cidr or None,
+                                allowed=exposure.parse_cidrs(a.external_ip_cidrs),
+                                port_range=exposure.parse_port_range(a.node_port_range))
+
     def stop(self) -> None:
         """Stop serving; pods and their ports are left as they are."""
         if self.server:
             self.server.stop()
         if self.health:
             self.health.stop()
+        if self.firewall:
+            self.firewall.stop()       # the table stays: pods keep their egress
         if self.mgmt:
             self.mgmt.stop()
         if self.pod_loop:
@@ -233,10 +286,20 @@ def main(argv=None) -> int:
     from pacific.metrics import MetricsError, parse_address
     try:
         parse_address(args.metrics_address)
-    except MetricsError as e:
+        exposure.parse_cidrs(args.external_ip_cidrs)
+        exposure.parse_port_range(args.node_port_range)
+    except (MetricsError, ValueError) as e:
         print(f"pacific-node: {e}", file=sys.stderr)
         return 2
     daemonlog.setup(args.verbose, args.log_file)
+    if args.uninstall:
+        from pacific.node.firewall import FirewallError, HostFirewall
+        try:
+            HostFirewall.remove()
+        except FirewallError as e:
+            log.error("%s", e)
+            return 1
+        return 0
     if os.geteuid() != 0:
         log.error("pacific-node must run as root (netlink, OVS, root-only socket)")
         return 1

@@ -19,7 +19,7 @@ from pacific.sandbox import cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
-NS, CIDR, PORT = "egress", "10.61.0.0/24", 7171
+NS, CIDR, PORT = "egress", "10.63.0.0/24", 7171
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,15 @@ def env(sandbox):
     for ip, _ in routes:
         sb.exec(sb.external_netns, ["ip", "route", "del", f"{ip}/32"], check=False)
     r.delete(api, r.NAMESPACES, NS)
+    delete_subnet(api, "egress-direct")    # the session's sandbox is shared: free the CIDR
+
+
+def delete_subnet(api, name):
+    """Deleted once its pods are gone (the controller keeps a Subnet whose
+    addresses are in use)."""
+    r.delete(api, r.SUBNETS, name)
+    wait_until(lambda: r.get(api, r.SUBNETS, name) is None, 60, interval=0.2,
+               what=f"Subnet {name} deleted")
 
 
 def ask(sb, netns, ip, port=PORT):
@@ -90,3 +99,79 @@ def test_traffic_inside_the_cluster_is_not_sent_to_a_node(env):
                         "Logical_Router_Policy")
     assert f"{names.PRIO_POLICY_NODE_LOCAL},allow" in policies
     assert policies.count(f"{names.PRIO_POLICY_DISTRIBUTED_EGRESS},reroute") == len(sb.nodes)
+
+
+NAT_NS, NAT_CIDR = "egress-nat", "10.64.0.0/24"
+
+
+@pytest.fixture(scope="module")
+def nat(env):
+    sb, api, _, _ = env
+    r.create(api, r.NAMESPACES, {"metadata": {"name": NAT_NS}})
+    r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                              "metadata": {"name": "egress-nat"},
+                              "spec": {"cidrBlock": NAT_CIDR, "namespaces": [NAT_NS],
+                                       "natOutgoing": True}})
+    pod = cnipods.add_pod(sb, NAT_NS, "q1", "node1", api=api)
+    yield sb, api, pod
+    r.delete(api, r.NAMESPACES, NAT_NS)
+    delete_subnet(api, "egress-nat")
+
+
+def table(sb, node) -> dict:
+    cp = sb.exec(sb.node(node).netns, ["nft", "-j", "list", "table", "inet", "pacific"],
+                 check=False)
+    return json.loads(cp.stdout) if cp.returncode == 0 else {}
+
+
+def nat_set(sb, node) -> set[str]:
+    for item in table(sb, node).get("nftables", []):
+        s = item.get("set")
+        if s and s["name"] == "nat_cidrs":
+            return {f"{e['prefix']['addr']}/{e['prefix']['len']}" for e in s.get("elem", [])}
+    return set()
+
+
+def test_natoutgoing_masquerades_behind_the_node(nat):
+    """The external host has no route to 10.62.0.0/24: only the masquerade
+    (the node's address) can bring the answer back."""
+    sb, _, pod = nat
+    wait_until(lambda: NAT_CIDR in nat_set(sb, "node1"), 20, interval=0.2,
+               what="the natOutgoing Subnet in the node's set")
+    got = wait_until(lambda: ask(sb, pod.netns, sb.external_remote_ip), 30, interval=0.5,
+                     what="q1 reaching the outside")
+    assert got == f"outside {sb.node('node1').underlay_ip}"
+    assert CIDR not in nat_set(sb, "node1")          # natOutgoing false: not masqueraded
+
+
+def test_the_host_firewall_holds_its_rules_and_comes_back_after_a_flush(nat):
+    sb, _, pod = nat
+    comments = {i["rule"]["comment"] for i in table(sb, "node1")["nftables"]
+                if "rule" in i and i["rule"]["chain"] != "services"}   # Services' frontends
+    assert comments == {"pacific-masquerade", "pacific-invalid-drop", "pacific-from-pods",
+                        "pacific-to-pods", "pacific-geneve", "pacific-from-ovn0",
+                        "pacific-service-masquerade"}
+    sb.exec(sb.node("node1").netns, ["nft", "flush", "ruleset"])
+    assert not table(sb, "node1")
+    wait_until(lambda: NAT_CIDR in nat_set(sb, "node1"), 15, interval=0.2,
+               what="the table rebuilt after a flush")
+    assert wait_until(lambda: ask(sb, pod.netns, sb.external_remote_ip), 15, interval=0.5,
+                      what="masquerade again") == f"outside {sb.node('node1').underlay_ip}"
+
+
+def test_uninstall_removes_the_table(nat):
+    """`pacific-node --uninstall` on a node that leaves: nothing of the table stays
+    (its daemon stopped first, else it rebuilds the table at once)."""
+    sb, _, _ = nat
+    node = sb.node("node3")
+    assert table(sb, "node3")
+    from pacific.sandbox import nodedaemons
+    nodedaemons.stop(sb, node)
+    try:
+        cp = sb.exec(node.netns, [sys.executable, "-m", "pacific.node.main", "--uninstall"],
+                     check=False)
+        assert cp.returncode == 0, cp.stderr
+        assert table(sb, "node3") == {}
+    finally:
+        nodedaemons.start(sb, node, os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY))
+    wait_until(lambda: table(sb, "node3"), 15, interval=0.2, what="the table back with the daemon")

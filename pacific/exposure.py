@@ -1,0 +1,198 @@
+"""What the Services of a cluster expose outside it: external IPs and node
+ports, decided by one pure function that the controller (which reports what it
+refused, as Events) and every node (which programs what was granted into its
+host firewall) both call on the same Services, so they agree without a record
+a user could forge.
+
+    grants, refused = exposures(services, cluster_cidrs=[...], node_ips={...})
+    grants[0]   # Frontend(service="web/api", kind="externalIP", protocol="tcp",
+                #          ip="203.0.113.10", port=80, cluster_ip="10.96.0.20",
+                #          service_port=80, port_name="http", local=False)
+    refused     # {"web/other": ["externalIP 203.0.113.10 TCP/80 is already used by
+                #   Service web/api (older)"]}
+
+Rules (Kubernetes leaves all of them to the network plugin):
+
+* an external IP is an IPv4 address outside every cluster CIDR (pod Subnets,
+  the join network, the service CIDR) and not a node's address; where the
+  cluster names the ranges external IPs may come from (``allowed``), inside
+  one of them (what Kubernetes' DenyServiceExternalIPs admission and the
+  CVE-2020-8554 advice ask of a cluster where anyone may create Services);
+* a node port is inside the cluster's node port range;
+* an (address or node port, protocol, port) used by two Services goes to the
+  older one (creationTimestamp, then namespace/name): the same winner on every
+  node and in the controller, whatever order they saw the Services in.
+
+``externalTrafficPolicy: Local`` marks a frontend ``local``: a node sends it
+only to its own endpoints and keeps the client's address.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
+NODE_PORT_RANGE = (30000, 32767)          # kube-apiserver's default --service-node-port-range
+EXTERNAL_IP, NODE_PORT = "externalIP", "nodePort"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"    # an EndpointSlice's Service
+
+
+@dataclass(frozen=True, order=True)
+class Frontend:
+    service: str          # "namespace/name"
+    kind: str             # EXTERNAL_IP or NODE_PORT
+    protocol: str         # tcp, udp, sctp
+    ip: str | None        # the external IP; None for a node port (every node address)
+    port: int             # the external port, or the node port
+    cluster_ip: str       # where a node sends it (the Service's OVN load balancer)
+    service_port: int
+    port_name: str        # the Service port's name (matches EndpointSlice ports)
+    local: bool           # externalTrafficPolicy: Local
+
+
+def _age(svc: dict) -> tuple:
+    m = svc.get("metadata") or {}
+    return (m.get("creationTimestamp") or "", m.get("namespace") or "", m.get("name") or "")
+
+
+def _key(svc: dict) -> str:
+    m = svc.get("metadata") or {}
+    return f"{m.get('namespace')}/{m.get('name')}"
+
+
+def _cluster_ip(svc: dict) -> str | None:
+    ip = (svc.get("spec") or {}).get("clusterIP")
+    try:
+        return ip if ipaddress.ip_address(ip).version == 4 else None
+    except (TypeError, ValueError):
+        return None      # headless, ExternalName, IPv6: nothing to send it to
+
+
+def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except (TypeError, ValueError):
+        return f"externalIP {ip!r} is not an IP address"
+    if addr.version != 4:
+        return f"externalIP {ip} is IPv6, which Pacific does not program yet"
+    for net in networks:
+        if addr in net:
+            return f"externalIP {ip} is inside the cluster network {net}"
+    if ip in node_ips:
+        return f"externalIP {ip} is a node's address"
+    if allowed is not None and not any(addr in net for net in allowed):
+        return (f"externalIP {ip} is outside the ranges external IPs may come from "
+                f"({', '.join(str(n) for n in allowed) or 'none'})")
+    return None
+
+
+def _candidates(svc: dict, networks, node_ips, allowed, port_range, problems: list[str]):
+    spec = svc.get("spec") or {}
+    cip = _cluster_ip(svc)
+    if cip is None:
+        return
+    local = spec.get("externalTrafficPolicy") == "Local"
+    good_ips = []
+    for ip in spec.get("externalIPs") or []:
+        why = _external_ip_problem(ip, networks, node_ips, allowed)
+        if why:
+            problems.append(why)
+        else:
+            good_ips.append(ip)
+    for p in spec.get("ports") or []:
+        proto = p.get("protocol") or "TCP"
+        if proto not in PROTOCOLS or not p.get("port"):
+            continue         # the controller's balancer already reports the protocol
+        common = dict(service=_key(svc), protocol=PROTOCOLS[proto], cluster_ip=cip,
+                      service_port=int(p["port"]), port_name=p.get("name") or "", local=local)
+        for ip in good_ips:
+            yield Frontend(kind=EXTERNAL_IP, ip=ip, port=int(p["port"]), **common)
+        np = p.get("nodePort")
+        if np and spec.get("type") in ("NodePort", "LoadBalancer"):
+            if port_range[0] <= int(np) <= port_range[1]:
+                yield Frontend(kind=NODE_PORT, ip=None, port=int(np), **common)
+            else:
+                problems.append(f"nodePort {np} ({proto}) is outside the node port range "
+                                f"{port_range[0]}-{port_range[1]}")
+
+
+def exposures(services: list[dict], cluster_cidrs=(), node_ips=(), allowed=None,
+              port_range: tuple[int, int] = NODE_PORT_RANGE
+              ) -> tuple[list[Frontend], dict[str, list[str]]]:
+    """(the frontends granted, sorted; Service key -> what was refused and why)."""
+    networks = []
+    for c in cluster_cidrs:
+        try:
+            networks.append(ipaddress.ip_network(c, strict=False))
+        except (TypeError, ValueError):
+            continue
+    allowed_nets = None if allowed is None else [ipaddress.ip_network(a, strict=False)
+                                                 for a in allowed]
+    node_ips = set(node_ips)
+    granted: dict[tuple, Frontend] = {}
+    refused: dict[str, list[str]] = {}
+    for svc in sorted(services, key=_age):
+        problems: list[str] = []
+        for fe in _candidates(svc, networks, node_ips, allowed_nets, port_range, problems):
+            where = (fe.ip, fe.protocol, fe.port)
+            holder = granted.get(where)
+            if holder is None:
+                granted[where] = fe
+            elif holder.service != fe.service:
+                what = (f"externalIP {fe.ip}" if fe.kind == EXTERNAL_IP else "nodePort")
+                problems.append(f"{what} {fe.protocol.upper()}/{fe.port} is already used by "
+                                f"Service {holder.service} (older)")
+        if problems:
+            refused[_key(svc)] = problems
+    return sorted(granted.values()), refused
+
+
+def ready_backends(slices: list[dict], port_name: str, protocol: str) -> list[str]:
+    """"ip:port" of every ready, not terminating IPv4 endpoint for the port."""
+    out = set()
+    for s in slices:
+        if s.get("addressType", "IPv4") != "IPv4":
+            continue
+        ports = [p for p in s.get("ports") or []
+                 if (p.get("name") or "") == port_name and (p.get("protocol") or "TCP") == protocol
+                 and p.get("port")]
+        if not ports:
+            continue
+        for ep in s.get("endpoints") or []:
+            cond = ep.get("conditions") or {}
+            if cond.get("ready") is False or cond.get("terminating") is True:
+                continue
+            for addr in ep.get("addresses") or []:
+                for p in ports:
+                    out.add(f"{addr}:{p['port']}")
+    return sorted(out, key=_sort_key)
+
+
+def _sort_key(backend: str):
+    ip, _, port = backend.rpartition(":")
+    return (ipaddress.ip_address(ip), int(port))
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    """"30000-32767" -> (30000, 32767), as kube-apiserver's --service-node-port-range."""
+    try:
+        lo, hi = (int(x) for x in text.split("-", 1))
+    except ValueError:
+        raise ValueError(f"node port range {text!r} is not FIRST-LAST") from None
+    if not 1 <= lo <= hi <= 65535:
+        raise ValueError(f"node port range {text!r} is not within 1-65535, first <= last")
+    return lo, hi
+
+
+def parse_cidrs(text: str | None) -> list[str] | None:
+    """"203.0.113.0/24,198.51.100.0/24" -> the list; None or "" -> None (any
+    address outside the cluster may be an external IP)."""
+    if not text:
+        return None
+    out = []
+    for item in text.split(","):
+        try:
+            out.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+        except ValueError:
+            raise ValueError(f"external IP range {item.strip()!r} is not a CIDR") from None
+    return out

@@ -1,0 +1,274 @@
+"""The node's host firewall: Pacific's own nftables table `inet pacific`.
+
+    fw = HostFirewall(subnets_informer, nodes_informer, "node1", service_cidr="10.96.0.0/12")
+    fw.start()                 # converges now, on every kick, and every REPAIR seconds
+
+What it holds (nftables' JSON interface, `nft -j`, one atomic transaction per
+change):
+
+    set pod_cidrs      every Subnet's CIDR (the controller's status.cidrBlock)
+    set nat_cidrs      the CIDRs of Subnets with spec.natOutgoing: true
+    set cluster_cidrs  pod CIDRs + the join network + the service CIDR
+    set service_cidrs  the service CIDR
+    chain services     (nat, prerouting)  a rule per external IP and node port a
+                       Service was granted (pacific.node.frontends), rewritten
+                       whole when what it should hold changes
+    chain postrouting  (nat)  ip saddr @nat_cidrs ip daddr != @cluster_cidrs masquerade;
+                       oifname ovn0 ct status dnat ip daddr @service_cidrs masquerade
+                       (a frontend sent to a cluster IP answers through this node)
+    chain forward      (filter, policy accept)  from a pod CIDR in conntrack state
+                       invalid: drop; from or to a pod CIDR: accept
+    chain input        (filter, policy accept)  Geneve (udp 6081): accept;
+                       from ovn0: accept
+
+Pod <-> pod, pod <-> Service and pod <-> node traffic never leaves by the
+masquerade rule (its destination is in @cluster_cidrs).  A change of Subnets
+rewrites only the sets' elements; a table another program flushed or deleted
+is rebuilt at the next repair (every REPAIR seconds): each rule carries a
+comment, and the table is rebuilt when one is missing.  `remove()` deletes
+the table (the node leaves the cluster).
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import subprocess
+import threading
+
+from pacific import names
+
+log = logging.getLogger(__name__)
+TABLE = "pacific"
+FAMILY = "inet"
+REPAIR = 5.0
+GENEVE_PORT = 6081
+_T = {"family": FAMILY, "table": TABLE}          # how sets, chains, rules name their table
+_TABLE = {"family": FAMILY, "name": TABLE}      # the table object itself
+
+
+def _saddr(op, right):
+    return {"match": {"op": op, "left": {"payload": {"protocol": "ip", "field": "saddr"}},
+                      "right": right}}
+
+
+def _daddr(op, right):
+    return {"match": {"op": op, "left": {"payload": {"protocol": "ip", "field": "daddr"}},
+                      "right": right}}
+
+
+CHAINS = {
+    "services": {"type": "nat", "hook": "prerouting", "prio": -100},
+    "postrouting": {"type": "nat", "hook": "postrouting", "prio": 100},
+    "forward": {"type": "filter", "hook": "forward", "prio": 0},
+    "input": {"type": "filter", "hook": "input", "prio": 0},
+}
+RULES = [  # (chain, comment, expressions)
+    ("postrouting", "pacific-masquerade",
+     [_saddr("==", "@nat_cidrs"), _daddr("!=", "@cluster_cidrs"), {"masquerade": None}]),
+    ("postrouting", "pacific-service-masquerade",
+     [{"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": names.MGMT_PORT}},
+      {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
+      _daddr("==", "@service_cidrs"), {"masquerade": None}]),
+    ("forward", "pacific-invalid-drop",
+     [_saddr("==", "@pod_cidrs"),
+      {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "invalid"}},
+      {"drop": None}]),
+    ("forward", "pacific-from-pods", [_saddr("==", "@pod_cidrs"), {"accept": None}]),
+    ("forward", "pacific-to-pods", [_daddr("==", "@pod_cidrs"), {"accept": None}]),
+    ("input", "pacific-geneve",
+     [{"match": {"op": "==", "left": {"payload": {"protocol": "udp", "field": "dport"}},
+                 "right": GENEVE_PORT}}, {"accept": None}]),
+    ("input", "pacific-from-ovn0",
+     [{"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": names.MGMT_PORT}},
+      {"accept": None}]),
+]
+SETS = ("pod_cidrs", "nat_cidrs", "cluster_cidrs", "service_cidrs")
+SERVICES = "services"   # the chain of Service frontends
+
+
+class FirewallError(Exception):
+    pass
+
+
+def nft(commands: list[dict] | None = None, list_table: bool = False) -> dict:
+    if list_table:
+        cp = subprocess.run(["nft", "-j", "list", "table", FAMILY, TABLE], capture_output=True,
+                            text=True, timeout=30)
+        if cp.returncode != 0:
+            return {}
+        return json.loads(cp.stdout)
+    cp = subprocess.run(["nft", "-j", "-f", "-"], input=json.dumps({"nftables": commands}),
+                        capture_output=True, text=True, timeout=30)
+    if cp.returncode != 0:
+        raise FirewallError(f"nft refused the change: {cp.stderr.strip()}")
+    return {}
+
+
+def _elements(cidrs) -> list[dict]:
+    out = []
+    for c in sorted(cidrs, key=lambda c: ipaddress.ip_network(c)):
+        n = ipaddress.ip_network(c)
+        out.append({"prefix": {"addr": str(n.network_address), "len": n.prefixlen}})
+    return out
+
+
+def _set_commands(wanted: dict[str, set[str]]) -> list[dict]:
+    cmds = []
+    for name in SETS:
+        cmds.append({"flush": {"set": {**_T, "name": name}}})
+        if wanted[name]:
+            cmds.append({"add": {"element": {**_T, "name": name,
+                                             "elem": _elements(wanted[name])}}})
+    return cmds
+
+
+def _service_commands(rules: list[tuple[str, list]]) -> list[dict]:
+    cmds: list[dict] = [{"flush": {"chain": {**_T, "name": SERVICES}}}]
+    for comment, expr in rules:
+        cmds.append({"add": {"rule": {**_T, "chain": SERVICES, "comment": comment,
+                                      "expr": expr}}})
+    return cmds
+
+
+def full_commands(wanted: dict[str, set[str]], services: list | None = None) -> list[dict]:
+    cmds: list[dict] = [{"add": {"table": dict(_TABLE)}}, {"flush": {"table": dict(_TABLE)}}]
+    for name in SETS:
+        cmds.append({"add": {"set": {**_T, "name": name, "type": "ipv4_addr",
+                                     "flags": ["interval"]}}})
+    for chain, hook in CHAINS.items():
+        cmds.append({"add": {"chain": {**_T, "name": chain, **hook, "policy": "accept"}}})
+    for chain, comment, expr in RULES:
+        cmds.append({"add": {"rule": {**_T, "chain": chain, "comment": comment, "expr": expr}}})
+    cmds += _set_commands(wanted)
+    return cmds + (_service_commands(services)[1:] if services else [])
+
+
+def read_state(listing: dict) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(chain -> rule comments present, set name -> CIDRs) of the table listed."""
+    comments: dict[str, set[str]] = {}
+    sets = {}
+    for item in listing.get("nftables", []):
+        if "chain" in item:
+            comments.setdefault(item["chain"]["name"], set())
+        if "rule" in item:
+            rule = item["rule"]
+            comments.setdefault(rule["chain"], set()).add(rule.get("comment") or "")
+        if "set" in item:
+            s = item["set"]
+            elems = set()
+            for e in s.get("elem", []):
+                p = e.get("prefix") if isinstance(e, dict) else None
+                if p:
+                    elems.add(f"{p['addr']}/{p['len']}")
+                elif isinstance(e, str):
+                    elems.add(f"{e}/32")
+            sets[s["name"]] = elems
+    return comments, sets
+
+
+def _static_intact(comments: dict[str, set[str]]) -> bool:
+    if set(CHAINS) - set(comments):
+        return False
+    want: dict[str, set[str]] = {}
+    for chain, comment, _ in RULES:
+        want.setdefault(chain, set()).add(comment)
+    return all(comments.get(chain, set()) == c for chain, c in want.items())
+
+
+class HostFirewall:
+    def __init__(self, subnets, nodes, node_name: str, service_cidr: str | None = None,
+                 repair: float = REPAIR, frontends=None):
+        self.subnets, self.nodes, self.node_name = subnets, nodes, node_name
+        self.frontends = frontends      # pacific.node.frontends.ServiceFrontends, or None
+        self.service_cidr, self.repair = service_cidr, repair
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def join_cidr(self) -> str | None:
+        """The join network, from the controller's record on this Node."""
+        from pacific import contract
+        node = self.nodes.get(self.node_name)
+        try:
+            rec = contract.NodeRecord.of(node) if node else None
+        except contract.ContractError:
+            return None
+        return str(ipaddress.ip_interface(rec.ip_cidr).network) if rec else None
+
+    def kick(self, *_args) -> None:
+        self._wake.set()
+
+    def wanted(self) -> dict[str, set[str]]:
+        pods, nat = set(), set()
+        for s in self.subnets.list():
+            cidr = (s.get("status") or {}).get("cidrBlock")
+            try:
+                cidr = str(ipaddress.ip_network(cidr)) if cidr else None
+            except ValueError:
+                cidr = None          # not the controller's: ignored
+            if cidr is None or ipaddress.ip_network(cidr).version != 4:
+                continue
+            pods.add(cidr)
+            if (s.get("spec") or {}).get("natOutgoing") is True:
+                nat.add(cidr)
+        cluster = set(pods) | {c for c in (self.join_cidr(), self.service_cidr) if c}
+        return {"pod_cidrs": pods, "nat_cidrs": nat, "cluster_cidrs": cluster,
+                "service_cidrs": {self.service_cidr} if self.service_cidr else set()}
+
+    def converge(self) -> str:
+        """Make the table so; returns what was done ("ok", "sets", "services",
+        "sets+services", "rebuilt")."""
+        want = self.wanted()
+        services = self.frontends.rules() if self.frontends else []
+        comments, sets = read_state(nft(list_table=True))
+        # services None: the caches are not listed yet, so the chain keeps what it
+        # holds (a restarted pacific-node does not cut external traffic)
+        if not _static_intact(comments) or set(sets) != set(SETS):
+            services = services or []    # a rebuilt table gets its frontends next round
+            nft(full_commands(want, services))
+            log.info("host firewall: table %s %s rebuilt (%s), %d service frontends", FAMILY,
+                     TABLE, "created" if not comments else "rules missing", len(services))
+            return "rebuilt"
+        cmds, done = [], []
+        if any({str(ipaddress.ip_network(c)) for c in sets[n]} != want[n] for n in SETS):
+            cmds += _set_commands(want)
+            done.append("sets")
+            log.info("host firewall: sets updated: natOutgoing %s; pods %s",
+                     ", ".join(sorted(want["nat_cidrs"])) or "-",
+                     ", ".join(sorted(want["pod_cidrs"])) or "-")
+        if services is not None and comments.get(SERVICES, set()) != {c for c, _ in services}:
+            cmds += _service_commands(services)
+            done.append("services")
+            log.info("host firewall: %d service frontends: %s", len(services),
+                     "; ".join(c.rsplit(" #", 1)[0] for c, _ in services) or "-")
+        if cmds:
+            nft(cmds)                     # one transaction: sets and frontends together
+        return "+".join(done) or "ok"
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.converge()
+            except (FirewallError, OSError, subprocess.SubprocessError, ValueError) as e:
+                log.warning("host firewall not converged (retrying in %g s): %s", self.repair, e)
+            self._wake.wait(self.repair)
+            self._wake.clear()
+
+    def start(self) -> "HostFirewall":
+        self._thread = threading.Thread(target=self._loop, name="host-firewall", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread:
+            self._thread.join(5)
+
+    @staticmethod
+    def remove() -> None:
+        """Delete Pacific's table (the node leaves the cluster); idempotent."""
+        if nft(list_table=True):
+            nft([{"delete": {"table": dict(_TABLE)}}])
+            log.info("host firewall: table %s %s removed", FAMILY, TABLE)

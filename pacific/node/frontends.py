@@ -1,0 +1,131 @@
+"""A node's Service frontends: external IPs and node ports, as rules of the
+host firewall's ``services`` chain (nat, prerouting).
+
+    fe = ServiceFrontends(services, slices, all_nodes, subnets, pods, join_cidr,
+                          service_cidr="10.96.0.0/12")
+    fe.rules()      # [(comment, nft JSON expressions), ...] for HostFirewall
+
+What is granted comes from pacific.exposure.exposures(), the function the
+controller calls too (it reports the refusals as Events).  A packet that
+arrives for a granted frontend is sent on into OVN:
+
+* ``externalTrafficPolicy: Cluster`` (the default): DNAT to the Service's
+  cluster IP and port.  The host routes the service CIDR into ovn0, where the
+  Service's load balancer on the join switch picks an endpoint on any node, and
+  the firewall's ``pacific-service-masquerade`` rule gives the connection the
+  node's ovn0 address, so the answer comes back through this node;
+* ``Local``: DNAT straight to one of this node's ready endpoints (numgen
+  random when there are several), keeping the client's address; the answer
+  leaves the endpoint's node (this one) by distributed egress, where conntrack
+  undoes the DNAT.  Without a local endpoint the packet is dropped, as
+  kube-proxy does.
+
+A rule's comment names the Service and frontend and ends with a hash of the
+rule, so the firewall rewrites the chain exactly when what it holds differs.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pacific import contract, exposure
+
+COMMENT_MAX = 128
+
+
+def _match(left: dict, right, op: str = "==") -> dict:
+    return {"match": {"op": op, "left": left, "right": right}}
+
+
+def _port_match(proto: str, port: int) -> list[dict]:
+    return [_match({"meta": {"key": "l4proto"}}, proto),
+            _match({"payload": {"protocol": "th", "field": "dport"}}, port)]
+
+
+def _dnat(backends: list[tuple[str, int]]) -> dict:
+    if len(backends) == 1:
+        return {"dnat": {"family": "ip", "addr": backends[0][0], "port": backends[0][1]}}
+    return {"dnat": {"family": "ip", "addr": {"map": {
+        "key": {"numgen": {"mode": "random", "mod": len(backends), "offset": 0}},
+        "data": {"set": [[i, {"concat": [ip, port]}] for i, (ip, port) in enumerate(backends)]}}}}}
+
+
+def rule_for(fe: exposure.Frontend, local_backends: list[tuple[str, int]]) -> tuple[str, list]:
+    where = (_match({"payload": {"protocol": "ip", "field": "daddr"}}, fe.ip)
+             if fe.kind == exposure.EXTERNAL_IP
+             else _match({"fib": {"result": "type", "flags": ["daddr"]}}, "local"))
+    expr = [where, *_port_match(fe.protocol, fe.port)]
+    if not fe.local:
+        expr.append({"dnat": {"family": "ip", "addr": fe.cluster_ip, "port": fe.service_port}})
+    elif local_backends:
+        expr.append(_dnat(local_backends))
+    else:
+        expr.append({"drop": None})        # Local with no endpoint on this node
+    digest = hashlib.sha1(json.dumps(expr, sort_keys=True).encode()).hexdigest()[:10]
+    label = f"{fe.service} {fe.ip or 'node'}:{fe.protocol}/{fe.port}"
+    return f"{label[:COMMENT_MAX - 12]} #{digest}", expr
+
+
+class ServiceFrontends:
+    def __init__(self, services, slices, all_nodes, subnets, pods, join_cidr,
+                 service_cidr: str | None, allowed: list[str] | None = None,
+                 port_range: tuple[int, int] = exposure.NODE_PORT_RANGE):
+        self.services, self.slices, self.all_nodes = services, slices, all_nodes
+        self.subnets, self.pods, self.join_cidr = subnets, pods, join_cidr
+        self.service_cidr, self.allowed, self.port_range = service_cidr, allowed, port_range
+
+    def cluster_cidrs(self) -> list[str]:
+        cidrs = [c for c in (contract.subnet_cidr_in_effect(s) for s in self.subnets.list()) if c]
+        return cidrs + [c for c in (self.join_cidr(), self.service_cidr) if c]
+
+    def node_ips(self) -> set[str]:
+        out = set()
+        for node in self.all_nodes.list():
+            for a in (node.get("status") or {}).get("addresses") or []:
+                if a.get("type") in ("InternalIP", "ExternalIP") and a.get("address"):
+                    out.add(a["address"])
+        return out
+
+    def local_pod_ips(self) -> set[str]:
+        out = set()
+        for pod in self.pods.list():
+            rec = contract.own_record(pod)
+            if rec is not None:
+                out.add(rec.ip)
+        return out
+
+    def granted(self) -> list[exposure.Frontend]:
+        grants, _ = exposure.exposures(self.services.list(), self.cluster_cidrs(), self.node_ips(),
+                                       self.allowed, self.port_range)
+        return grants
+
+    def synced(self) -> bool:
+        return all(getattr(i, "synced", True)
+                   for i in (self.services, self.slices, self.all_nodes, self.subnets, self.pods))
+
+    def rules(self) -> list[tuple[str, list]] | None:
+        """The services chain's rules; None while a cache is not listed yet (a
+        restarted node keeps the frontends it has instead of dropping them)."""
+        if not self.synced():
+            return None
+        grants = self.granted()
+        if not grants:
+            return []
+        local_ips = self.local_pod_ips() if any(fe.local for fe in grants) else set()
+        out = []
+        for fe in grants:
+            backends = []
+            if fe.local:
+                ns, name = fe.service.split("/", 1)
+                slices = [s for s in self.slices.list()
+                          if (s.get("metadata") or {}).get("namespace") == ns
+                          and ((s.get("metadata") or {}).get("labels") or {}).get(
+                              exposure.SERVICE_NAME_LABEL) == name]
+                proto = {v: k for k, v in exposure.PROTOCOLS.items()}[fe.protocol]
+                for b in exposure.ready_backends(slices, fe.port_name, proto):
+                    ip, _, port = b.rpartition(":")
+                    if ip in local_ips:
+                        backends.append((ip, int(port)))
+            out.append(rule_for(fe, backends))
+        return out
+

@@ -1,0 +1,153 @@
+"""pacific.exposure: which external IPs and node ports a Service is granted (the
+controller and every node call the same function), and the host firewall rules
+a node makes of them (pacific.node.frontends)."""
+import pytest
+
+from pacific import exposure as ex
+from pacific.node import firewall
+from pacific.node.frontends import ServiceFrontends, rule_for
+
+CLUSTER = ["10.16.0.0/16", "100.64.0.0/16", "10.96.0.0/12"]
+
+
+def svc(name, created, ports=None, type_="ClusterIP", external_ips=(), local=False,
+        cluster_ip="10.96.0.10"):
+    spec = {"type": type_, "clusterIP": cluster_ip,
+            "ports": ports or [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
+            "externalIPs": list(external_ips)}
+    if local:
+        spec["externalTrafficPolicy"] = "Local"
+    return {"metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+            "spec": spec}
+
+
+def test_an_external_ip_and_a_node_port_are_granted():
+    grants, refused = ex.exposures([svc("a", "2026-01-01T00:00:00Z", type_="NodePort",
+                                       external_ips=["203.0.113.10"])], CLUSTER)
+    assert not refused
+    assert [(g.kind, g.ip, g.protocol, g.port, g.cluster_ip, g.service_port) for g in grants] == [
+        (ex.EXTERNAL_IP, "203.0.113.10", "tcp", 80, "10.96.0.10", 80),
+        (ex.NODE_PORT, None, "tcp", 30080, "10.96.0.10", 80)]
+
+
+def test_a_cluster_ip_service_has_no_node_port_even_if_one_is_written():
+    grants, _ = ex.exposures([svc("a", "t")], CLUSTER)
+    assert grants == []
+
+
+def test_the_older_service_keeps_a_contested_external_ip_whatever_the_order():
+    old = svc("old", "2026-01-01T00:00:00Z", external_ips=["203.0.113.10"])
+    new = svc("new", "2026-02-01T00:00:00Z", external_ips=["203.0.113.10"], cluster_ip="10.96.0.11")
+    for order in ([old, new], [new, old]):
+        grants, refused = ex.exposures(order, CLUSTER)
+        assert [g.service for g in grants] == ["ns/old"]
+        assert refused == {"ns/new": ["externalIP 203.0.113.10 TCP/80 is already used by "
+                                      "Service ns/old (older)"]}
+
+
+def test_the_same_address_on_another_port_or_protocol_is_no_conflict():
+    a = svc("a", "1", external_ips=["203.0.113.10"])
+    b = svc("b", "2", external_ips=["203.0.113.10"],
+            ports=[{"name": "dns", "port": 80, "protocol": "UDP"}])
+    grants, refused = ex.exposures([a, b], CLUSTER)
+    assert not refused and len(grants) == 2
+
+
+@pytest.mark.parametrize("ip,why", [
+    ("10.16.3.4", "inside the cluster network 10.16.0.0/16"),
+    ("10.100.0.1", "inside the cluster network 10.96.0.0/12"),
+    ("192.168.77.11", "a node's address"),
+    ("not-an-ip", "is not an IP address"),
+    ("2001:db8::1", "is IPv6"),
+])
+def test_refused_external_ips_name_the_reason(ip, why):
+    grants, refused = ex.exposures([svc("a", "1", external_ips=[ip])], CLUSTER,
+                                   node_ips={"192.168.77.11"})
+    assert grants == []
+    assert why in refused["ns/a"][0]
+
+
+def test_allowed_ranges_limit_external_ips():
+    s = svc("a", "1", external_ips=["203.0.113.10", "198.18.0.1"])
+    grants, refused = ex.exposures([s], CLUSTER, allowed=["203.0.113.0/24"])
+    assert [g.ip for g in grants] == ["203.0.113.10"]
+    assert "outside the ranges external IPs may come from (203.0.113.0/24)" in refused["ns/a"][0]
+
+
+def test_a_node_port_outside_the_range_is_refused():
+    s = svc("a", "1", type_="NodePort",
+            ports=[{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 40000}])
+    grants, refused = ex.exposures([s], CLUSTER)
+    assert grants == [] and "nodePort 40000 (TCP) is outside the node port range" in refused["ns/a"][0]
+
+
+def test_headless_services_expose_nothing():
+    s = svc("a", "1", type_="NodePort", cluster_ip="None", external_ips=["203.0.113.10"])
+    assert ex.exposures([s], CLUSTER) == ([], {})
+
+
+@pytest.mark.parametrize("text", ["1-", "x-y", "20-10", "0-5", "1-70000", "30000"])
+def test_bad_port_ranges_are_named(text):
+    with pytest.raises(ValueError, match=repr(text).replace("-", r"\-")):
+        ex.parse_port_range(text)
+
+
+def test_cidr_lists():
+    assert ex.parse_cidrs("") is None
+    assert ex.parse_cidrs("203.0.113.7/24, 198.51.100.0/24") == ["203.0.113.0/24", "198.51.100.0/24"]
+    with pytest.raises(ValueError, match="'nope' is not a CIDR"):
+        ex.parse_cidrs("203.0.113.0/24,nope")
+
+
+# -- the node's rules ---------------------------------------------------------------
+class Cache:
+    def __init__(self, items):
+        self.items = items
+
+    def list(self):
+        return list(self.items)
+
+
+def frontends(services, slices=(), pods=()):
+    return ServiceFrontends(Cache(services), Cache(slices), Cache([]), Cache([]), Cache(pods),
+                            join_cidr=lambda: "100.64.0.0/16", service_cidr="10.96.0.0/12")
+
+
+def test_cluster_policy_is_sent_to_the_cluster_ip():
+    (comment, expr), = frontends([svc("a", "1", external_ips=["203.0.113.10"])]).rules()
+    assert comment.startswith("ns/a 203.0.113.10:tcp/80 #")
+    assert expr[-1] == {"dnat": {"family": "ip", "addr": "10.96.0.10", "port": 80}}
+
+
+def test_local_policy_is_sent_to_this_node_s_endpoints_only():
+    pods = [{"metadata": {"name": "p1", "namespace": "ns", "uid": "u1",
+                          "annotations": {}}}]            # no record: not a local endpoint
+    s = svc("a", "1", type_="NodePort", local=True)
+    (_, expr), = frontends([s], pods=pods).rules()
+    assert expr[-1] == {"drop": None}                    # no local endpoint: dropped
+
+
+def test_a_changed_rule_gets_another_comment():
+    a = rule_for(ex.Frontend("ns/a", ex.NODE_PORT, "tcp", None, 30080, "10.96.0.10", 80, "", False), [])
+    b = rule_for(ex.Frontend("ns/a", ex.NODE_PORT, "tcp", None, 30080, "10.96.0.11", 80, "", False), [])
+    assert a[0] != b[0] and a[0].split(" #")[0] == b[0].split(" #")[0]
+
+
+def test_several_local_endpoints_are_chosen_at_random():
+    fe = ex.Frontend("ns/a", ex.NODE_PORT, "tcp", None, 30080, "10.96.0.10", 80, "http", True)
+    _, expr = rule_for(fe, [("10.16.0.5", 8080), ("10.16.0.6", 8081)])
+    m = expr[-1]["dnat"]["addr"]["map"]
+    assert m["key"] == {"numgen": {"mode": "random", "mod": 2, "offset": 0}}
+    assert m["data"]["set"][1] == [1, {"concat": ["10.16.0.6", 8081]}]
+
+
+def test_the_firewall_rewrites_only_the_services_chain_when_frontends_change():
+    listing = {"nftables": [{"chain": {"name": c}} for c in firewall.CHAINS]
+               + [{"rule": {"chain": c, "comment": m}} for c, m, _ in firewall.RULES]
+               + [{"rule": {"chain": firewall.SERVICES, "comment": "ns/old x #1"}}]}
+    comments, _ = firewall.read_state(listing)
+    assert firewall._static_intact(comments)
+    cmds = firewall._service_commands([("ns/a y #2", [{"accept": None}])])
+    assert cmds[0] == {"flush": {"chain": {"family": "inet", "table": "pacific",
+                                           "name": firewall.SERVICES}}}
+    assert cmds[1]["add"]["rule"]["comment"] == "ns/a y #2"
