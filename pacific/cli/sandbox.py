@@ -29,9 +29,9 @@ Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.S
 Needs root."""
 
 
-def _sandbox(args, nodes=None, ha=None):
+def _sandbox(args, nodes=None, ha=None, kubelet=None):
     from pacific.sandbox.cluster import Sandbox
-    return Sandbox(args.name, nodes=nodes, ha=ha)
+    return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet)
 
 
 def errors_to_exit(fn):
@@ -49,7 +49,7 @@ def errors_to_exit(fn):
 
 @errors_to_exit
 def cmd_up(args) -> int:
-    sb = _sandbox(args, nodes=args.nodes, ha=args.ha)
+    sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -130,6 +130,12 @@ def register(sub):
     up.add_argument("--ha", action="store_true",
                     help="OVN NB and SB as 3-member RAFT clusters (namespaces ovn1..3, two "
                     "ovn-northd); every client is given all members and follows the leader")
+    up.add_argument("--kubelet", action="store_true",
+                    help="real nodes: a containerd (Debian's 1.6, runc) and a kubelet v1.20.2 "
+                    "per node run the pods through Pacific's CNI configuration, instead of "
+                    "the pod runners; `kubectl exec/logs/run` work (images "
+                    "localhost/busybox:latest and localhost/pause:latest are built offline "
+                    "and imported on every node)")
     up.add_argument("--timeout", type=float, default=60, metavar="S",
                     help="seconds to wait for chassis and tunnels (default 60)")
     up.set_defaults(func=cmd_up)

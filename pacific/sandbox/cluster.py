@@ -46,7 +46,8 @@ class Sandbox:
     file (so `Sandbox(name).down()` / `.status()` work from a new process), else 3."""
 
     def __init__(self, name: str = names.SANDBOX_DEFAULT_NAME, nodes: int | None = None,
-                 underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None):
+                 underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None,
+                 kubelet: bool | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -59,6 +60,9 @@ class Sandbox:
             underlay_mtu = saved.get("underlay_mtu") or underlay_mtu
         # --ha: OVN NB and SB as 3-member RAFT clusters (pacific.sandbox.ovnha)
         self.ha = bool(saved.get("ha")) if ha is None else ha
+        # --kubelet: a containerd and a kubelet per node run the pods
+        # (pacific.sandbox.k8s.kubelet) instead of the pod runners
+        self.kubelet = bool(saved.get("kubelet")) if kubelet is None else kubelet
         if not 1 <= nodes <= MAX_NODES:
             raise SandboxError(f"nodes must be between 1 and {MAX_NODES}, got {nodes}")
         if underlay_mtu < 1280:
@@ -134,7 +138,8 @@ class Sandbox:
         if self._leftovers():
             saved = self.state.read()
             if saved.get("ready") and (saved.get("nodes") != len(self.nodes)
-                                       or bool(saved.get("ha")) != self.ha):
+                                       or bool(saved.get("ha")) != self.ha
+                                       or bool(saved.get("kubelet")) != self.kubelet):
                 log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
                          saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
                          " (ha)" if self.ha else "")
@@ -148,7 +153,7 @@ class Sandbox:
         os.makedirs(self.dir, exist_ok=True)
         with self.state.update() as st:
             st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
-                      ready=False)
+                      kubelet=self.kubelet, ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
@@ -188,7 +193,7 @@ class Sandbox:
         not checked: their owners restart them)."""
         st = self.state.read()
         if not st.get("ready") or st.get("nodes") != len(self.nodes) \
-                or bool(st.get("ha")) != self.ha:
+                or bool(st.get("ha")) != self.ha or bool(st.get("kubelet")) != self.kubelet:
             return False
         return (all(alive(d["pid"], d["start"]) for d in st["daemons"].values()
                     if d.get("kind") == "ovs")
@@ -292,6 +297,8 @@ class Sandbox:
                        key=lambda kv: (kv[1].get("kind") != "spawn", -kv[1].get("seq", 0)))
         stopped = sum(stop_pid(d["pid"], d["start"], what=tag) for tag, d in order)
         stopped += self._stop_unrecorded()
+        from pacific.sandbox.k8s import kubelet
+        stopped += kubelet.cleanup(self)   # shims, pods, their namespaces, cgroups, sysctls
         spaces = set(st["netns"]) | set(netns.list_with_prefix(self.netns_prefix))
         for ns in spaces:  # safety net: anything else still running in our namespaces
             for pid in netns.pids(ns):

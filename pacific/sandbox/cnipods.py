@@ -58,9 +58,13 @@ def _api(sb):
     return client.load(k8s.kubeconfig_path(sb))
 
 
-def load(sb, namespace: str, name: str) -> SandboxPod | None:
+def load(sb, namespace: str, name: str, api=None) -> SandboxPod | None:
     """The newest record of namespace/name on any node (a pod re-created on
-    another node may still have its old record on the old one)."""
+    another node may still have its old record on the old one).  In a sandbox
+    with kubelets: the running Pod, its network namespace found through its
+    processes (the pod's cgroup under its node's cgroup root)."""
+    if getattr(sb, "kubelet", False):
+        return _load_kubelet_pod(sb, namespace, name, api)
     recs = [rec for n in sb.nodes
             if (rec := podrunner.load_record(k8s.pod_state_dir(sb, n.name), namespace, name))]
     if not recs:
@@ -68,6 +72,25 @@ def load(sb, namespace: str, name: str) -> SandboxPod | None:
     rec = max(recs, key=lambda rec: rec.get("started", 0.0))
     return SandboxPod(rec["namespace"], rec["name"], rec["node"], rec["uid"],
                       rec["container_id"], rec["netns"], rec["result"])
+
+
+def _load_kubelet_pod(sb, namespace: str, name: str, api=None) -> SandboxPod | None:
+    from pacific.kube import resources as kr
+    from pacific.sandbox.k8s import kubelet
+    pod = kr.get(api or _api(sb), kr.PODS, name, namespace)
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return None
+    st, node = pod.get("status") or {}, (pod.get("spec") or {}).get("nodeName")
+    ips = [i["ip"] for i in st.get("podIPs") or []] or ([st["podIP"]] if st.get("podIP") else [])
+    if st.get("phase") != "Running" or not ips or not node:
+        return None
+    ns = kubelet.pod_netns(sb, node, pod["metadata"]["uid"])
+    if ns is None:
+        return None
+    cid = next((c.get("containerID", "") for c in st.get("containerStatuses") or []), "")
+    result = {"cniVersion": "1.0.0",
+              "ips": [{"address": f"{ip}/{128 if ':' in ip else 32}"} for ip in ips]}
+    return SandboxPod(namespace, name, node, pod["metadata"]["uid"], cid, ns, result)
 
 
 def add_pod(sb, namespace: str, name: str, node: str | None = None,
@@ -121,7 +144,7 @@ def wait_running(sb, api, namespace: str, name: str, uid: str, timeout: float) -
         pod = kr.get(api, kr.PODS, name, namespace)
         if pod is None or pod["metadata"]["uid"] != uid:
             raise PodError(f"pod {namespace}/{name} was deleted while starting")
-        rec = load(sb, namespace, name)
+        rec = load(sb, namespace, name, api)
         st = pod.get("status") or {}
         if rec is not None and rec.uid == uid and st.get("phase") == "Running" and st.get("podIP"):
             return rec
@@ -154,6 +177,14 @@ def delete_pod(sb, namespace: str, name: str, api=None, timeout: float = 60.0) -
 def _delete_and_wait(sb, api, namespace, name, uid, timeout) -> None:
     from pacific.kube import errors
     from pacific.kube import resources as kr
+    kubelet_pod = None
+    if getattr(sb, "kubelet", False):
+        # what `exec --detach` started in the pod's namespace goes with the pod
+        # (the pod runner stops it; a kubelet knows nothing of it)
+        for tag in [t for t in sb.state.read()["daemons"]
+                    if t.startswith(f"pod.{namespace}.{name}.")]:
+            sb.stop(tag)
+        kubelet_pod = load(sb, namespace, name, api)
     try:
         kr.delete(api, kr.PODS, name, namespace=namespace, uid=uid)
     except errors.Conflict:
@@ -161,13 +192,23 @@ def _delete_and_wait(sb, api, namespace, name, uid, timeout) -> None:
     deadline = time.monotonic() + timeout
     while True:
         pod = kr.get(api, kr.PODS, name, namespace)
-        rec = load(sb, namespace, name)
+        rec = None if getattr(sb, "kubelet", False) else load(sb, namespace, name)
         if (pod is None or pod["metadata"]["uid"] != uid) and (rec is None or rec.uid != uid):
-            return
+            if kubelet_pod is None or _kubelet_pod_gone(sb, kubelet_pod):
+                return
         if time.monotonic() > deadline:
             raise PodError(f"pod {namespace}/{name} still terminating after {timeout:.0f} s "
                            "(is its node's pod runner running?)")
         time.sleep(0.05)
+
+
+def _kubelet_pod_gone(sb, pod: SandboxPod) -> bool:
+    """The kubelet stopped the pod's processes and containerd removed its
+    network namespace (after CNI DEL): a Pod deleted with grace 0 is gone from
+    the API before that."""
+    from pacific.sandbox import netns as sbnetns
+    from pacific.sandbox.k8s import kubelet
+    return not kubelet.pod_pids(sb, pod.node, pod.uid) and not sbnetns.exists(pod.netns)
 
 
 def exec_pod(sb, namespace: str, name: str, argv: list[str], **kw) -> subprocess.CompletedProcess:

@@ -6,7 +6,8 @@ the sandbox and should start its daemon with `sandbox.spawn(tag, argv, netns=...
 (so `down()` stops it) and wait until it answers.  The default stack, in
 order: the real Kubernetes control plane (pacific.sandbox.k8s), deploy/'s
 ServiceAccounts and RBAC, a pod runner per node (it registers the Node, as a
-kubelet would), two leader-elected controller replicas, one pacific-node per node.
+kubelet would; with `Sandbox(kubelet=True)` a containerd and a real kubelet per
+node instead), two leader-elected controller replicas, one pacific-node per node.
 Every starter is idempotent: a daemon that already runs is left alone.
 
 Tests that want the bare network pass `services=()`.
@@ -35,7 +36,12 @@ def pacific_credentials(sb: "Sandbox") -> None:
 
 
 def pod_runners(sb: "Sandbox") -> None:
-    """One pod runner per node (registers the Node, as its kubelet would)."""
+    """One pod runner per node (registers the Node, as its kubelet would), or, in a
+    sandbox with kubelets, a containerd and a kubelet per node."""
+    if sb.kubelet:
+        from pacific.sandbox.k8s import kubelet
+        kubelet.start_all(sb)
+        return
     from pacific.sandbox.k8s import sandbox as k8s
     k8s.pod_runners(sb)
 
@@ -53,6 +59,9 @@ def node_daemons(sb: "Sandbox") -> None:
         node_launch.start(sb, n, kubeconfig, wait=False)
     for n in missing:
         node_launch.wait_ready(sb, n)
+    if sb.kubelet:          # the kubelets report Ready once they see Pacific's conflist
+        from pacific.sandbox.k8s import kubelet
+        kubelet.wait_ready(sb)
 
 
 DEFAULT_SERVICES: list[Callable[["Sandbox"], None]] = [

@@ -58,9 +58,33 @@ class SandboxSpawner:
         return os.path.join(self.sb.dir, "services", f"{tag}.log")
 
 
+EGRESS_TAG = "kube-egress"
+
+
+def egress_socket(sb: "Sandbox") -> str:
+    return os.path.join(sb.dir, "kube", "egress.sock")
+
+
 def plane(sb: "Sandbox") -> ControlPlane:
+    extra = []
+    if sb.kubelet:       # the API server reaches the kubelets through pacific.sandbox.k8s.egress
+        extra = [f"--egress-selector-config-file={os.path.join(sb.dir, 'kube', 'egress.yaml')}"]
     return ControlPlane(os.path.join(sb.dir, "kube"), SandboxSpawner(sb),
-                        nodes=[n.name for n in sb.nodes], server_hosts=[sb.central_ip])
+                        nodes=[n.name for n in sb.nodes], server_hosts=[sb.central_ip],
+                        apiserver_args=extra)
+
+
+def _egress(sb: "Sandbox") -> None:
+    from pacific.sandbox.k8s import egress
+    path = os.path.join(sb.dir, "kube", "egress.yaml")
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(egress.config_yaml(egress_socket(sb)))
+    if sb.daemon_pid(EGRESS_TAG) is None:
+        sb.spawn(EGRESS_TAG, [sys.executable, "-m", "pacific.sandbox.k8s.egress",
+                              "--socket", egress_socket(sb),
+                              "--allow", names.SANDBOX_UNDERLAY_CIDR],
+                 netns=sb.central_netns, grace=0.3)
 
 
 def kubeconfig_path(sb: "Sandbox") -> str:
@@ -72,6 +96,8 @@ def underlay_url(sb: "Sandbox") -> str:
 
 
 def control_plane(sb: "Sandbox") -> ControlPlane:
+    if sb.kubelet:
+        _egress(sb)
     cp = plane(sb).start()
     if sb.daemon_pid(names.SANDBOX_FORWARD_TAG) is None:
         sb.spawn(names.SANDBOX_FORWARD_TAG,

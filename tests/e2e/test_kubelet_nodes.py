@@ -1,0 +1,165 @@
+"""Real nodes: a containerd and a kubelet v1.20.2 per sandbox node run the pods
+through Pacific's CNI configuration (`pacific sandbox up --kubelet`).
+
+A Deployment's pods run under the kubelets on both nodes and talk across them;
+`kubectl exec`, `kubectl logs` and `kubectl run` reach the kubelets through the
+API server; `pacific sandbox pod add/exec/delete` keep working; `down` leaves
+no process, mount, cgroup, network namespace or file and puts back the host
+sysctls the kubelets change."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from controller_fixtures import wait_until
+
+from pacific import contract
+from pacific.kube import client
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods
+from pacific.sandbox import netns as sbnetns
+from pacific.sandbox.k8s import bins, images, kubelet
+from pacific.sandbox.k8s import sandbox as k8s
+
+pytestmark = pytest.mark.e2e
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: kl}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers:
+      - name: httpd
+        image: localhost/busybox:latest
+        imagePullPolicy: IfNotPresent
+        command: [sh, -c, "echo serving as $(hostname); exec httpd -f -p 8080 -h /var/www"]
+"""
+
+
+def _skip():
+    for b in kubelet.NEEDED:
+        if not shutil.which(b):
+            pytest.skip(f"{b} missing (make setup installs containerd, runc)")
+    try:
+        bins.path("kubelet")
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    if not os.access(images.BUSYBOX_BIN, os.X_OK):
+        pytest.skip("busybox-static missing (make setup)")
+
+
+def kubectl(sb, *args, check=True, timeout=60, input=None) -> subprocess.CompletedProcess:
+    return subprocess.run([bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}",
+                           *args], capture_output=True, text=True, check=check,
+                          timeout=timeout, input=input)
+
+
+def running(api, ns, selector):
+    items, _ = r.list_(api, r.PODS, ns, label_selector=selector)
+    return [p for p in items if (p.get("status") or {}).get("phase") == "Running"
+            and p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]
+
+
+@pytest.fixture(scope="module")
+def kl(sandbox_factory):
+    _skip()
+    before = {k: kubelet._read_sysctl(k) for k in kubelet.SYSCTLS}
+    sb = sandbox_factory(nodes=2, services=None, kubelet=True)
+    yield sb, client.load(k8s.kubeconfig_path(sb)), before
+    sb.down()
+
+
+def test_nodes_are_kubelets_on_their_underlay_address(kl):
+    sb, api, _ = kl
+    for n in sb.nodes:
+        node = r.get(api, r.NODES, n.name)
+        assert node["status"]["nodeInfo"]["containerRuntimeVersion"].startswith("containerd://")
+        assert node["status"]["nodeInfo"]["kubeletVersion"] == "v1.20.2"
+        assert {"type": "InternalIP", "address": n.underlay_ip} in node["status"]["addresses"]
+        assert kubelet.node_ready(node)
+
+
+def test_deployment_pods_talk_across_nodes_exec_and_logs(kl):
+    sb, api, _ = kl
+    kubectl(sb, "create", "namespace", "kl")
+    kubectl(sb, "apply", "-f", "-", input=DEPLOYMENT)
+    pods = wait_until(lambda: len(running(api, "kl", "app=web")) == 4 and
+                      running(api, "kl", "app=web"), 90, interval=0.2,
+                      what="4 web pods Running under the kubelets")
+    assert {p["spec"]["nodeName"] for p in pods} == {n.name for n in sb.nodes}
+    for p in pods:     # the address Pacific allocated, and the container runs
+        assert contract.own_record(p).ip == p["status"]["podIP"]
+        assert p["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+    src = pods[0]
+    for p in pods:
+        if p["spec"]["nodeName"] == src["spec"]["nodeName"]:
+            continue   # across nodes: the container's own wget, through kubectl exec
+        out = kubectl(sb, "-n", "kl", "exec", src["metadata"]["name"], "--", "wget", "-qO-",
+                      f"http://{p['status']['podIP']}:8080/").stdout
+        assert out == "hello from pacific\n"
+    name = src["metadata"]["name"]
+    assert kubectl(sb, "-n", "kl", "logs", name).stdout == f"serving as {name}\n"
+    assert kubectl(sb, "-n", "kl", "exec", name, "--", "hostname").stdout.strip() == name
+
+
+def test_kubectl_run_to_completion_and_logs(kl):
+    sb, api, _ = kl
+    kubectl(sb, "-n", "kl", "run", "once", "--image=localhost/busybox:latest",
+            "--image-pull-policy=IfNotPresent", "--restart=Never", "--", "sh", "-c",
+            "ip -4 -o addr show eth0 | awk '{print $4}'")
+    pod = wait_until(lambda: (p := r.get(api, r.PODS, "once", "kl")) and
+                     p["status"].get("phase") == "Succeeded" and p, 60, interval=0.2,
+                     what="pod once Succeeded")
+    assert kubectl(sb, "-n", "kl", "logs", "once").stdout.strip().split("/")[0] == \
+        pod["status"]["podIP"]
+    kubectl(sb, "-n", "kl", "delete", "pod", "once", "--wait=true")
+
+
+def test_sandbox_pod_add_exec_delete_on_kubelet_nodes(kl):
+    sb, api, _ = kl
+    peer = running(api, "kl", "app=web")
+    pod = cnipods.add_pod(sb, "kl", "probe", "node2", api=api)
+    assert pod.netns.startswith("cni-") and sbnetns.exists(pod.netns)
+    for p in peer:
+        assert cnipods.exec_pod(sb, "kl", "probe", ["ping", "-c1", "-W2", p["status"]["podIP"]],
+                                capture_output=True).returncode == 0
+    assert cnipods.delete_pod(sb, "kl", "probe", api=api)
+    assert not sbnetns.exists(pod.netns), "containerd removed the pod's namespace"
+    assert r.get(api, r.PODS, "probe", "kl") is None
+
+
+def test_down_leaves_nothing_and_restores_sysctls(kl):
+    sb, _api, before = kl
+    paths = [kubelet.Paths(sb, n) for n in sb.nodes]
+    with open(paths[0].netns_list) as f:
+        made = {os.path.basename(x.strip()) for x in f if x.strip()}
+    assert made, "the loopback wrapper recorded the pod namespaces"
+    sb.down()
+    assert not os.path.exists(sb.dir)
+    assert not [n for n in made if sbnetns.exists(n)]
+    with open("/proc/self/mountinfo") as f:
+        mounts = f.read()
+    assert sb.dir not in mounts and not any(f"/run/netns/{n}" in mounts for n in made)
+    for p in paths:
+        assert not kubelet.cgroup_pids(p.cgroup_root)
+        assert not [h for h in kubelet._hierarchies() if os.path.exists(h + p.cgroup_root)]
+    assert not kubelet._shim_pids({p.socket for p in paths})
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                assert sb.dir.encode() not in f.read(), f"pid {pid} left"
+        except FileNotFoundError:
+            pass
+    if not [d for d in os.listdir(os.path.dirname(sb.dir))
+            if os.path.exists(os.path.join(os.path.dirname(sb.dir), d, kubelet.MARKER))] \
+            if os.path.isdir(os.path.dirname(sb.dir)) else True:
+        assert {k: kubelet._read_sysctl(k) for k in kubelet.SYSCTLS} == before
