@@ -124,6 +124,19 @@ def test_kubectl_run_to_completion_and_logs(kl):
     kubectl(sb, "-n", "kl", "delete", "pod", "once", "--wait=true")
 
 
+def test_latest_images_pull_from_the_sandbox_registry(kl):
+    """`kubectl create deployment` leaves imagePullPolicy Always for :latest: the
+    kubelets pull from the sandbox's registry, the mirror of localhost."""
+    sb, api, _ = kl
+    kubectl(sb, "-n", "kl", "create", "deployment", "pull", "--image=localhost/busybox:latest",
+            "--replicas=2")
+    pods = wait_until(lambda: len(running(api, "kl", "app=pull")) == 2 and
+                      running(api, "kl", "app=pull"), 90, interval=0.2,
+                      what="2 pull pods Running")
+    assert {p["spec"]["containers"][0]["imagePullPolicy"] for p in pods} == {"Always"}
+    kubectl(sb, "-n", "kl", "delete", "deployment", "pull")
+
+
 def test_sandbox_pod_add_exec_delete_on_kubelet_nodes(kl):
     sb, api, _ = kl
     peer = running(api, "kl", "app=web")

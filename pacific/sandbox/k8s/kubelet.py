@@ -40,6 +40,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KUBELET_PORT = 10250
+REGISTRY_PORT = 5000                       # pacific.sandbox.k8s.registry, central address
+REGISTRY_TAG = "kube-registry"
 HEALTHZ_PORT = 10248
 CNI_PLUGINS = "/usr/lib/cni"
 SHIM_SOCKET_DIR = "/run/containerd/s"
@@ -104,7 +107,7 @@ def check_host() -> None:
 
 
 # ---------------------------------------------------------------------- config
-def containerd_config(p: Paths) -> str:
+def containerd_config(p: Paths, registry: str) -> str:
     return f"""version = 2
 root = "{p.containerd_root}"
 state = "{p.containerd_state}"
@@ -132,6 +135,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "{p.runc_root}"
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."localhost"]
+    endpoint = ["http://{registry}"]
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{p.cni_bin_dir}"
     conf_dir = "{p.cni_conf_dir}"
@@ -305,13 +310,24 @@ def _ctr(p: Paths, *args: str, timeout: float = 60) -> str:
                timeout=timeout).stdout
 
 
+def registry_address(sb: "Sandbox") -> str:
+    return f"{sb.central_ip}:{REGISTRY_PORT}"
+
+
+def start_registry(sb: "Sandbox", image_paths: dict) -> None:
+    if sb.daemon_pid(REGISTRY_TAG) is None:
+        sb.spawn(REGISTRY_TAG, [sys.executable, "-m", "pacific.sandbox.k8s.registry",
+                                "--netns", sb.central_netns, "--listen", registry_address(sb),
+                                *image_paths.values()], grace=0.3)
+
+
 def start_containerd(sb: "Sandbox", node, image_paths: dict) -> None:
     p = Paths(sb, node)
     for d in (p.containerd_root, p.containerd_state, p.runc_root, p.kubelet_root,
               p.cni_conf_dir, p.cni_bin_dir, *(os.path.join(p.base, x)
                                               for x in PRIVATE_DIRS.values())):
         os.makedirs(d, exist_ok=True)
-    _write(p.containerd_config, containerd_config(p))
+    _write(p.containerd_config, containerd_config(p, registry_address(sb)))
     _write(os.path.join(p.cni_bin_dir, "loopback"), loopback_wrapper(p), 0o755)
     if sb.daemon_pid(containerd_tag(node)) is None:
         _make_log_mountpoints(os.path.dirname(sb.dir))
@@ -374,6 +390,7 @@ def start_all(sb: "Sandbox", timeout: float = 60.0) -> None:
     save_sysctls(os.path.dirname(sb.dir))
     paths = images.build(os.path.join(sb.dir, "images"))
     t0 = time.time()
+    start_registry(sb, paths)
     for n in sb.nodes:
         start_containerd(sb, n, paths)
     for n in sb.nodes:
