@@ -153,6 +153,8 @@ SANDBOX_DEFAULT_NAME = "default"
 SANDBOX_NETNS_PREFIX = "pac"                  # netns pac-<name>-central|node<i>|ext
 SANDBOX_UNDERLAY_CIDR = "192.168.77.0/24"     # lives only inside the sandbox netns
 SANDBOX_UNDERLAY_MTU = 1500
+SANDBOX_PODS_ENV = "PACIFIC_SANDBOX_PODS"     # how a new sandbox runs pods: kubelet | runner
+SANDBOX_PODS_DEFAULT = "runner"
 SANDBOX_EXTERNAL_REMOTE_CIDR = "198.51.100.1/24"  # "internet" address of pac-<name>-ext
 POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (Geneve+OVN)
 OVN_NB_PORT = 6641
@@ -188,3 +190,25 @@ PRIO_ACL_ISOLATION_ALLOW = 1600
 PRIO_POLICY_NODE_LOCAL = 31000
 PRIO_POLICY_DISTRIBUTED_EGRESS = 29000
 PRIO_POLICY_CENTRALIZED_EGRESS = 29500
+
+# --- Centralized egress gateways (controller/gateway.py, node/egressgw.py) ----
+EGRESS_TRANSIT_CIDR = "100.65.0.0/16"   # one /24 per centralized Subnet: router .1, host .2
+EGRESS_PHYSNET = "pacific-egress"       # the transit switches' localnet network_name
+EGRESS_BRIDGE = "br-egress"             # on every node: ovn-bridge-mappings physnet:bridge
+EGRESS_PORT = "pegress0"                # its internal port: where a gateway's host gets it
+EGRESS_PORT_MAC = "0e:00:64:41:ff:fe"   # the same on every node: a failover finds it unchanged
+EGRESS_FWMARK = 0x6581                  # replies of what came in on pegress0 go back there
+EGRESS_ROUTE_TABLE = 6581
+EGRESS_BFD = {"bfd-min-rx": "100", "bfd-min-tx": "100", "bfd-mult": "3"}   # ~300 ms detection
+GATEWAY_PRIO_TOP = 100                  # HA_Chassis priority of gatewayNodes[0]; -1 per next
+STATUS_EGRESS = "egressGateway"         # Subnet status key the controller writes
+
+
+def egress_switch_name(subnet: str) -> str:
+    """The transit switch of a centralized Subnet (its router port is
+    router_port_name(this), its localnet port egress_localnet_name)."""
+    return f"egw:{subnet}"
+
+
+def egress_localnet_name(subnet: str) -> str:
+    return f"ln:egw:{subnet}"

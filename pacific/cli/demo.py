@@ -40,6 +40,9 @@ def register(sub):
                     "Idempotent; stop everything with `pacific sandbox down`.")
     p.add_argument("--name", default=names.SANDBOX_DEFAULT_NAME, help="sandbox name")
     p.add_argument("--nodes", type=int, default=3, help="number of nodes (new sandbox only)")
+    p.add_argument("--pod-runner", action="store_true",
+                   help="a new sandbox runs its pods with the lighter pod runner instead of a "
+                   "containerd and a kubelet per node (then kubectl exec/logs/run do not work)")
     p.set_defaults(func=run)
 
 
@@ -166,6 +169,17 @@ def _matrix(sb, targets: list[tuple[str, str]]) -> int:
     return failures
 
 
+def _kubelet_hints(sb) -> str:
+    if not sb.kubelet:
+        return ("  (pods run by pod runners: no containers, so no kubectl exec/logs/run; "
+                "`pacific sandbox down` and `pacific demo` give real kubelets)\n")
+    return """  kubectl run one --image=localhost/busybox:latest --restart=Never -- sh -c 'ip -4 addr show eth0'
+  kubectl logs one
+  kubectl exec -n demo-blue deploy/web -- hostname
+  kubectl exec -n demo-blue deploy/web -- ping -c1 <a demo-blue pod's IP>
+"""
+
+
 @errors_to_exit
 def run(args) -> int:
     from pacific.kube import client
@@ -173,16 +187,20 @@ def run(args) -> int:
     from pacific.sandbox.k8s.sandbox import kubeconfig_path
     from pacific.sandbox.cluster import Sandbox
     t0 = time.monotonic()
-    sb = Sandbox(args.name, nodes=None if os.path.isdir(os.path.join(
-        os.environ.get(names.SANDBOX_DIR_ENV) or names.SANDBOX_DIR, args.name)) else args.nodes)
+    exists = os.path.isdir(os.path.join(
+        os.environ.get(names.SANDBOX_DIR_ENV) or names.SANDBOX_DIR, args.name))
+    # a new demo sandbox has real nodes (containerd + kubelet) unless --pod-runner
+    sb = Sandbox(args.name, nodes=None if exists else args.nodes,
+                 kubelet=None if exists else not args.pod_runner)
     print(f"sandbox {sb.name}: bringing up what is not running ({len(sb.nodes)} nodes) ...",
           flush=True)
     sb.up()     # idempotent: keeps a healthy network, starts only missing services
     kc = kubeconfig_path(sb)
     api = client.load(kc)
     _ensure_objects(api)
+    runner = "kubelet (containerd)" if sb.kubelet else "pod runner"
     print("pods (scheduled by kube-scheduler or placed on a node; each one's network set up "
-          "by its node's pod runner through the pacific CNI plugin):", flush=True)
+          f"by its node's {runner} through the pacific CNI plugin):", flush=True)
     _add_pods(sb, api)
     failures = _matrix(sb, _targets(api))
     print(f"""
@@ -197,7 +215,7 @@ ready in {time.monotonic() - t0:.0f} s.  Explore the sandbox's Kubernetes API:
   kubectl get subnets
   kubectl get ips
   kubectl get pod -n demo-green db-fixed -o jsonpath='{{.metadata.annotations}}'
-
+{_kubelet_hints(sb)}
 The sandbox keeps running; stop everything with:  pacific sandbox down --name {sb.name}
 """)
     if failures:

@@ -130,12 +130,18 @@ def register(sub):
     up.add_argument("--ha", action="store_true",
                     help="OVN NB and SB as 3-member RAFT clusters (namespaces ovn1..3, two "
                     "ovn-northd); every client is given all members and follows the leader")
-    up.add_argument("--kubelet", action="store_true",
-                    help="real nodes: a containerd (Debian's 1.6, runc) and a kubelet v1.20.2 "
-                    "per node run the pods through Pacific's CNI configuration, instead of "
-                    "the pod runners; `kubectl exec/logs/run` work (images "
-                    "localhost/busybox:latest and localhost/pause:latest are built offline "
-                    "and imported on every node)")
+    pods = up.add_mutually_exclusive_group()
+    pods.add_argument("--kubelet", action="store_const", const=True, dest="kubelet",
+                      help="real nodes: a containerd (Debian's 1.6, runc) and a kubelet v1.20.2 "
+                      "per node run the pods through Pacific's CNI configuration; `kubectl "
+                      "exec/logs/run` work (images localhost/busybox:latest and "
+                      "localhost/pause:latest are built offline and imported on every node)")
+    pods.add_argument("--pod-runner", action="store_const", const=False, dest="kubelet",
+                      help="the lighter pod runner per node (a network namespace per pod, no "
+                      "containers) instead of kubelets")
+    up.set_defaults(kubelet=None)
+    # neither: an existing sandbox keeps its mode, a new one follows
+    # $PACIFIC_SANDBOX_PODS (kubelet or runner, default names.SANDBOX_PODS_DEFAULT)
     up.add_argument("--timeout", type=float, default=60, metavar="S",
                     help="seconds to wait for chassis and tunnels (default 60)")
     up.set_defaults(func=cmd_up)

@@ -41,6 +41,15 @@ def base_dir() -> str:
     return os.environ.get(names.SANDBOX_DIR_ENV) or names.SANDBOX_DIR
 
 
+def default_pods() -> str:
+    """How a new sandbox runs its pods: "kubelet" (containerd + kubelet per node)
+    or "runner" (pacific.sandbox.k8s.podrunner)."""
+    v = os.environ.get(names.SANDBOX_PODS_ENV) or names.SANDBOX_PODS_DEFAULT
+    if v not in ("kubelet", "runner"):
+        raise SandboxError(f"${names.SANDBOX_PODS_ENV} must be kubelet or runner, not {v!r}")
+    return v
+
+
 class Sandbox:
     """A named sandbox.  `nodes=None` takes the node count from an existing state
     file (so `Sandbox(name).down()` / `.status()` work from a new process), else 3."""
@@ -62,7 +71,10 @@ class Sandbox:
         self.ha = bool(saved.get("ha")) if ha is None else ha
         # --kubelet: a containerd and a kubelet per node run the pods
         # (pacific.sandbox.k8s.kubelet) instead of the pod runners
-        self.kubelet = bool(saved.get("kubelet")) if kubelet is None else kubelet
+        # (a new sandbox: $PACIFIC_SANDBOX_PODS, kubelet or runner)
+        if kubelet is None:
+            kubelet = saved["kubelet"] if "kubelet" in saved else default_pods() == "kubelet"
+        self.kubelet = bool(kubelet)
         if not 1 <= nodes <= MAX_NODES:
             raise SandboxError(f"nodes must be between 1 and {MAX_NODES}, got {nodes}")
         if underlay_mtu < 1280:

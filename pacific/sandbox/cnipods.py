@@ -87,7 +87,9 @@ def _load_kubelet_pod(sb, namespace: str, name: str, api=None) -> SandboxPod | N
     ns = kubelet.pod_netns(sb, node, pod["metadata"]["uid"])
     if ns is None:
         return None
-    cid = next((c.get("containerID", "") for c in st.get("containerStatuses") or []), "")
+    cid = kubelet.pod_sandbox_id(sb, node, pod["metadata"]["uid"],
+                                 [c.get("containerID", "") for c in
+                                  st.get("containerStatuses") or []]) or ""
     result = {"cniVersion": "1.0.0",
               "ips": [{"address": f"{ip}/{128 if ':' in ip else 32}"} for ip in ips]}
     return SandboxPod(namespace, name, node, pod["metadata"]["uid"], cid, ns, result)

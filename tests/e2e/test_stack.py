@@ -14,6 +14,7 @@ import pytest
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
+from pacific.sandbox import cnipods
 
 from controller_fixtures import wait_until
 
@@ -56,7 +57,7 @@ def add(sb, ns_name, node, *extra):
 
 
 def pod_netns(sb, ns, name):
-    return f"{sb.netns_prefix}pod-{ns}-{name}"
+    return cnipods.load(sb, ns, name).netns     # pod runner or kubelet nodes alike
 
 
 def test_pods_on_three_nodes_in_two_subnets_reach_each_other_and_every_node(stack):

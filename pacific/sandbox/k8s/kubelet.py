@@ -451,6 +451,22 @@ def pod_pids(sb: "Sandbox", node_name: str, uid: str) -> list[int]:
     return []
 
 
+def pod_sandbox_id(sb: "Sandbox", node_name: str, uid: str, containers=()) -> str | None:
+    """The pod sandbox's id (what containerd gives CNI as CNI_CONTAINERID): the
+    container cgroup of the pod that is none of its containers."""
+    p = Paths(sb, sb.node(node_name))
+    known = {c.split("://", 1)[-1] for c in containers}
+    for h in _hierarchies():
+        top = h + p.cgroup_root
+        for d in glob.glob(os.path.join(top, "kubepods", f"pod{uid}")) + \
+                glob.glob(os.path.join(top, "kubepods", "*", f"pod{uid}")):
+            ids = [e for e in os.listdir(d) if os.path.isdir(os.path.join(d, e))
+                   and e not in known]
+            if len(ids) == 1:
+                return ids[0]
+    return None
+
+
 def pod_netns(sb: "Sandbox", node_name: str, uid: str) -> str | None:
     """The /run/netns name of a running pod's network namespace."""
     for pid in pod_pids(sb, node_name, uid):
