@@ -120,7 +120,7 @@ def main() -> int:
             times, verdict = timed(cli + argv)
             src = tr.resolve(api, argv[0], "source")
             dst = tr.resolve(api, argv[1], "destination", int(argv[3]))
-            from pacific.tools.ovsdbq import Query
+            from pacific.ovn.query import Query
             with Query(sb.nb_remote, "OVN_Northbound") as nb:
                 mac = tr._dst_mac(nb, src, dst)
             flow = tr.microflow(src, dst.ip, mac, "tcp", tr.SOURCE_PORT, int(argv[3]))

@@ -44,7 +44,7 @@ def connect(args, need_sb: bool = True):
         args.kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
         args.nb, args.sb = args.nb or sb.nb_remote, args.sb or sb.sb_remote
     if args.ssl_key or args.ssl_cert or args.ssl_ca:
-        from pacific.tools.ovsdbq import QueryError, set_ssl
+        from pacific.ovn.query import QueryError, set_ssl
         try:
             set_ssl(args.ssl_key, args.ssl_cert, args.ssl_ca)
         except QueryError as e:

@@ -37,7 +37,7 @@ def register(sub) -> None:
 
 def cmd_topology(args) -> int:
     from pacific.tools import topodraw, topology
-    from pacific.tools.ovsdbq import Query, QueryError
+    from pacific.ovn.query import Query, QueryError
     try:
         kube, nb_remote, _, _ = connect.connect(args, need_sb=False)
         with Query(nb_remote, "OVN_Northbound") as nb:

@@ -51,7 +51,7 @@ def register(sub) -> None:
 
 def cmd_trace(args) -> int:
     from pacific.tools import trace as tr
-    from pacific.tools.ovsdbq import QueryError
+    from pacific.ovn.query import QueryError
     proto, port = ("tcp", args.tcp) if args.tcp else ("udp", args.udp) if args.udp else ("icmp", None)
     try:
         kube, nb, sb_remote, sb = connect.connect(args)

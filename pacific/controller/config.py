@@ -30,6 +30,7 @@ class Config:
     lag_probe_interval: float = 30.0            # NB -> chassis lag probe (lagprobe.py); 0: off
     isolation: bool = True                      # tenant isolation between namespaces
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
+    sb_remote: str = ""                         # read-only: which chassis holds each gateway
     service_cidr: str = names.SERVICE_CIDR      # kube-apiserver's --service-cluster-ip-range
     external_ip_cidrs: str = ""                 # where externalIPs may lie ("": anywhere outside)
     node_port_range: str = "%d-%d" % exposure.NODE_PORT_RANGE

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nb-remote", default=_env("PACIFIC_NB_REMOTE"),
                    help="OVN Northbound OVSDB remote, e.g. unix:/run/ovn/ovnnb_db.sock or "
                         "tcp:10.0.0.1:6641 (required) [PACIFIC_NB_REMOTE]")
+    p.add_argument("--sb-remote", default=_env("PACIFIC_SB_REMOTE", ""),
+                   help="OVN Southbound, read only: which node holds each centralized "
+                   "Subnet's egress gateway, for the Subnet's status (default: none)")
     p.add_argument("--nb-ssl-key", default=_env("PACIFIC_NB_SSL_KEY"),
                    help="private key for ssl: NB remotes [PACIFIC_NB_SSL_KEY]")
     p.add_argument("--nb-ssl-cert", default=_env("PACIFIC_NB_SSL_CERT"),
@@ -139,6 +142,7 @@ def config_from_args(args) -> Config:
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
                   gc_interval=args.gc_interval, lag_probe_interval=args.lag_probe_interval, isolation=args.isolation,
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
+                  sb_remote=args.sb_remote,
                   external_ip_cidrs=args.external_ip_cidrs, node_port_range=args.node_port_range,
                   global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")
                                           if n.strip())).validate()

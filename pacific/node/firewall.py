@@ -10,6 +10,9 @@ change):
     set nat_cidrs      the CIDRs of Subnets with spec.natOutgoing: true
     set cluster_cidrs  pod CIDRs + the join network + the service CIDR
     set service_cidrs  the service CIDR
+    chain egress-mark  (filter, prerouting)  what a centralized gateway receives on
+                       pegress0 is marked, so its replies go back there
+                       (pacific.node.egressgw)
     chain services     (nat, prerouting)  a rule per external IP and node port a
                        Service was granted (pacific.node.frontends), rewritten
                        whole when what it should hold changes
@@ -58,12 +61,23 @@ def _daddr(op, right):
 
 
 CHAINS = {
+    "egress-mark": {"type": "filter", "hook": "prerouting", "prio": -150},
     "services": {"type": "nat", "hook": "prerouting", "prio": -100},
     "postrouting": {"type": "nat", "hook": "postrouting", "prio": 100},
     "forward": {"type": "filter", "hook": "forward", "prio": 0},
     "input": {"type": "filter", "hook": "input", "prio": 0},
 }
+_CT_MARK = {"ct": {"key": "mark"}}
 RULES = [  # (chain, comment, expressions)
+    # a centralized gateway's connections (in on pegress0): their replies are
+    # marked, and an ip rule routes them back to pegress0 (node/egressgw.py)
+    ("egress-mark", "pacific-gateway-in",
+     [{"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": names.EGRESS_PORT}},
+      {"mangle": {"key": _CT_MARK, "value": names.EGRESS_FWMARK}}]),
+    ("egress-mark", "pacific-gateway-reply",
+     [{"match": {"op": "==", "left": {"ct": {"key": "direction"}}, "right": "reply"}},
+      {"match": {"op": "==", "left": _CT_MARK, "right": names.EGRESS_FWMARK}},
+      {"mangle": {"key": {"meta": {"key": "mark"}}, "value": names.EGRESS_FWMARK}}]),
     ("postrouting", "pacific-masquerade",
      [_saddr("==", "@nat_cidrs"), _daddr("!=", "@cluster_cidrs"), {"masquerade": None}]),
     ("postrouting", "pacific-service-masquerade",

@@ -142,6 +142,7 @@ class NodeDaemon:
         self.pod_loop: PodLoop | None = None
         self.health = None    # pacific.node.health.HealthReporter
         self.firewall = None  # pacific.node.firewall.HostFirewall
+        self.egressgw = None  # pacific.node.egressgw.EgressGateway
         self.metrics = None   # pacific.metrics.MetricsServer
 
     def start_metrics(self) -> None:
@@ -191,6 +192,9 @@ class NodeDaemon:
         self.mgmt = MgmtPort(self.ovs, a.node_name, nodes, subnets, mtu,
                              service_cidr=a.service_cidr or None)
         extra = []            # the informers only the host firewall's frontends need
+        from pacific.node.egressgw import EgressGateway
+        self.egressgw = EgressGateway(self.ovs, subnets, a.node_name,
+                                      datapath_type=a.datapath_type or "system")
         if a.host_firewall:
             from pacific.node.firewall import HostFirewall
             self.firewall = HostFirewall(subnets, nodes, a.node_name,
@@ -200,6 +204,7 @@ class NodeDaemon:
 
         def kick(*args):
             self.mgmt.kick(*args)
+            self.egressgw.kick()
             fw_kick()
         for inf in (nodes, subnets):
             inf.on_add, inf.on_update, inf.on_delete = kick, kick, kick
@@ -227,6 +232,7 @@ class NodeDaemon:
                 log.warning("%s not listed within 30 s (API server reachable?); retrying "
                             "in the background", inf.res.plural)
         self.mgmt.start()
+        self.egressgw.start()
         if self.firewall:
             self.firewall.start()
         if a.health_interval > 0:
@@ -268,6 +274,8 @@ class NodeDaemon:
             self.health.stop()
         if self.firewall:
             self.firewall.stop()       # the table stays: pods keep their egress
+        if self.egressgw:
+            self.egressgw.stop()       # so do pegress0 and its routes: traffic keeps flowing
         if self.mgmt:
             self.mgmt.stop()
         if self.pod_loop:

@@ -82,7 +82,7 @@ NB_TABLES = (
 # column adds it here (None: every column of the table).
 CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
     # the lag probe (controller/lagprobe.py)
-    "NB_Global": ("nb_cfg", "sb_cfg", "hv_cfg"),
+    "NB_Global": ("nb_cfg", "sb_cfg", "hv_cfg", "options"),
     "Logical_Switch": ("name", "ports", "acls", "other_config", "external_ids",
                        "load_balancer_group"),
     "Logical_Switch_Port": ("name", "addresses", "port_security", "type",
@@ -91,7 +91,11 @@ CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
     # egress (controller/egress.py): reroute a node's pods to its ovn0
     "Logical_Router_Policy": ("priority", "match", "action", "nexthops", "external_ids"),
     "Logical_Router_Static_Route": ("ip_prefix", "nexthop", "external_ids"),
-    "Logical_Router_Port": ("name", "mac", "networks", "peer", "external_ids"),
+    "Logical_Router_Port": ("name", "mac", "networks", "peer", "external_ids",
+                            "ha_chassis_group"),
+    # centralized egress gateways (controller/gateway.py, ovn/gateway.py)
+    "HA_Chassis_Group": ("name", "ha_chassis", "external_ids"),
+    "HA_Chassis": ("chassis_name", "priority", "external_ids"),
     # NetworkPolicy / tenant isolation (ensure.EnsurePortGroup, ...)
     "Port_Group": ("name", "ports", "acls", "external_ids"),
     "Address_Set": ("name", "addresses", "external_ids"),

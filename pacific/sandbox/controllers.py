@@ -31,7 +31,8 @@ def controller_tag(i: int) -> str:
 
 def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[str]:
     return [sys.executable, "-m", "pacific.controller.main", "--kubeconfig", kubeconfig,
-            "--nb-remote", sandbox.nb_remote, "--identity", identity,
+            "--nb-remote", sandbox.nb_remote, "--sb-remote", sandbox.sb_remote,
+            "--identity", identity,
             # short lease in the sandbox: failover within a few seconds
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
             "--lag-probe-interval", "2", *extra]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pacific import names
 from pacific.kube import resources as r
 from pacific.tools import topology
-from pacific.tools.ovsdbq import Query, QueryError
+from pacific.ovn.query import Query, QueryError
 
 FULL = 0.9
 

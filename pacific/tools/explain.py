@@ -14,7 +14,7 @@ from pacific import names
 from pacific.controller.tenant import tenant_of
 from pacific.kube import resources as r
 from pacific.tools import traceparse as tp
-from pacific.tools.ovsdbq import Query
+from pacific.ovn.query import Query
 
 
 def port_name(port: str) -> str:

@@ -4,7 +4,7 @@ and `--check`: what NB lacks or holds beyond what Kubernetes says should exist.
     topo = read(kube, nb)              # a plain dict (also the --format json)
     problems = check(topo)             # ["missing: ...", "stale: ..."]
 
-NB is read with one-shot selects (pacific.tools.ovsdbq); Kubernetes with
+NB is read with one-shot selects (pacific.ovn.query); Kubernetes with
 lists.  Only rows Pacific owns (external_ids owner-kind) are judged.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections import defaultdict
 from pacific import contract, names
 from pacific.controller.tenant import GLOBAL, tenant_of
 from pacific.kube import resources as r
-from pacific.tools.ovsdbq import Query, as_list
+from pacific.ovn.query import Query, as_list
 
 
 def _kind(row) -> str | None:

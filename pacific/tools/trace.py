@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.tools import traceparse
-from pacific.tools.ovsdbq import Query
+from pacific.ovn.query import Query
 
 PROTOCOLS = ("icmp", "tcp", "udp")
 SOURCE_PORT = 40000          # ephemeral port of the traced connection
@@ -182,7 +182,7 @@ def microflow(src: Endpoint, dst_ip: str, dst_mac: str, proto: str, sport: int,
 
 def run_ovn_trace(sb_remote: str, switch: str, flow: str, ct: str, ovs: str | None = None,
                   timeout: float = 30.0) -> str:
-    from pacific.tools.ovsdbq import ssl_argv
+    from pacific.ovn.query import ssl_argv
     argv = ["ovn-trace", f"--db={sb_remote}", "--detailed", *ssl_argv(), *[f"--ct={ct}"] * 12]
     if ovs:
         argv.append(f"--ovs={ovs}")

@@ -145,7 +145,7 @@ def run(sb, api, pods: int, rounds: int = 2, workers: int = 6, heal: float = 3.0
 
 def check(sb, api, peers: int = 3) -> dict:
     from pacific.tools import topology
-    from pacific.tools.ovsdbq import Query
+    from pacific.ovn.query import Query
     live = {p["metadata"]["name"]: p for p in r.list_(api, r.PODS, NS)[0]
             if not p["metadata"].get("deletionTimestamp")}
     wait_until(lambda: all(contract.own_record(r.get(api, r.PODS, n, NS) or {}) for n in live),

@@ -6,6 +6,9 @@
     python3 netcheck.py ask tcp|udp IP PORT [TIMEOUT] [SRCPORT]
         # prints the answer; exit 0 answered, 2 refused (RST / ICMP unreachable),
         # 1 no answer
+    python3 netcheck.py watch tcp IP PORT SECONDS [INTERVAL] [TIMEOUT]
+        # a new connection every INTERVAL s (default 0.02) for SECONDS; one line
+        # each: "<monotonic time> <answer or ->" (outage measurements)
 
 Stdlib only (it runs under `ip netns exec`), one process per probe."""
 import random
@@ -91,8 +94,26 @@ def ask(proto: str, ip: str, port: int, timeout: float, src_port: int = 0) -> in
             return 1
 
 
+def watch(proto: str, ip: str, port: int, seconds: float, interval: float, timeout: float):
+    import io
+    import contextlib
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t0 = time.monotonic()
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = ask(proto, ip, port, timeout)
+        print(f"{t0:.3f} {buf.getvalue().strip() if rc == 0 else '-'}", flush=True)
+        time.sleep(max(0.0, interval - (time.monotonic() - t0)))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "serve":
+    if sys.argv[1] == "watch":
+        watch(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
+              float(sys.argv[6]) if len(sys.argv) > 6 else 0.02,
+              float(sys.argv[7]) if len(sys.argv) > 7 else 0.2)
+    elif sys.argv[1] == "serve":
         serve(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
     elif sys.argv[1] == "ask":
         t = float(sys.argv[5]) if len(sys.argv) > 5 else 2.0

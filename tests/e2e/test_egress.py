@@ -150,7 +150,8 @@ def test_the_host_firewall_holds_its_rules_and_comes_back_after_a_flush(nat):
                 if "rule" in i and i["rule"]["chain"] != "services"}   # Services' frontends
     assert comments == {"pacific-masquerade", "pacific-invalid-drop", "pacific-from-pods",
                         "pacific-to-pods", "pacific-geneve", "pacific-from-ovn0",
-                        "pacific-service-masquerade"}
+                        "pacific-service-masquerade", "pacific-gateway-in",
+                        "pacific-gateway-reply"}
     sb.exec(sb.node("node1").netns, ["nft", "flush", "ruleset"])
     assert not table(sb, "node1")
     wait_until(lambda: NAT_CIDR in nat_set(sb, "node1"), 15, interval=0.2,

@@ -1,4 +1,5 @@
-"""One-shot OVSDB reads for the day-two tools (trace, topology, diagnose).
+"""One-shot OVSDB reads: the day-two tools (trace, topology, diagnose), and the
+controller's look at SB (which chassis holds a centralized gateway).
 
 The daemons keep IDL replicas (pacific.ovn); a command-line tool that asks a
 few questions once must not download a 100,000-port database first, so it

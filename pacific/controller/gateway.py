@@ -1,0 +1,279 @@
+"""Centralized egress: a Subnet with `gatewayType: centralized` leaves the
+cluster through one of its `gatewayNodes`, which fail over in the data plane.
+
+Per such Subnet (key: its name; rows owned by the Subnet, rule
+"egress-gateway"):
+
+* a transit switch `egw:<subnet>` (a /24 of EGRESS_TRANSIT_CIDR: router .1,
+  gateway host .2) with a localnet port on the physical network
+  EGRESS_PHYSNET, which every node maps to its bridge `br-egress`, whose
+  internal port `pegress0` is where the active gateway's host receives;
+* its router port `lrp:egw:<subnet>` on the cluster router, a distributed
+  gateway port: an HA_Chassis_Group `egw:<subnet>` lists the gateway nodes by
+  priority (gatewayNodes order), and ovn-controller binds the port on the live
+  one of highest priority, moving it when BFD over the tunnels (NB_Global
+  bfd-* options, ~300 ms) says it died: no controller, no API server involved;
+* one router policy: `ip4.src == <cidr>` reroute to the gateway host (.2).
+  Destinations inside the cluster are kept by the node-local allow policy of
+  higher priority (controller/egress.py).
+
+Which pods use a gateway (the policy names the Subnet's CIDR, never a pod) and
+where the gateway is (the group) are apart: pods coming and going write none
+of these rows, and a failover writes no per-pod row.  With no gateway node
+alive (or none that exists), the port is bound nowhere and the Subnet's
+outbound traffic is dropped, never leaked through another node.
+
+The controller reads which chassis holds each gateway from SB (`--sb-remote`,
+one select per status interval) into the Subnet's status
+(`status.egressGateway`: nodes, active, since, lastFailover).  When the active
+gateway changed, the group's priorities are rewritten so that the node now
+active ranks first: a node that comes back does not take the traffic back
+(no flapping); it becomes the standby.
+"""
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import logging
+import threading
+
+from pacific import contract, names
+from pacific.controller import informers, model
+from pacific.controller.feature import Feature
+from pacific.kube import errors as kerr
+from pacific.kube import resources as r
+from pacific.ovn import ensure
+from pacific.ovn import gateway as gw
+from pacific.ovn.query import Query, QueryError, as_list
+
+LOG = logging.getLogger(__name__)
+RULE = "egress-gateway"
+CENTRALIZED = "centralized"
+
+
+def gateway_ids(subnet: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_SUBNET, names.EXT_OWNER: subnet,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
+
+
+def transit(index: int) -> tuple[str, str, str]:
+    """(router CIDR, host address, router MAC) of transit network `index`."""
+    net = list(ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR).subnets(new_prefix=24))[index]
+    return (f"{net.network_address + 1}/24", str(net.network_address + 2),
+            f"0e:00:64:41:{index:02x}:01")
+
+
+def transit_index(networks) -> int | None:
+    base = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR)
+    for n in networks or []:
+        iface = ipaddress.ip_interface(n)
+        if iface.ip in base:
+            return (int(iface.ip) - int(base.network_address)) >> 8
+    return None
+
+
+def centralized_spec(obj: dict | None) -> tuple[str | None, list[str]]:
+    """(the CIDR in effect, gatewayNodes) of a centralized Subnet; (None, [])
+    for any other (distributed, not applied yet, being deleted)."""
+    if not obj or model.meta(obj).get("deletionTimestamp"):
+        return None, []
+    spec = obj.get("spec") or {}
+    if spec.get("gatewayType") != CENTRALIZED:
+        return None, []
+    cidr = contract.subnet_cidr_in_effect(obj)
+    if cidr is None:
+        return None, []
+    nodes = [n for n in spec.get("gatewayNodes") or [] if isinstance(n, str) and n]
+    return cidr, list(dict.fromkeys(nodes))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class GatewayFeature(Feature):
+    name = "gateway"
+    informers = {"subnets": informers.SUBNETS, "nodes": informers.NODES}
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        self._lock = threading.Lock()
+        self._active: dict[str, tuple[str | None, str]] = {}   # subnet -> (chassis, since)
+        self._failover: dict[str, str] = {}                       # subnet -> last failover
+        self._holder: dict[str, str] = {}                         # subnet -> last node holding it
+        self._reported: dict[str, str] = {}
+
+    def handlers(self):
+        return {"subnets": self._on_subnet, "nodes": self._on_node}
+
+    @staticmethod
+    def _on_subnet(old, new):
+        return (model.meta(new or old).get("name"),)
+
+    def _on_node(self, old, new):
+        node = model.meta(new or old).get("name")
+        return [model.meta(s)["name"] for s in self.ctl.informer("subnets").list()
+                if node in ((s.get("spec") or {}).get("gatewayNodes") or [])]
+
+    def prepare(self) -> None:
+        self.ctl.writer.run([lambda api: gw.SetGlobalOptions(api, names.EGRESS_BFD)],
+                            what="BFD timers of the gateway chassis")
+
+    def resync_keys(self):
+        yield from (model.meta(s)["name"] for s in self.ctl.informer("subnets").list())
+        for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SUBNET):
+            if row.external_ids.get(names.EXT_RULE) == RULE:
+                yield row.external_ids.get(names.EXT_OWNER)
+
+    # -- reconcile -------------------------------------------------------------------
+    def reconcile(self, name: str) -> None:
+        obj = self.ctl.informer("subnets").get(name)
+        cidr, asked = centralized_spec(obj)
+        sw = names.egress_switch_name(name)
+        lrp = names.router_port_name(sw)
+        have = self._lrp(lrp)
+        if cidr is None:
+            if have is not None or self._owns_policy(name):
+                self._remove(name, sw, lrp)
+            return
+        nodes = [n for n in asked if self.ctl.informer("nodes").get(n) is not None]
+        missing = [n for n in asked if n not in nodes]
+        index = transit_index(have.networks) if have is not None else None
+        if index is None:
+            index = self._free_index()
+        router_cidr, host_ip, mac = transit(index)
+        ranked = self._ranked(name, nodes)
+        ids = gateway_ids(name)
+        self.ctl.writer.run([
+            lambda api: ensure.EnsureSwitch(api, sw, ids, merge_ids=False),
+            lambda api: ensure.EnsureRouterPort(api, names.CLUSTER_ROUTER, lrp, mac,
+                                                [router_cidr], ids, peer=None),
+            lambda api: ensure.EnsurePort(api, sw, names.switch_router_port_name(sw), ["router"],
+                                          [], ids, type="router", options={"router-port": lrp}),
+            lambda api: ensure.EnsurePort(api, sw, names.egress_localnet_name(name), ["unknown"],
+                                          [], ids, type="localnet",
+                                          options={"network_name": names.EGRESS_PHYSNET}),
+            lambda api: gw.EnsureHAChassisGroup(
+                api, sw, {n: names.GATEWAY_PRIO_TOP - i for i, n in enumerate(ranked)},
+                external_ids=ids, router_port=lrp),
+            lambda api: ensure.EnsureRouterPolicies(
+                api, names.CLUSTER_ROUTER, ids,
+                [(names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip4.src == {cidr}", "reroute",
+                  [host_ip])]),
+        ], what=f"egress gateway of subnet {name}")
+        problems = ([f"gatewayNodes {', '.join(missing)}: no such node"] if missing else [])
+        if not nodes:
+            problems.append("no gateway node available: the Subnet's traffic to the outside "
+                            "is dropped")
+        self._status(obj, nodes, router_cidr, problems)
+
+    def _ranked(self, name: str, nodes: list[str]) -> list[str]:
+        """gatewayNodes order, except that the node active now comes first."""
+        with self._lock:
+            active = self._active.get(name, (None, ""))[0]
+        return ([active] if active in nodes else []) + [n for n in nodes if n != active]
+
+    def _lrp(self, lrp: str):
+        rows = [row for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SUBNET)
+                if row.name == lrp]
+        return rows[0] if rows else None
+
+    def _owns_policy(self, name: str) -> bool:
+        return not ensure.router_policies_are(self.ctl.nb, names.CLUSTER_ROUTER,
+                                              gateway_ids(name), [])
+
+    def _free_index(self) -> int:
+        used = {transit_index(row.networks)
+                for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SUBNET)
+                if row.external_ids.get(names.EXT_RULE) == RULE}
+        for i in range(256):
+            if i not in used:
+                return i
+        raise RuntimeError(f"no free transit network left in {names.EGRESS_TRANSIT_CIDR}")
+
+    def _remove(self, name: str, sw: str, lrp: str) -> None:
+        self.ctl.writer.run([
+            lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER,
+                                                    gateway_ids(name), []),
+            lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
+            lambda api: ensure.DeleteSwitch(api, sw),
+        ], what=f"egress gateway of subnet {name}: removed")
+        # once no port refers to it (OVSDB checks references before it collects
+        # the deleted port, so not in the same transaction)
+        self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
+                            what=f"gateway chassis group of subnet {name}: removed")
+        with self._lock:
+            self._active.pop(name, None)
+        obj = self.ctl.informer("subnets").get(name)
+        if obj is not None and names.STATUS_EGRESS in (obj.get("status") or {}):
+            self._patch_status(name, None)
+        LOG.info("egress gateway of subnet %s removed (distributed egress)", name)
+
+    # -- status ------------------------------------------------------------------------
+    def _status(self, obj: dict, nodes: list[str], router_cidr: str, problems: list[str]) -> None:
+        name = model.meta(obj)["name"]
+        with self._lock:
+            active, since = self._active.get(name, (None, ""))
+            last = self._failover.get(name)
+        want = {"nodes": nodes, "transit": router_cidr, "active": active, "since": since or None,
+                "lastFailover": last, "message": "; ".join(problems) or None}
+        if (obj.get("status") or {}).get(names.STATUS_EGRESS) != {
+                k: v for k, v in want.items() if v is not None}:
+            self._patch_status(name, want)
+        text = "; ".join(problems)
+        if text and self._reported.get(name) != text:
+            self.ctl.event(obj, "EgressGatewayProblem", text)
+            LOG.warning("subnet %s: %s", name, text)
+        self._reported[name] = text
+
+    def _patch_status(self, name: str, value: dict | None) -> None:
+        try:
+            r.patch_merge(self.ctl.kube, r.SUBNETS, name, {"status": {names.STATUS_EGRESS: value}},
+                          subresource="status")
+        except kerr.NotFound:
+            pass
+
+    def tick(self) -> None:
+        """Which chassis holds each gateway now (SB), queueing the Subnets whose
+        holder changed: status, and priorities re-ranked (no flapping back)."""
+        if not self.ctl.cfg.sb_remote:
+            return
+        try:
+            holders = gateway_holders(self.ctl.cfg.sb_remote)
+        except (QueryError, OSError) as e:
+            LOG.debug("gateway holders not read from SB: %s", e)
+            return
+        now, changed = _now(), []
+        with self._lock:
+            for subnet, chassis in holders.items():
+                before = self._active.get(subnet)
+                if before is not None and before[0] == chassis:
+                    continue
+                self._active[subnet] = (chassis, now)
+                changed.append(subnet)
+                last = self._holder.get(subnet)
+                if chassis is None:
+                    continue          # between two holders, or none alive: status says so
+                if last is not None and last != chassis:
+                    self._failover[subnet] = f"{now}: {last} -> {chassis}"
+                self._holder[subnet] = chassis
+        for subnet in changed:
+            LOG.info("egress gateway of subnet %s: active %s", subnet,
+                     self._active[subnet][0] or "none (no gateway alive)")
+            self.queue.add(subnet)
+
+
+def gateway_holders(sb_remote: str, timeout: float = 2.0) -> dict[str, str | None]:
+    """Subnet -> the chassis (node) its gateway port is bound on now, or None:
+    the chassisredirect ports `cr-lrp:egw:<subnet>` that ovn-controllers claim."""
+    prefix = "cr-" + names.router_port_name(names.egress_switch_name(""))
+    with Query(sb_remote, "OVN_Southbound", timeout=timeout) as sb:
+        ports = sb.select("Port_Binding", ["logical_port", "chassis"],
+                          [["type", "==", "chassisredirect"]])
+        chassis = {c["_uuid"]: c["name"] for c in sb.select("Chassis", ["_uuid", "name"])}
+    out = {}
+    for p in ports:
+        if p["logical_port"].startswith(prefix):
+            held = as_list(p.get("chassis"))
+            out[p["logical_port"][len(prefix):]] = chassis.get(held[0]) if held else None
+    return out

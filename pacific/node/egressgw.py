@@ -1,0 +1,162 @@
+"""The node's side of centralized egress gateways (controller/gateway.py).
+
+Every node has a bridge `br-egress` (ovn-bridge-mappings
+`pacific-egress:br-egress`) with an internal port `pegress0` of one fixed MAC,
+the same on every node: when a node is the active gateway of a centralized
+Subnet, OVN delivers that Subnet's outbound packets there, from the Subnet's
+transit switch's localnet port.  For each centralized Subnet whose gateway
+nodes (the controller's record, `status.egressGateway.nodes`) name this node:
+
+* `pegress0` holds the transit host address (`.2` of the Subnet's transit /24);
+* route table EGRESS_ROUTE_TABLE sends the Subnet's CIDR back via the transit
+  router address (`.1`) on `pegress0`.
+
+The host firewall marks connections that came in on `pegress0`, and an `ip
+rule` sends their replies (marked EGRESS_FWMARK) to that table: the answers
+re-enter OVN where the requests left it, so OVN's conntrack sees both
+directions (entering through `ovn0` instead, a reply would meet a zone that
+never saw the request: invalid, dropped).  The host routes the packets out and
+masquerades them for natOutgoing Subnets (the firewall's nat_cidrs).
+
+Level triggered: a Subnet event or the periodic repair (a restarted
+ovs-vswitchd re-creates `pegress0` down, without its addresses) converges all.
+"""
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from pacific import contract, names
+
+log = logging.getLogger(__name__)
+REPAIR = 5.0
+RT_PROTO_STATIC = 4
+MAPPINGS = "ovn-bridge-mappings"
+
+
+def wanted(subnets: list[dict], node: str) -> dict[str, tuple[str, str]]:
+    """Subnet CIDR -> (host address/24, transit router address) for every
+    centralized Subnet this node is a gateway of (the controller's record)."""
+    out = {}
+    for s in subnets:
+        rec = (s.get("status") or {}).get(names.STATUS_EGRESS) or {}
+        cidr = contract.subnet_cidr_in_effect(s)
+        if not cidr or node not in (rec.get("nodes") or []):
+            continue
+        try:
+            router = ipaddress.ip_interface(rec.get("transit"))
+        except (TypeError, ValueError):
+            continue
+        base = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR)
+        if router.ip not in base:
+            continue          # not an address the controller hands out: ignored
+        host = ipaddress.ip_interface(f"{router.ip + 1}/{router.network.prefixlen}")
+        out[cidr] = (str(host), str(router.ip))
+    return out
+
+
+def merged_mappings(current: str | None) -> str:
+    pairs = [p for p in (current or "").split(",") if p and not p.startswith(
+        names.EGRESS_PHYSNET + ":")]
+    return ",".join(pairs + [f"{names.EGRESS_PHYSNET}:{names.EGRESS_BRIDGE}"])
+
+
+class EgressGateway:
+    def __init__(self, ovs, subnets, node_name: str, datapath_type: str = "netdev",
+                 repair: float = REPAIR):
+        self.ovs, self.subnets, self.node_name = ovs, subnets, node_name
+        self.datapath_type, self.repair = datapath_type, repair
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last: dict | None = None
+
+    def kick(self, *_args) -> None:
+        self._wake.set()
+
+    def start(self) -> "EgressGateway":
+        self._thread = threading.Thread(target=self._loop, name="egress-gateway", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread:
+            self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.converge()
+            except (RuntimeError, OSError, NetlinkError, ValueError) as e:
+                log.warning("egress gateway port not converged (retrying in %g s): %s",
+                            self.repair, e)
+            self._wake.wait(self.repair)
+            self._wake.clear()
+
+    # -- OVS: the bridge, its port, the mapping ---------------------------------------
+    def _ensure_bridge(self) -> None:
+        ids = self.ovs.get_ovs_external_ids()
+        if ids.get(MAPPINGS) != merged_mappings(ids.get(MAPPINGS)):
+            self.ovs.commit(self.ovs.set_ovs_external_ids(
+                {MAPPINGS: merged_mappings(ids.get(MAPPINGS))}))
+        iface = self.ovs.get_interface(names.EGRESS_PORT)
+        if iface is None or iface.mac != [names.EGRESS_PORT_MAC]:
+            with self.ovs.transaction() as txn:
+                txn.add(self.ovs.add_br(names.EGRESS_BRIDGE, may_exist=True,
+                                        datapath_type=self.datapath_type))
+                txn.add(self.ovs.add_interface_port(names.EGRESS_BRIDGE, names.EGRESS_PORT,
+                                                    type="internal"))
+            self.ovs.commit(self.ovs.db_set("Interface", names.EGRESS_PORT,
+                                            ("mac", names.EGRESS_PORT_MAC)))
+            log.info("%s on %s (MAC %s), mapped as %s", names.EGRESS_PORT, names.EGRESS_BRIDGE,
+                     names.EGRESS_PORT_MAC, names.EGRESS_PHYSNET)
+
+    # -- the host: addresses, the return route, the rule ---------------------------
+    def converge(self) -> dict:
+        want = wanted(self.subnets.list(), self.node_name)
+        self._ensure_bridge()
+        with IPRoute() as ipr:
+            found = ipr.link_lookup(ifname=names.EGRESS_PORT)
+            if not found:
+                raise RuntimeError(f"{names.EGRESS_PORT} not created by ovs-vswitchd yet")
+            idx = found[0]
+            for ifname in (names.EGRESS_BRIDGE, names.EGRESS_PORT):
+                for i in ipr.link_lookup(ifname=ifname):
+                    if not ipr.link("get", index=i)[0]["flags"] & 1:
+                        ipr.link("set", index=i, state="up")
+            base = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR)
+            have = {f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}"
+                    for a in ipr.addr("dump", index=idx, family=2)}
+            addrs = {h for h, _ in want.values()}
+            for a in have - addrs:
+                if ipaddress.ip_interface(a).ip in base:
+                    ipr.addr("del", index=idx, address=a.split("/")[0],
+                             prefixlen=int(a.split("/")[1]))
+            for a in addrs - have:
+                ipr.addr("add", index=idx, address=a.split("/")[0], prefixlen=int(a.split("/")[1]))
+            routes = {}
+            for rt in ipr.route("dump", table=names.EGRESS_ROUTE_TABLE, family=2):
+                if rt.get_attr("RTA_TABLE") == names.EGRESS_ROUTE_TABLE and rt["dst_len"] > 0:
+                    routes[f"{rt.get_attr('RTA_DST')}/{rt['dst_len']}"] = rt.get_attr("RTA_GATEWAY")
+            for cidr, (_, via) in want.items():
+                if routes.get(cidr) != via:
+                    ipr.route("replace", dst=cidr, gateway=via, oif=idx,
+                              table=names.EGRESS_ROUTE_TABLE, proto=RT_PROTO_STATIC)
+            for cidr in set(routes) - set(want):
+                ipr.route("del", dst=cidr, table=names.EGRESS_ROUTE_TABLE)
+            rules = [r for r in ipr.get_rules(family=2)
+                     if r.get_attr("FRA_FWMARK") == names.EGRESS_FWMARK]
+            if not rules:
+                ipr.rule("add", fwmark=names.EGRESS_FWMARK, table=names.EGRESS_ROUTE_TABLE,
+                         priority=1000)
+        if want != self._last:
+            log.info("egress gateway of %s", ", ".join(
+                f"{c} (transit {h}, back via {v})" for c, (h, v) in sorted(want.items())) or
+                "no centralized Subnet")
+            self._last = want
+        return want

@@ -1,0 +1,151 @@
+"""Centralized egress gateways with real packets: a centralized Subnet's pods
+on every node leave through the active gateway node (the external host sees
+its address); the gateway's underlay link cut, new connections leave through
+the next gateway after a measured outage of at most 1 s, with neither the
+controller nor the API server on the path; the Subnet's status follows; the
+gateway that comes back does not take the traffic back; with no gateway node
+available nothing leaks out through another node."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from controller_fixtures import wait_until
+from pacific import names
+from pacific.kube import client
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
+NS, SUBNET, CIDR, PORT = "egw", "egw-central", "10.65.0.0/24", 7272
+
+
+def ask(sb, netns, timeout=1.0):
+    cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", sb.external_remote_ip, str(PORT),
+                         str(timeout)], check=False)
+    return cp.stdout.strip().split()[-1] if cp.returncode == 0 else None
+
+
+def status(api) -> dict:
+    return ((r.get(api, r.SUBNETS, SUBNET) or {}).get("status") or {}).get(
+        names.STATUS_EGRESS) or {}
+
+
+def priorities(sb) -> dict:
+    out = sb.nbctl("--format=csv", "--no-headings", "--columns=chassis_name,priority", "list",
+                   "HA_Chassis")
+    return {line.split(",")[0].strip('"'): int(line.split(",")[1]) for line in out.splitlines()
+            if line}
+
+
+def bfd_up(sb, node, peer) -> bool:
+    cp = sb.exec(sb.node(node).netns, ["ovs-vsctl", f"--db=unix:{sb.node(node).db_sock}",
+                                      "get", "Interface", f"ovn-{peer}-0", "bfd_status:state"],
+                 check=False)
+    return cp.returncode == 0 and cp.stdout.strip().strip('"') == "up"
+
+
+@pytest.fixture(scope="module")
+def env(sandbox):
+    sb = sandbox
+    api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
+    r.create(api, r.NAMESPACES, {"metadata": {"name": NS}})
+    r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                              "metadata": {"name": SUBNET},
+                              "spec": {"cidrBlock": CIDR, "namespaces": [NS], "natOutgoing": True,
+                                       "gatewayType": "centralized",
+                                       "gatewayNodes": ["node1", "node2"]}})
+    pods = {n: cnipods.add_pod(sb, NS, n, node, api=api).netns
+            for n, node in (("g2", "node2"), ("g3", "node3"))}
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable, NETCHECK,
+                               "serve", str(PORT), "outside"], stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    yield sb, api, pods
+    server.kill()
+    server.wait()
+    r.delete(api, r.NAMESPACES, NS)
+    r.delete(api, r.SUBNETS, SUBNET)
+    wait_until(lambda: r.get(api, r.SUBNETS, SUBNET) is None, 60, interval=0.2,
+               what="the Subnet deleted")
+
+
+def test_pods_on_every_node_leave_through_the_active_gateway(env):
+    sb, api, pods = env
+    node1 = sb.node("node1").underlay_ip
+    for name, netns in pods.items():   # the gateway's rows may come after the pod's
+        wait_until(lambda netns=netns: ask(sb, netns) == node1, 30, interval=0.3,
+                   what=f"{name} leaving through gateway node1")
+        assert {ask(sb, netns) for _ in range(5)} == {node1}
+    st = wait_until(lambda: status(api).get("active") == "node1" and status(api), 20,
+                    what="status naming the active gateway")
+    assert st["nodes"] == ["node1", "node2"] and st["since"]
+    # all of the Subnet's outbound traffic passes the gateway's pegress0
+    cap = subprocess.Popen(["ip", "netns", "exec", sb.node("node1").netns, "tcpdump", "-nli",
+                            names.EGRESS_PORT, "-c", "2", f"tcp and dst port {PORT}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        time.sleep(0.5)        # tcpdump attaching (no condition to wait on from outside)
+        for netns in pods.values():
+            ask(sb, netns)
+        out, _ = cap.communicate(timeout=10)
+    finally:
+        cap.kill()
+    assert out.count(f".{PORT}:") >= 2, out
+
+
+def test_the_gateway_fails_over_in_under_a_second_and_does_not_flap_back(env):
+    sb, api, pods = env
+    netns = pods["g3"]
+    wait_until(lambda: ask(sb, netns) == sb.node("node1").underlay_ip, 20,
+               what="leaving through node1")
+    # the standby is ready once BFD runs between node3 and both gateways
+    wait_until(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 20,
+               what="BFD up between node3 and the gateways")
+    watch = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, NETCHECK, "watch",
+                              "tcp", sb.external_remote_ip, str(PORT), "8", "0.02", "0.2"],
+                             stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)                 # a baseline of answers through node1
+    cut_at = time.monotonic()
+    sb.exec(sb.node("node1").netns, ["ip", "link", "set", "eth0", "down"])
+    try:
+        out, _ = watch.communicate(timeout=30)
+        lines = [(float(t), who) for t, _, who in (ln.partition(" ") for ln in out.splitlines())]
+        via2 = [t for t, who in lines if t > cut_at and who.endswith(sb.node("node2").underlay_ip)]
+        last1 = max(t for t, who in lines if who.endswith(sb.node("node1").underlay_ip))
+        assert via2, f"never left through node2: {out[-400:]}"
+        outage = via2[0] - max(last1, cut_at - 0.02)
+        print(f"gateway failover outage: {outage * 1000:.0f} ms")
+        assert outage <= 1.0, f"outage {outage:.2f} s"
+        st = wait_until(lambda: status(api).get("active") == "node2" and status(api), 20,
+                        what="status following the failover")
+        assert "node1 -> node2" in st["lastFailover"]
+        wait_until(lambda: priorities(sb).get("node2", 0) > priorities(sb).get("node1", 0), 20,
+                   what="node2 ranked first (no flapping back)")
+    finally:
+        sb.exec(sb.node("node1").netns, ["ip", "link", "set", "eth0", "up"])
+        sb.exec(sb.node("node1").netns, ["ip", "route", "replace", "default", "via",
+                                         sb.external_ip], check=False)
+    # node1 back: the traffic stays on node2
+    wait_until(lambda: ask(sb, pods["g2"]) is not None, 20,
+               what="egress working with node1 back")
+    answers = {ask(sb, netns) for _ in range(10)}
+    assert answers == {sb.node("node2").underlay_ip}, answers
+
+
+def test_no_gateway_available_leaks_nothing(env):
+    sb, api, pods = env
+    r.patch_merge(api, r.SUBNETS, SUBNET, {"spec": {"gatewayNodes": ["no-such-node"]}})
+    try:
+        st = wait_until(lambda: "no gateway node available" in (status(api).get("message") or "")
+                        and status(api), 20, what="status saying no gateway")
+        assert st["nodes"] == [] and "no-such-node: no such node" in st["message"]
+        wait_until(lambda: ask(sb, pods["g3"], 0.5) is None, 10, what="egress stopped")
+        assert all(ask(sb, netns, 0.5) is None for netns in pods.values())
+    finally:
+        r.patch_merge(api, r.SUBNETS, SUBNET, {"spec": {"gatewayNodes": ["node1", "node2"]}})
+    wait_until(lambda: ask(sb, pods["g3"]) is not None, 20, what="egress back")
