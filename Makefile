@@ -7,7 +7,7 @@ APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl graphviz \
 	containerd runc busybox-static util-linux
 
-.PHONY: setup system kubernetes demo test test-unit test-e2e bench down clean
+.PHONY: setup system kubernetes demo test test-unit test-e2e bench down clean image
 
 setup: system .venv/.installed kubernetes
 
@@ -30,6 +30,11 @@ system:
 	.venv/bin/pip install -q --upgrade pip
 	.venv/bin/pip install -q -e '.[test]'
 	@touch $@
+
+# Pacific's container image as an OCI archive (_output/pacific-image.tar), without a
+# container engine: debootstrap from Debian's archive + Pacific's wheels (hack/build-image.sh)
+image: setup
+	@hack/build-image.sh
 
 demo: setup
 	.venv/bin/pacific demo

@@ -134,3 +134,40 @@ def build(cache_dir: str) -> dict[str, str]:
 
 def clear(cache_dir: str) -> None:
     shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def pack_rootfs(rootfs: str) -> bytes:
+    """A root file system directory as one tar layer (numeric owners; the
+    contents of /proc, /sys and /dev left out: the runtime mounts them)."""
+    import subprocess
+    return subprocess.run(["tar", "--numeric-owner", "-C", rootfs, "-cf", "-",
+                           "--exclude=./proc/*", "--exclude=./sys/*", "--exclude=./dev/*", "."],
+                          check=True, capture_output=True).stdout
+
+
+def main(argv=None) -> int:
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m pacific.sandbox.k8s.images",
+                                description="Build the sandbox images, or pack a root file "
+                                "system as an OCI archive (hack/build-image.sh).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="localhost/busybox and localhost/pause into DIR")
+    b.add_argument("dir")
+    k = sub.add_parser("pack", help="a root file system directory as an OCI archive")
+    k.add_argument("--rootfs", required=True)
+    k.add_argument("--out", required=True)
+    k.add_argument("--name", required=True, help="image name, e.g. localhost/pacific:0.1.0")
+    k.add_argument("--env", action="append", default=[])
+    k.add_argument("--cmd", action="append", default=[])
+    a = p.parse_args(argv)
+    if a.cmd == "build":
+        for name, path in build(a.dir).items():
+            print(f"{name}: {path}")
+        return 0
+    write_oci_archive(a.out, a.name, pack_rootfs(a.rootfs), cmd=a.cmd or ["/bin/sh"],
+                      env=a.env or None)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
