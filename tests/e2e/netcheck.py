@@ -6,6 +6,8 @@
     python3 netcheck.py ask tcp|udp IP PORT [TIMEOUT] [SRCPORT]
         # prints the answer; exit 0 answered, 2 refused (RST / ICMP unreachable),
         # 1 no answer
+    python3 netcheck.py rawtcp IP PORT FLAGS    # one bare TCP segment (FLAGS e.g. "SR":
+                                             # SYN+RST, which conntrack calls INVALID)
     python3 netcheck.py watch tcp IP PORT SECONDS [INTERVAL] [TIMEOUT]
         # a new connection every INTERVAL s (default 0.02) for SECONDS; one line
         # each: "<monotonic time> <answer or ->" (outage measurements)
@@ -94,6 +96,28 @@ def ask(proto: str, ip: str, port: int, timeout: float, src_port: int = 0) -> in
             return 1
 
 
+def rawtcp(ip: str, port: int, flags: str) -> None:
+    """Send one TCP segment with these flags (S F R P A) from a random port,
+    outside any connection: the kernel's TCP stack is not involved."""
+    import struct
+    bits = {"F": 1, "S": 2, "R": 4, "P": 8, "A": 16}
+    src_port, seq = random.randint(20000, 60999), random.randint(0, 2**32 - 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:   # the source address
+        u.connect((ip, port))
+        src = u.getsockname()[0]
+    hdr = struct.pack("!HHIIBBHHH", src_port, port, seq, 0, 5 << 4,
+                      sum(bits[f] for f in flags), 1024, 0, 0)
+    pseudo = socket.inet_aton(src) + socket.inet_aton(ip) + struct.pack("!BBH", 0, 6, len(hdr))
+    data = pseudo + hdr
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    hdr = hdr[:16] + struct.pack("!H", ~total & 0xFFFF) + hdr[18:]
+    with socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP) as s:
+        s.sendto(hdr, (ip, port))
+    print(f"sent {flags} from {src}:{src_port}", flush=True)
+
+
 def watch(proto: str, ip: str, port: int, seconds: float, interval: float, timeout: float):
     import io
     import contextlib
@@ -109,7 +133,9 @@ def watch(proto: str, ip: str, port: int, seconds: float, interval: float, timeo
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "watch":
+    if sys.argv[1] == "rawtcp":
+        rawtcp(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1] == "watch":
         watch(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
               float(sys.argv[6]) if len(sys.argv) > 6 else 0.02,
               float(sys.argv[7]) if len(sys.argv) > 7 else 0.2)
