@@ -150,6 +150,32 @@ def test_sandbox_pod_add_exec_delete_on_kubelet_nodes(kl):
     assert r.get(api, r.PODS, "probe", "kl") is None
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMAGE = os.path.join(REPO, "_output", "pacific-image.tar")
+
+
+@pytest.mark.skipif(not os.path.exists(IMAGE), reason="no _output/pacific-image.tar (make image)")
+def test_pacific_image_runs_on_a_kubelet_node(kl):
+    """`make image`'s archive imports into a node's containerd and its commands run
+    there, with Debian's compiled OVSDB JSON parser found."""
+    sb, api, _ = kl
+    p = kubelet.Paths(sb, sb.nodes[0])
+    subprocess.run(["ctr", "--address", p.socket, "--namespace", "k8s.io", "images", "import",
+                    IMAGE], check=True, capture_output=True, timeout=300)
+    script = ("pacific-node --help >/dev/null && pacific-controller --help >/dev/null && "
+              "nft --version >/dev/null && ovn-appctl --version >/dev/null && "
+              "python3 -c 'from pacific.ovn import cjson; cjson.enable(); print(cjson.parser())'")
+    kubectl(sb, "-n", "kl", "run", "image", "--image=localhost/pacific:0.1.0",
+            "--image-pull-policy=IfNotPresent", "--restart=Never",
+            f"--overrides={{\"spec\": {{\"nodeName\": \"{sb.nodes[0].name}\"}}}}",
+            "--", "sh", "-c", script)
+    pod = wait_until(lambda: (q := r.get(api, r.PODS, "image", "kl")) and
+                     q["status"].get("phase") in ("Succeeded", "Failed") and q, 120,
+                     interval=0.2, what="pod image done")
+    assert kubectl(sb, "-n", "kl", "logs", "image").stdout.strip() == "C"
+    assert pod["status"]["phase"] == "Succeeded"
+
+
 def test_down_leaves_nothing_and_restores_sysctls(kl):
     sb, _api, before = kl
     paths = [kubelet.Paths(sb, n) for n in sb.nodes]
