@@ -29,9 +29,9 @@ Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.S
 Needs root."""
 
 
-def _sandbox(args, nodes=None, ha=None, kubelet=None):
+def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None):
     from pacific.sandbox.cluster import Sandbox
-    return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet)
+    return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet, deploy=deploy)
 
 
 def errors_to_exit(fn):
@@ -49,7 +49,8 @@ def errors_to_exit(fn):
 
 @errors_to_exit
 def cmd_up(args) -> int:
-    sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet)
+    sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet,
+                  deploy=args.deploy or None)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -140,6 +141,9 @@ def register(sub):
                       help="the lighter pod runner per node (a network namespace per pod, no "
                       "containers) instead of kubelets")
     up.set_defaults(kubelet=None)
+    up.add_argument("--deploy", action="store_true",
+                    help="kubelet nodes, and Pacific itself run as pods from its image "
+                    "(`make image` first) and deploy/'s manifests instead of sandbox processes")
     # neither: an existing sandbox keeps its mode, a new one follows
     # $PACIFIC_SANDBOX_PODS (kubelet or runner, default names.SANDBOX_PODS_DEFAULT)
     up.add_argument("--timeout", type=float, default=60, metavar="S",

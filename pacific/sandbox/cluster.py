@@ -56,7 +56,7 @@ class Sandbox:
 
     def __init__(self, name: str = names.SANDBOX_DEFAULT_NAME, nodes: int | None = None,
                  underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None,
-                 kubelet: bool | None = None):
+                 kubelet: bool | None = None, deploy: bool | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -74,7 +74,10 @@ class Sandbox:
         # (a new sandbox: $PACIFIC_SANDBOX_PODS, kubelet or runner)
         if kubelet is None:
             kubelet = saved["kubelet"] if "kubelet" in saved else default_pods() == "kubelet"
-        self.kubelet = bool(kubelet)
+        # --deploy: Pacific runs from its image and deploy/ on kubelet nodes
+        # (pacific.sandbox.k8s.deploy) instead of as sandbox processes
+        self.deploy = bool(saved.get("deploy")) if deploy is None else deploy
+        self.kubelet = bool(kubelet) or self.deploy
         if not 1 <= nodes <= MAX_NODES:
             raise SandboxError(f"nodes must be between 1 and {MAX_NODES}, got {nodes}")
         if underlay_mtu < 1280:
@@ -151,7 +154,8 @@ class Sandbox:
             saved = self.state.read()
             if saved.get("ready") and (saved.get("nodes") != len(self.nodes)
                                        or bool(saved.get("ha")) != self.ha
-                                       or bool(saved.get("kubelet")) != self.kubelet):
+                                       or bool(saved.get("kubelet")) != self.kubelet
+                                       or bool(saved.get("deploy")) != self.deploy):
                 log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
                          saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
                          " (ha)" if self.ha else "")
@@ -165,7 +169,7 @@ class Sandbox:
         os.makedirs(self.dir, exist_ok=True)
         with self.state.update() as st:
             st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
-                      kubelet=self.kubelet, ready=False)
+                      kubelet=self.kubelet, deploy=self.deploy, ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
@@ -205,7 +209,8 @@ class Sandbox:
         not checked: their owners restart them)."""
         st = self.state.read()
         if not st.get("ready") or st.get("nodes") != len(self.nodes) \
-                or bool(st.get("ha")) != self.ha or bool(st.get("kubelet")) != self.kubelet:
+                or bool(st.get("ha")) != self.ha or bool(st.get("kubelet")) != self.kubelet \
+                or bool(st.get("deploy")) != self.deploy:
             return False
         return (all(alive(d["pid"], d["start"]) for d in st["daemons"].values()
                     if d.get("kind") == "ovs")

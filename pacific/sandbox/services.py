@@ -47,11 +47,17 @@ def pod_runners(sb: "Sandbox") -> None:
 
 
 def controllers(sb: "Sandbox") -> None:
+    if sb.deploy:          # deploy/'s Deployment runs them (node_daemons applies it)
+        return
     from pacific.sandbox import controllers as controller_launch
     controller_launch.service(sb)
 
 
 def node_daemons(sb: "Sandbox") -> None:
+    if sb.deploy:          # Pacific from its image and deploy/, under the kubelets
+        from pacific.sandbox.k8s import deploy
+        deploy.start(sb)
+        return
     from pacific.sandbox import nodedaemons as node_launch
     kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)
     missing = [n for n in sb.nodes if sb.daemon_pid(node_launch.tag(n)) is None]

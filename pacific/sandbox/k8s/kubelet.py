@@ -277,20 +277,23 @@ def restore_sysctls(base: str) -> None:
 CREATED = ".kubelet-created"                # in the base directory: host dirs we made
 
 
-def _make_log_mountpoints(base: str) -> None:
-    """PRIVATE_DIRS must exist as mount points; the ones made here are removed
-    with the last kubelet sandbox."""
+def _make_mountpoints(base: str, binds: dict) -> None:
+    """Host directories bind-mounted over in a node's mount namespace must exist;
+    the ones made here are removed with the last kubelet sandbox."""
     made = []
-    for d in PRIVATE_DIRS:
-        if not os.path.isdir(d):
-            os.makedirs(d)
-            made.append(d)
+    for d, src in binds.items():
+        os.makedirs(src, exist_ok=True)
+        x = d
+        while not os.path.exists(x):     # every directory made, deepest first
+            made.append(x)
+            x = os.path.dirname(x)
+        os.makedirs(d, exist_ok=True)
     if made:
         with open(os.path.join(base, CREATED), "a") as f:
             f.write("".join(f"{d}\n" for d in made))
 
 
-def _remove_log_mountpoints(base: str) -> None:
+def _remove_mountpoints(base: str) -> None:
     path = os.path.join(base, CREATED)
     try:
         with open(path) as f:
@@ -330,9 +333,16 @@ def start_containerd(sb: "Sandbox", node, image_paths: dict) -> None:
     _write(p.containerd_config, containerd_config(p, registry_address(sb)))
     _write(os.path.join(p.cni_bin_dir, "loopback"), loopback_wrapper(p), 0o755)
     if sb.daemon_pid(containerd_tag(node)) is None:
-        _make_log_mountpoints(os.path.dirname(sb.dir))
-        mounts = " && ".join(f"mount --bind {os.path.join(p.base, sub)} {d}"
-                             for d, sub in PRIVATE_DIRS.items())
+        binds = {d: os.path.join(p.base, sub) for d, sub in PRIVATE_DIRS.items()}
+        if getattr(sb, "deploy", False):     # deploy/node.yaml's hostPaths: this node's dirs
+            from pacific.sandbox.k8s import deploy
+            binds.update(deploy.host_dirs(node))
+        _make_mountpoints(os.path.dirname(sb.dir), binds)
+        mounts = " && ".join(f"mount --bind {src} {d}" for d, src in binds.items())
+        # `/` shared in this namespace only (root's stays private): containerd refuses
+        # mountPropagation HostToContainer on a path whose mount is neither shared
+        # nor slave (deploy/node.yaml's /var/run/netns; /var/run is a symlink)
+        mounts += " && mount --make-shared /"
         sb.spawn(containerd_tag(node), [
             "unshare", "--mount", "--propagation", "unchanged", "--",
             "nsenter", f"--net=/run/netns/{node.netns}", "--",
@@ -585,6 +595,6 @@ def cleanup(sb: "Sandbox") -> int:
                 os.rmdir(d)
             except OSError:
                 pass
-        _remove_log_mountpoints(base)
+        _remove_mountpoints(base)
     restore_sysctls(base)
     return stopped

@@ -69,8 +69,12 @@ def plane(sb: "Sandbox") -> ControlPlane:
     extra = []
     if sb.kubelet:       # the API server reaches the kubelets through pacific.sandbox.k8s.egress
         extra = [f"--egress-selector-config-file={os.path.join(sb.dir, 'kube', 'egress.yaml')}"]
+    hosts = [sb.central_ip]
+    if sb.deploy:        # in-cluster clients (Pacific's pods) know the API as the Service
+        import ipaddress
+        hosts.append(str(ipaddress.ip_network(names.SERVICE_CIDR)[1]))
     return ControlPlane(os.path.join(sb.dir, "kube"), SandboxSpawner(sb),
-                        nodes=[n.name for n in sb.nodes], server_hosts=[sb.central_ip],
+                        nodes=[n.name for n in sb.nodes], server_hosts=hosts,
                         apiserver_args=extra)
 
 

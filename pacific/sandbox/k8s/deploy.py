@@ -1,0 +1,196 @@
+"""Pacific run from its own image and manifests on the sandbox's kubelet nodes
+(`pacific sandbox up --deploy`).
+
+    from pacific.sandbox.k8s import deploy
+    deploy.start(sb)    # image imported on every node, deploy/ applied, all Ready
+
+Instead of starting pacific-controller and pacific-node as sandbox processes, it
+does what a cluster administrator does with `deploy/`:
+
+- imports `make image`'s archive (`_output/pacific-image.tar`, or
+  $PACIFIC_IMAGE_ARCHIVE) into every node's containerd as
+  `localhost/pacific:<version>`, and points the manifests' image `pacific` at it
+  (what deploy/kustomization.yaml's `images:` is for);
+- fills in `pacific-config` as its comment asks: the OVN remotes (the central
+  address), the userspace datapath (`netdev`), the API server's service CIDR;
+- applies the controller Deployment and the node DaemonSet;
+- waits until every pacific-node pod is Ready, a controller leads and every Node
+  is Ready.
+
+What a node needs on the host the manifests name by host path (/run/openvswitch,
+/run/ovn, /run/pacific, /etc/cni/net.d, /opt/cni/bin): in the sandbox they are
+each node's own directories, bind-mounted in the node's mount namespace
+(pacific.sandbox.k8s.kubelet), so the kubelet's hostPath volumes find that node's
+OVS, ovn-controller and CNI directories.  The cluster has no kube-proxy: the
+`kubernetes` Service gets an Endpoints object naming the API server's underlay
+address, and each node namespace a DNAT of the Service address to it for its
+own connections (what kube-proxy would do), so in-cluster clients reach the API.
+"""
+from __future__ import annotations
+
+import copy
+import glob
+import os
+import time
+from typing import TYPE_CHECKING
+
+import yaml
+
+from pacific import names
+from pacific.sandbox.proc import SandboxError
+from pacific.sandbox.proc import run as run_cmd
+
+if TYPE_CHECKING:
+    from pacific.sandbox.cluster import Sandbox
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+ARCHIVE_ENV = "PACIFIC_IMAGE_ARCHIVE"
+DAEMONSETS_KIND = ("apps", "v1", "daemonsets", True, "DaemonSet")
+NFT_TABLE = "pacific_sandbox_kubeproxy"
+
+
+def archive() -> str:
+    path = os.environ.get(ARCHIVE_ENV) or os.path.join(REPO, "_output", "pacific-image.tar")
+    if not os.path.exists(path):
+        raise SandboxError(f"no Pacific image at {path}: run `make image` first "
+                           f"(or set ${ARCHIVE_ENV})")
+    return path
+
+
+def image_name() -> str:
+    with open(os.path.join(REPO, "pyproject.toml")) as f:
+        for line in f:
+            if line.startswith("version"):
+                return f"localhost/pacific:{line.split('=')[1].strip().strip(chr(34))}"
+    return "localhost/pacific:latest"
+
+
+def host_dirs(node) -> dict[str, str]:
+    """Host paths deploy/node.yaml mounts -> this node's directories."""
+    from pacific.sandbox import nodedaemons
+    p = nodedaemons.paths(node)
+    return {"/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
+            "/run/pacific": os.path.dirname(p.socket), "/etc/cni/net.d": p.conf_dir,
+            "/opt/cni/bin": p.bin_dir}
+
+
+def _import(sb: "Sandbox", path: str, name: str) -> None:
+    from pacific.sandbox.k8s import kubelet
+    for n in sb.nodes:
+        p = kubelet.Paths(sb, n)
+        have = run_cmd(["ctr", "--address", p.socket, "--namespace", "k8s.io", "images", "ls", "-q"],
+                   timeout=30).stdout.split()
+        if name not in have:
+            run_cmd(["ctr", "--address", p.socket, "--namespace", "k8s.io", "images", "import",
+                 path], timeout=300)
+
+
+def _docs(kinds) -> list[dict]:
+    out = []
+    for path in sorted(glob.glob(os.path.join(REPO, "deploy", "*.yaml"))):
+        with open(path) as f:
+            out += [d for d in yaml.safe_load_all(f) if d and d.get("kind") in kinds]
+    return out
+
+
+def _with_image(doc: dict, image: str) -> dict:
+    doc = copy.deepcopy(doc)
+    for c in doc["spec"]["template"]["spec"]["containers"]:
+        if c["image"].split(":")[0] == "pacific":
+            c["image"], c["imagePullPolicy"] = image, "IfNotPresent"
+    return doc
+
+
+def _apply(api, doc: dict) -> None:
+    from pacific.kube import errors
+    from pacific.kube import resources as r
+    res = (r.Resource(*DAEMONSETS_KIND) if doc["kind"] == "DaemonSet"
+           else r.for_kind(doc["apiVersion"], doc["kind"]))
+    ns = doc["metadata"].get("namespace")
+    try:
+        r.create(api, res, doc, namespace=ns)
+    except errors.AlreadyExists:
+        cur = r.get(api, res, doc["metadata"]["name"], ns)
+        doc["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+        r.replace(api, res, doc, namespace=ns)
+
+
+def _config(api, sb: "Sandbox") -> None:
+    from pacific.kube import resources as r
+    r.patch_merge(api, r.CONFIGMAPS, "pacific-config", {"data": {
+        "nb-remote": sb.nb_tcp_remote, "sb-remote": sb.sb_tcp_remote,
+        "datapath-type": "netdev", "service-cidr": names.SERVICE_CIDR}},
+        namespace=names.PACIFIC_NAMESPACE)
+
+
+def _kube_service(api, sb: "Sandbox") -> str:
+    """Endpoints of `kubernetes` (the API server runs with no endpoint reconciler)
+    and, in every node namespace, its ClusterIP DNAT-ed to the API server."""
+    from pacific.kube import errors
+    from pacific.kube import resources as r
+    svc = r.get(api, r.SERVICES, "kubernetes", "default")
+    vip = svc["spec"]["clusterIP"]
+    body = {"apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "subsets": [{"addresses": [{"ip": sb.central_ip}],
+                         "ports": [{"name": "https", "port": names.KUBE_API_PORT,
+                                    "protocol": "TCP"}]}]}
+    try:
+        r.create(api, r.ENDPOINTS, body, namespace="default")
+    except errors.AlreadyExists:
+        r.replace(api, r.ENDPOINTS, {**body, "metadata": {
+            **body["metadata"], "resourceVersion": r.get(api, r.ENDPOINTS, "kubernetes",
+                                                         "default")["metadata"]["resourceVersion"]}},
+            namespace="default")
+    # masquerade too: the source was picked for the Service address's route (ovn0
+    # once pacific-node runs, a join address the central namespace cannot answer)
+    rules = (f"table ip {NFT_TABLE} {{\n chain output {{ type nat hook output priority -100;\n"
+             f"  ip daddr {vip} tcp dport 443 dnat to {sb.central_ip}:{names.KUBE_API_PORT}\n }}\n"
+             f" chain postrouting {{ type nat hook postrouting priority 100;\n"
+             f"  ct status dnat ip daddr {sb.central_ip} tcp dport {names.KUBE_API_PORT} "
+             f"masquerade\n }}\n}}\n")
+    for n in sb.nodes:
+        run_cmd(["nft", "-f", "-"], netns=n.netns, input=f"table ip {NFT_TABLE}\n"
+            f"delete table ip {NFT_TABLE}\n" + rules)
+    return vip
+
+
+def _wait(api, sb: "Sandbox", timeout: float) -> None:
+    from pacific.kube import resources as r
+    from pacific.sandbox.k8s import kubelet
+    deadline = time.monotonic() + timeout
+    ns = names.PACIFIC_NAMESPACE
+
+    def ready(p):
+        return any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in (p.get("status") or {}).get("conditions") or [])
+    while True:
+        pods = r.list_(api, r.PODS, ns)[0]
+        node_pods = [p for p in pods if p["metadata"]["name"].startswith("pacific-node-")]
+        ctl = [p for p in pods if p["metadata"]["name"].startswith("pacific-controller-")]
+        nodes_ready = all(kubelet.node_ready(r.get(api, r.NODES, n.name) or {})
+                          for n in sb.nodes)
+        if len([p for p in node_pods if ready(p)]) == len(sb.nodes) and \
+                any(ready(p) for p in ctl) and nodes_ready:
+            return
+        if time.monotonic() > deadline:
+            raise SandboxError(
+                f"Pacific from deploy/ not ready after {timeout:.0f} s: pacific-node "
+                f"{[(p['metadata']['name'], (p.get('status') or {}).get('phase')) for p in node_pods]}"
+                f", controller {[(p['metadata']['name'], (p.get('status') or {}).get('phase')) for p in ctl]}"
+                f", Nodes Ready {nodes_ready} (kubectl -n {ns} describe pods / logs)")
+        time.sleep(0.5)
+
+
+def start(sb: "Sandbox", timeout: float = 180.0) -> None:
+    from pacific.kube import client
+    from pacific.sandbox.k8s import sandbox as k8s
+    api = client.load(k8s.kubeconfig_path(sb))
+    image = image_name()
+    _import(sb, archive(), image)
+    _config(api, sb)
+    _kube_service(api, sb)
+    for doc in _docs(("Deployment", "DaemonSet")):
+        _apply(api, _with_image(doc, image))
+    _wait(api, sb, timeout)
+
