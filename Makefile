@@ -39,13 +39,15 @@ image: setup
 demo: setup
 	.venv/bin/pacific demo
 
-test: setup
+# the image too: tests/e2e/test_deploy_mode.py runs Pacific from it (a no-op when
+# the archive is up to date with pacific/)
+test: setup image
 	.venv/bin/pytest -q -p no:cacheprovider tests/unit tests/e2e
 
 test-unit: setup
 	.venv/bin/pytest -q -p no:cacheprovider tests/unit
 
-test-e2e: setup
+test-e2e: setup image
 	.venv/bin/pytest -q -p no:cacheprovider tests/e2e
 
 bench: setup

@@ -52,6 +52,12 @@ if [ ! -f $BASE/.pacific-base ] || [ "$(cat $BASE/.pacific-base)" != "$STAMP" ];
   say "base root file system ready ($(elapsed))"
 fi
 
+# nothing to do when the archive was made from these sources and this base
+SRC_STAMP=$( (echo "$STAMP $NAME"; find pacific pyproject.toml -type f \( -name '*.py' -o -name '*.toml' \
+  -o -name '*.typed' \) | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1)
+if [ -f "$OUT" ] && [ "$(cat "$OUT.stamp" 2>/dev/null)" = "$SRC_STAMP" ]; then
+  say "$OUT is up to date ($NAME)"; exit 0
+fi
 say "building Pacific's wheels"
 W=$CACHE/wheels; rm -rf $W; mkdir -p $W
 PIP=.venv/bin/pip; [ -x $PIP ] || PIP="python3 -m pip"
@@ -75,4 +81,5 @@ mkdir -p "$(dirname "$OUT")"
 .venv/bin/python -m pacific.sandbox.k8s.images pack --rootfs $ROOT --out "$OUT" --name "$NAME" \
   --env PATH=/opt/pacific/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --env PYTHONUNBUFFERED=1 --cmd pacific-controller --cmd=--help
+echo "$SRC_STAMP" > "$OUT.stamp"
 say "done in $(elapsed): $OUT ($(du -h "$OUT" | cut -f1)), import with: ctr -n k8s.io images import $OUT"
