@@ -58,6 +58,9 @@ def cmd_up(args) -> int:
 
 def _print_where(st: dict) -> None:
     print(f"sandbox {st['name']}: {'ready' if st['ready'] else 'NOT ready'}  (dir {st['dir']})")
+    pods = {"kubelet": "a containerd and a kubelet per node", "runner": "a pod runner per node"}
+    print(f"  pods     {pods.get(st.get('pods'), '?')}"
+          + ("; Pacific from its image and deploy/ (--deploy)" if st.get("deploy") else ""))
     print(f"  OVN NB   {st['nb_remote']}   (from node namespaces: {st['nb_tcp_remote']})")
     print(f"  OVN SB   {st['sb_remote']}   (from node namespaces: {st['sb_tcp_remote']})")
     c = st["central"]

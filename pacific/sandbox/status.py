@@ -47,6 +47,10 @@ def collect(sb: "Sandbox") -> dict:
         "dir": sb.dir,
         "exists": exists,
         "ready": bool(st.get("ready")) and sb.healthy(),
+        # how pods run: "kubelet" (containerd + kubelet per node), "runner"; and
+        # whether Pacific runs from its image and deploy/ (--deploy)
+        "pods": "kubelet" if sb.kubelet else "runner",
+        "deploy": sb.deploy,
         "nb_remote": sb.nb_remote,
         "sb_remote": sb.sb_remote,
         "nb_tcp_remote": sb.nb_tcp_remote,

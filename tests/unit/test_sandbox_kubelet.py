@@ -139,3 +139,26 @@ def test_default_pods_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("PACIFIC_SANDBOX_PODS", "docker")
     with pytest.raises(Exception, match="kubelet or runner"):
         Sandbox("unit", nodes=1)
+
+
+def test_deploy_points_the_manifests_at_the_local_image_and_node_dirs(tmp_path, monkeypatch):
+    from pacific.sandbox import nodedaemons
+    from pacific.sandbox.k8s import deploy
+    monkeypatch.setenv("PACIFIC_SANDBOX_DIR", str(tmp_path))
+    docs = deploy._docs(("Deployment", "DaemonSet"))
+    assert sorted(d["kind"] for d in docs) == ["DaemonSet", "Deployment"]
+    for d in docs:
+        out = deploy._with_image(d, "localhost/pacific:9")
+        c = out["spec"]["template"]["spec"]["containers"][0]
+        assert (c["image"], c["imagePullPolicy"]) == ("localhost/pacific:9", "IfNotPresent")
+        assert d["spec"]["template"]["spec"]["containers"][0]["image"] != c["image"]  # a copy
+    sb = Sandbox("unit", nodes=1, deploy=True)
+    assert sb.kubelet, "--deploy runs on kubelet nodes"
+    node = sb.nodes[0]
+    dirs = deploy.host_dirs(node)
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    host_paths = {v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"]}
+    # every hostPath of node.yaml is a node's own directory, but /var/run/netns
+    assert host_paths - set(dirs) == {"/var/run/netns"}
+    assert dirs["/etc/cni/net.d"] == nodedaemons.paths(node).conf_dir
+    assert deploy.image_name().startswith("localhost/pacific:")
