@@ -202,6 +202,10 @@ EGRESS_ROUTE_TABLE = 6581
 EGRESS_BFD = {"bfd-min-rx": "100", "bfd-min-tx": "100", "bfd-mult": "3"}   # ~300 ms detection
 GATEWAY_PRIO_TOP = 100                  # HA_Chassis priority of gatewayNodes[0]; -1 per next
 STATUS_EGRESS = "egressGateway"         # Subnet status key the controller writes
+PRIO_POLICY_SNAT_EGRESS = 29700         # a Service's endpoints leave with its external IP
+ANN_EGRESS_SNAT = "pacific.io/egress-snat"          # on a Service: "false" opts out
+LABEL_EGRESS_GATEWAY = "pacific.io/egress-gateway"  # on a Node: "true" may hold external IPs
+SNAT_GATEWAY_PREFIX = "svc:"            # egress_switch_name(SNAT_GATEWAY_PREFIX + "ns/name")
 
 
 def egress_switch_name(subnet: str) -> str:

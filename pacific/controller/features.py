@@ -7,6 +7,7 @@ pools that node and pod addresses are restored into.
 from __future__ import annotations
 
 from pacific.controller.egress import EgressFeature
+from pacific.controller.egress_snat import EgressSnatFeature
 from pacific.controller.gateway import GatewayFeature
 from pacific.controller.node import NodeFeature
 from pacific.controller.pod import PodFeature
@@ -17,4 +18,4 @@ from pacific.controller.subnet import SubnetFeature
 from pacific.controller.tenant import TenantFeature
 
 FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
-            ServiceFeature, EgressFeature, GatewayFeature]
+            ServiceFeature, EgressFeature, GatewayFeature, EgressSnatFeature]

@@ -87,6 +87,37 @@ def centralized_spec(obj: dict | None) -> tuple[str | None, list[str]]:
     return cidr, list(dict.fromkeys(nodes))
 
 
+def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str, mac: str, ids: dict,
+                 ranked: list[str], policies: list) -> list:
+    """NB writer builders of one gateway: transit switch `sw` with its router
+    and localnet ports, router port `lrp` bound by HA chassis group `sw` of
+    `ranked` (first = highest priority), and `policies` owned by `ids`."""
+    return [
+        lambda api: ensure.EnsureSwitch(api, sw, ids, merge_ids=False),
+        lambda api: ensure.EnsureRouterPort(api, names.CLUSTER_ROUTER, lrp, mac, [router_cidr],
+                                            ids, peer=None),
+        lambda api: ensure.EnsurePort(api, sw, names.switch_router_port_name(sw), ["router"], [],
+                                      ids, type="router", options={"router-port": lrp}),
+        lambda api: ensure.EnsurePort(api, sw, ln, ["unknown"], [], ids, type="localnet",
+                                      options={"network_name": names.EGRESS_PHYSNET}),
+        lambda api: gw.EnsureHAChassisGroup(
+            api, sw, {n: names.GATEWAY_PRIO_TOP - i for i, n in enumerate(ranked)},
+            external_ids=ids, router_port=lrp),
+        lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, policies),
+    ]
+
+
+def free_index(nb) -> int:
+    """The lowest transit network no gateway (a Subnet's or a Service's) uses."""
+    used = {transit_index(row.networks) for row in nb.rows_owned(ensure.LRP)
+            if row.name.startswith(names.router_port_name(names.egress_switch_name("")))}
+    for i in range(len(list(ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR).subnets(
+            new_prefix=24)))):
+        if i not in used:
+            return i
+    raise RuntimeError(f"no free transit network left in {names.EGRESS_TRANSIT_CIDR}")
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -145,21 +176,9 @@ class GatewayFeature(Feature):
         ranked = self._ranked(name, nodes)
         ids = gateway_ids(name)
         self.ctl.writer.run([
-            lambda api: ensure.EnsureSwitch(api, sw, ids, merge_ids=False),
-            lambda api: ensure.EnsureRouterPort(api, names.CLUSTER_ROUTER, lrp, mac,
-                                                [router_cidr], ids, peer=None),
-            lambda api: ensure.EnsurePort(api, sw, names.switch_router_port_name(sw), ["router"],
-                                          [], ids, type="router", options={"router-port": lrp}),
-            lambda api: ensure.EnsurePort(api, sw, names.egress_localnet_name(name), ["unknown"],
-                                          [], ids, type="localnet",
-                                          options={"network_name": names.EGRESS_PHYSNET}),
-            lambda api: gw.EnsureHAChassisGroup(
-                api, sw, {n: names.GATEWAY_PRIO_TOP - i for i, n in enumerate(ranked)},
-                external_ids=ids, router_port=lrp),
-            lambda api: ensure.EnsureRouterPolicies(
-                api, names.CLUSTER_ROUTER, ids,
-                [(names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip4.src == {cidr}", "reroute",
-                  [host_ip])]),
+            *gateway_rows(sw, lrp, names.egress_localnet_name(name), router_cidr, mac, ids, ranked,
+                          [(names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip4.src == {cidr}",
+                            "reroute", [host_ip])]),
         ], what=f"egress gateway of subnet {name}")
         problems = ([f"gatewayNodes {', '.join(missing)}: no such node"] if missing else [])
         if not nodes:
@@ -183,13 +202,7 @@ class GatewayFeature(Feature):
                                               gateway_ids(name), [])
 
     def _free_index(self) -> int:
-        used = {transit_index(row.networks)
-                for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SUBNET)
-                if row.external_ids.get(names.EXT_RULE) == RULE}
-        for i in range(256):
-            if i not in used:
-                return i
-        raise RuntimeError(f"no free transit network left in {names.EGRESS_TRANSIT_CIDR}")
+        return free_index(self.ctl.nb)
 
     def _remove(self, name: str, sw: str, lrp: str) -> None:
         self.ctl.writer.run([
@@ -246,6 +259,8 @@ class GatewayFeature(Feature):
         now, changed = _now(), []
         with self._lock:
             for subnet, chassis in holders.items():
+                if subnet.startswith(names.SNAT_GATEWAY_PREFIX):
+                    continue          # a Service's (controller/egress_snat.py)
                 before = self._active.get(subnet)
                 if before is not None and before[0] == chassis:
                     continue

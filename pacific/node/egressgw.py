@@ -11,6 +11,10 @@ nodes (the controller's record, `status.egressGateway.nodes`) name this node:
 * route table EGRESS_ROUTE_TABLE sends the Subnet's CIDR back via the transit
   router address (`.1`) on `pegress0`.
 
+Egress SNAT to Services' external IPs (node/egresssnat.py) adds its own:
+the transit host address of each Service's gateway and a /32 route back for
+each of its endpoints.
+
 The host firewall marks connections that came in on `pegress0`, and an `ip
 rule` sends their replies (marked EGRESS_FWMARK) to that table: the answers
 re-enter OVN where the requests left it, so OVN's conntrack sees both
@@ -67,8 +71,9 @@ def merged_mappings(current: str | None) -> str:
 
 class EgressGateway:
     def __init__(self, ovs, subnets, node_name: str, datapath_type: str = "netdev",
-                 repair: float = REPAIR):
+                 repair: float = REPAIR, extra=None):
         self.ovs, self.subnets, self.node_name = ovs, subnets, node_name
+        self.extra = extra      # () -> {cidr: (host address, via)}: egress SNAT's endpoints
         self.datapath_type, self.repair = datapath_type, repair
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
@@ -119,6 +124,8 @@ class EgressGateway:
     # -- the host: addresses, the return route, the rule ---------------------------
     def converge(self) -> dict:
         want = wanted(self.subnets.list(), self.node_name)
+        if self.extra is not None:
+            want.update(self.extra())
         self._ensure_bridge()
         with IPRoute() as ipr:
             found = ipr.link_lookup(ifname=names.EGRESS_PORT)

@@ -13,6 +13,8 @@ change):
     chain egress-mark  (filter, prerouting)  what a centralized gateway receives on
                        pegress0 is marked, so its replies go back there
                        (pacific.node.egressgw)
+    chain snat         (nat, postrouting, before the masquerade)  a rule per Service
+                       whose endpoints leave with its external IP (node.egresssnat)
     chain services     (nat, prerouting)  a rule per external IP and node port a
                        Service was granted (pacific.node.frontends), rewritten
                        whole when what it should hold changes
@@ -63,6 +65,7 @@ def _daddr(op, right):
 CHAINS = {
     "egress-mark": {"type": "filter", "hook": "prerouting", "prio": -150},
     "services": {"type": "nat", "hook": "prerouting", "prio": -100},
+    "snat": {"type": "nat", "hook": "postrouting", "prio": 90},
     "postrouting": {"type": "nat", "hook": "postrouting", "prio": 100},
     "forward": {"type": "filter", "hook": "forward", "prio": 0},
     "input": {"type": "filter", "hook": "input", "prio": 0},
@@ -98,7 +101,8 @@ RULES = [  # (chain, comment, expressions)
       {"accept": None}]),
 ]
 SETS = ("pod_cidrs", "nat_cidrs", "cluster_cidrs", "service_cidrs")
-SERVICES = "services"   # the chain of Service frontends
+SERVICES = "services"   # the chain of Service frontends (pacific.node.frontends)
+SNAT = "snat"           # the chain of egress SNAT to Services' external IPs (node.egresssnat)
 
 
 class FirewallError(Exception):
@@ -137,15 +141,15 @@ def _set_commands(wanted: dict[str, set[str]]) -> list[dict]:
     return cmds
 
 
-def _service_commands(rules: list[tuple[str, list]]) -> list[dict]:
-    cmds: list[dict] = [{"flush": {"chain": {**_T, "name": SERVICES}}}]
+def _chain_commands(chain: str, rules: list[tuple[str, list]]) -> list[dict]:
+    """Rewrite a dynamic chain (services, snat) whole: flush, then its rules."""
+    cmds: list[dict] = [{"flush": {"chain": {**_T, "name": chain}}}]
     for comment, expr in rules:
-        cmds.append({"add": {"rule": {**_T, "chain": SERVICES, "comment": comment,
-                                      "expr": expr}}})
+        cmds.append({"add": {"rule": {**_T, "chain": chain, "comment": comment, "expr": expr}}})
     return cmds
 
 
-def full_commands(wanted: dict[str, set[str]], services: list | None = None) -> list[dict]:
+def full_commands(wanted: dict[str, set[str]], dynamic: dict | None = None) -> list[dict]:
     cmds: list[dict] = [{"add": {"table": dict(_TABLE)}}, {"flush": {"table": dict(_TABLE)}}]
     for name in SETS:
         cmds.append({"add": {"set": {**_T, "name": name, "type": "ipv4_addr",
@@ -155,7 +159,10 @@ def full_commands(wanted: dict[str, set[str]], services: list | None = None) -> 
     for chain, comment, expr in RULES:
         cmds.append({"add": {"rule": {**_T, "chain": chain, "comment": comment, "expr": expr}}})
     cmds += _set_commands(wanted)
-    return cmds + (_service_commands(services)[1:] if services else [])
+    for chain, rules in (dynamic or {}).items():
+        if rules:
+            cmds += _chain_commands(chain, rules)[1:]
+    return cmds
 
 
 def read_state(listing: dict) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
@@ -192,9 +199,10 @@ def _static_intact(comments: dict[str, set[str]]) -> bool:
 
 class HostFirewall:
     def __init__(self, subnets, nodes, node_name: str, service_cidr: str | None = None,
-                 repair: float = REPAIR, frontends=None):
+                 repair: float = REPAIR, frontends=None, snat=None):
         self.subnets, self.nodes, self.node_name = subnets, nodes, node_name
         self.frontends = frontends      # pacific.node.frontends.ServiceFrontends, or None
+        self.snat = snat                # pacific.node.egresssnat.EgressSnat, or None
         self.service_cidr, self.repair = service_cidr, repair
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -230,19 +238,27 @@ class HostFirewall:
         return {"pod_cidrs": pods, "nat_cidrs": nat, "cluster_cidrs": cluster,
                 "service_cidrs": {self.service_cidr} if self.service_cidr else set()}
 
+    def dynamic(self) -> dict[str, list | None]:
+        """chain -> its rules; None where the provider does not know yet (the
+        caches are not listed): that chain keeps what it holds, so a restarted
+        pacific-node cuts no external traffic."""
+        out: dict[str, list | None] = {}
+        if self.frontends is not None:
+            out[SERVICES] = self.frontends.rules()
+        if self.snat is not None:
+            out[SNAT] = self.snat.rules()
+        return out
+
     def converge(self) -> str:
-        """Make the table so; returns what was done ("ok", "sets", "services",
-        "sets+services", "rebuilt")."""
+        """Make the table so; returns what was done ("ok", "rebuilt", or the parts
+        rewritten: "sets", "services", "snat" joined by "+")."""
         want = self.wanted()
-        services = self.frontends.rules() if self.frontends else []
+        dynamic = self.dynamic()
         comments, sets = read_state(nft(list_table=True))
-        # services None: the caches are not listed yet, so the chain keeps what it
-        # holds (a restarted pacific-node does not cut external traffic)
         if not _static_intact(comments) or set(sets) != set(SETS):
-            services = services or []    # a rebuilt table gets its frontends next round
-            nft(full_commands(want, services))
-            log.info("host firewall: table %s %s rebuilt (%s), %d service frontends", FAMILY,
-                     TABLE, "created" if not comments else "rules missing", len(services))
+            nft(full_commands(want, dynamic))   # an unknown chain is filled next round
+            log.info("host firewall: table %s %s rebuilt (%s)", FAMILY, TABLE,
+                     "created" if not comments else "rules missing")
             return "rebuilt"
         cmds, done = [], []
         if any({str(ipaddress.ip_network(c)) for c in sets[n]} != want[n] for n in SETS):
@@ -251,13 +267,14 @@ class HostFirewall:
             log.info("host firewall: sets updated: natOutgoing %s; pods %s",
                      ", ".join(sorted(want["nat_cidrs"])) or "-",
                      ", ".join(sorted(want["pod_cidrs"])) or "-")
-        if services is not None and comments.get(SERVICES, set()) != {c for c, _ in services}:
-            cmds += _service_commands(services)
-            done.append("services")
-            log.info("host firewall: %d service frontends: %s", len(services),
-                     "; ".join(c.rsplit(" #", 1)[0] for c, _ in services) or "-")
+        for chain, rules in dynamic.items():
+            if rules is not None and comments.get(chain, set()) != {c for c, _ in rules}:
+                cmds += _chain_commands(chain, rules)
+                done.append(chain)
+                log.info("host firewall: chain %s: %d rules: %s", chain, len(rules),
+                         "; ".join(c.rsplit(" #", 1)[0] for c, _ in rules) or "-")
         if cmds:
-            nft(cmds)                     # one transaction: sets and frontends together
+            nft(cmds)                     # one transaction: sets and chains together
         return "+".join(done) or "ok"
 
     def _loop(self) -> None:

@@ -143,6 +143,7 @@ class NodeDaemon:
         self.health = None    # pacific.node.health.HealthReporter
         self.firewall = None  # pacific.node.firewall.HostFirewall
         self.egressgw = None  # pacific.node.egressgw.EgressGateway
+        self.egresssnat = None  # pacific.node.egresssnat.EgressSnat (needs the firewall)
         self.metrics = None   # pacific.metrics.MetricsServer
 
     def start_metrics(self) -> None:
@@ -193,13 +194,16 @@ class NodeDaemon:
                              service_cidr=a.service_cidr or None)
         extra = []            # the informers only the host firewall's frontends need
         from pacific.node.egressgw import EgressGateway
-        self.egressgw = EgressGateway(self.ovs, subnets, a.node_name,
-                                      datapath_type=a.datapath_type or "system")
         if a.host_firewall:
             from pacific.node.firewall import HostFirewall
+            frontends = self._frontends(api, pods, subnets, extra)
+            self.egresssnat = self._egress_snat(nodes, frontends)
             self.firewall = HostFirewall(subnets, nodes, a.node_name,
                                          service_cidr=a.service_cidr or None,
-                                         frontends=self._frontends(api, pods, subnets, extra))
+                                         frontends=frontends, snat=self.egresssnat)
+        self.egressgw = EgressGateway(self.ovs, subnets, a.node_name,
+                                      datapath_type=a.datapath_type or "system",
+                                      extra=self.egresssnat.routes if self.egresssnat else None)
         fw_kick = self.firewall.kick if self.firewall else (lambda *_: None)
 
         def kick(*args):
@@ -235,12 +239,34 @@ class NodeDaemon:
         self.egressgw.start()
         if self.firewall:
             self.firewall.start()
+        if self.egresssnat:
+            self.egresssnat.start()
         if a.health_interval > 0:
             from pacific.node.health import HealthReporter
             self.health = HealthReporter(api, self.ovs, a.node_name, readiness.check,
                                          a.health_interval).start()
         log.info("pacific-node ready on %s: node %s, pod MTU %d, CNI socket %s",
                  a.ovs_remote, a.node_name, mtu, a.cni_socket)
+
+    def _egress_snat(self, nodes, frontends):
+        """Egress SNAT to Services' external IPs, on nodes labelled
+        pacific.io/egress-gateway (it reads SB: needs --ovn-remote and --encap-ip)."""
+        a = self.args
+        if not (a.ovn_remote and a.encap_ip):
+            log.info("egress SNAT off: no --ovn-remote/--encap-ip")
+            return None
+        from pacific.node.egresssnat import EgressSnat
+        if a.ovn_remote.startswith("ssl:") and a.ovn_ssl_key:
+            from pacific.ovn.query import set_ssl
+            set_ssl(a.ovn_ssl_key, a.ovn_ssl_cert, a.ovn_ssl_ca)
+
+        def changed():
+            if self.firewall:
+                self.firewall.kick()
+            if self.egressgw:
+                self.egressgw.kick()
+        return EgressSnat(a.ovn_remote, a.node_name, nodes, frontends, a.encap_ip,
+                          on_change=changed)
 
     def _frontends(self, api, pods, subnets, extra: list):
         """Services' external IPs and node ports for the host firewall (informers
@@ -274,7 +300,9 @@ class NodeDaemon:
             self.health.stop()
         if self.firewall:
             self.firewall.stop()       # the table stays: pods keep their egress
-        if self.egressgw:
+        if self.egresssnat:
+            self.egresssnat.stop()     # an external IP held stays held until another node
+        if self.egressgw:              # takes it: a restart cuts nothing
             self.egressgw.stop()       # so do pegress0 and its routes: traffic keeps flowing
         if self.mgmt:
             self.mgmt.stop()

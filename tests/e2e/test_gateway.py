@@ -15,6 +15,7 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
+from gateway_fixtures import bfd_up, cut_link, priorities, restore_link
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -34,20 +35,6 @@ def ask(sb, netns, timeout=1.0):
 def status(api) -> dict:
     return ((r.get(api, r.SUBNETS, SUBNET) or {}).get("status") or {}).get(
         names.STATUS_EGRESS) or {}
-
-
-def priorities(sb) -> dict:
-    out = sb.nbctl("--format=csv", "--no-headings", "--columns=chassis_name,priority", "list",
-                   "HA_Chassis")
-    return {line.split(",")[0].strip('"'): int(line.split(",")[1]) for line in out.splitlines()
-            if line}
-
-
-def bfd_up(sb, node, peer) -> bool:
-    cp = sb.exec(sb.node(node).netns, ["ovs-vsctl", f"--db=unix:{sb.node(node).db_sock}",
-                                      "get", "Interface", f"ovn-{peer}-0", "bfd_status:state"],
-                 check=False)
-    return cp.returncode == 0 and cp.stdout.strip().strip('"') == "up"
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +98,7 @@ def test_the_gateway_fails_over_in_under_a_second_and_does_not_flap_back(env):
                              stdout=subprocess.PIPE, text=True)
     time.sleep(1.5)                 # a baseline of answers through node1
     cut_at = time.monotonic()
-    sb.exec(sb.node("node1").netns, ["ip", "link", "set", "eth0", "down"])
+    cut_link(sb, "node1")
     try:
         out, _ = watch.communicate(timeout=30)
         lines = [(float(t), who) for t, _, who in (ln.partition(" ") for ln in out.splitlines())]
@@ -124,12 +111,11 @@ def test_the_gateway_fails_over_in_under_a_second_and_does_not_flap_back(env):
         st = wait_until(lambda: status(api).get("active") == "node2" and status(api), 20,
                         what="status following the failover")
         assert "node1 -> node2" in st["lastFailover"]
-        wait_until(lambda: priorities(sb).get("node2", 0) > priorities(sb).get("node1", 0), 20,
+        wait_until(lambda: (lambda p: p.get("node2", 0) > p.get("node1", 0))(
+            priorities(sb, f"egw:{SUBNET}")), 20,
                    what="node2 ranked first (no flapping back)")
     finally:
-        sb.exec(sb.node("node1").netns, ["ip", "link", "set", "eth0", "up"])
-        sb.exec(sb.node("node1").netns, ["ip", "route", "replace", "default", "via",
-                                         sb.external_ip], check=False)
+        restore_link(sb, "node1")
     # node1 back: the traffic stays on node2
     wait_until(lambda: ask(sb, pods["g2"]) is not None, 20,
                what="egress working with node1 back")

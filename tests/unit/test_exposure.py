@@ -147,7 +147,7 @@ def test_the_firewall_rewrites_only_the_services_chain_when_frontends_change():
                + [{"rule": {"chain": firewall.SERVICES, "comment": "ns/old x #1"}}]}
     comments, _ = firewall.read_state(listing)
     assert firewall._static_intact(comments)
-    cmds = firewall._service_commands([("ns/a y #2", [{"accept": None}])])
+    cmds = firewall._chain_commands(firewall.SERVICES, [("ns/a y #2", [{"accept": None}])])
     assert cmds[0] == {"flush": {"chain": {"family": "inet", "table": "pacific",
                                            "name": firewall.SERVICES}}}
     assert cmds[1]["add"]["rule"]["comment"] == "ns/a y #2"

@@ -1,0 +1,200 @@
+"""Egress SNAT to a Service's external IP: the ready endpoints of a Service
+with externalIPs leave the cluster with its first external IP as their
+source (pacific.egressip decides, on every node alike).
+
+Per such Service (key "ns/name"), the same rows as a centralized Subnet's
+gateway (controller/gateway.py), named `egw:svc:<ns>/<name>` and owned by the
+Service: a transit switch with a localnet port, a distributed gateway port
+bound by an HA chassis group of the nodes labelled
+`pacific.io/egress-gateway: "true"` (sorted by name; the active one first
+after a failover, so a node that comes back takes nothing back), and:
+
+* an address set of the endpoints' addresses, changed by mutation: an
+  endpoint coming or going changes only this set;
+* a router policy PRIO_POLICY_SNAT_EGRESS: `ip4.src == $<set>` reroute to
+  the transit host address, above the centralized and distributed ones.
+
+The node whose chassis holds the port (pacific.node.egresssnat reads SB) holds
+the external IP on its underlay interface (answers ARP, sends a gratuitous ARP
+on takeover), SNATs the endpoints' traffic to it, and receives what comes to
+the external IP (the host firewall's Service frontends): one node, both
+directions.  A pod behind several such Services leaves with the oldest one's
+address; the others get an Event.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+
+from pacific import contract, egressip, exposure, names
+from pacific.controller import gateway, informers, model
+from pacific.controller.feature import Feature, InformerSpec
+from pacific.kube import resources as r
+from pacific.ovn import ensure
+from pacific.ovn import gateway as gw
+from pacific.ovn.query import QueryError
+
+LOG = logging.getLogger(__name__)
+RULE = "egress-snat"
+
+
+def snat_ids(key: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_SERVICE, names.EXT_OWNER: key,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
+
+
+def set_name(key: str) -> str:
+    return "pacific_snat_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def gateway_nodes(nodes: list[dict]) -> list[str]:
+    return sorted(model.meta(n)["name"] for n in nodes
+                  if model.labels_of(n).get(names.LABEL_EGRESS_GATEWAY) == "true")
+
+
+class EgressSnatFeature(Feature):
+    name = "egress-snat"
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        from pacific.controller.service import slice_version, slim_slice   # one spec, shared
+        self.informers = {"services": informers.SERVICES, "nodes": informers.NODES,
+                          "subnets": informers.SUBNETS,
+                          "endpointslices": InformerSpec(
+                              r.ENDPOINTSLICES_V1BETA1 if slice_version(ctl.kube) == "v1beta1"
+                              else r.ENDPOINTSLICES, slim_slice)}
+        self._lock = threading.Lock()
+        self._active: dict[str, str | None] = {}
+        self._reported: dict[str, str] = {}
+
+    def handlers(self):
+        return {"services": self._on_service, "endpointslices": self._on_slice,
+                "nodes": self._on_node}
+
+    @staticmethod
+    def _on_service(old, new):
+        return (r.object_key(new or old),)
+
+    @staticmethod
+    def _on_slice(old, new):
+        keys = set()
+        for obj in (old, new):
+            m = model.meta(obj) if obj else {}
+            svc = (m.get("labels") or {}).get(exposure.SERVICE_NAME_LABEL)
+            if svc:
+                keys.add(f"{m.get('namespace')}/{svc}")
+        return keys
+
+    def _on_node(self, old, new):
+        if old is not None and new is not None and \
+                model.labels_of(old).get(names.LABEL_EGRESS_GATEWAY) == \
+                model.labels_of(new).get(names.LABEL_EGRESS_GATEWAY):
+            return ()
+        return [r.object_key(s) for s in self.ctl.informer("services").list()
+                if egressip.opted_in(s)]
+
+    def resync_keys(self):
+        yield from (r.object_key(s) for s in self.ctl.informer("services").list()
+                    if egressip.opted_in(s))
+        for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SERVICE):
+            if row.external_ids.get(names.EXT_RULE) == RULE:
+                yield row.external_ids.get(names.EXT_OWNER)
+
+    # -- reconcile -------------------------------------------------------------------
+    def grants(self):
+        cfg = self.ctl.cfg
+        services = [s for s in self.ctl.informer("services").list() if egressip.opted_in(s)]
+        keys = {r.object_key(s) for s in services}
+        slices = [s for s in self.ctl.informer("endpointslices").list()
+                  if f"{model.meta(s).get('namespace')}/"
+                     f"{(model.meta(s).get('labels') or {}).get(exposure.SERVICE_NAME_LABEL)}"
+                  in keys]
+        cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
+                             for s in self.ctl.informer("subnets").list()) if c]
+        node_ips = {a.get("address") for n in self.ctl.informer("nodes").list()
+                    for a in (n.get("status") or {}).get("addresses") or []
+                    if a.get("type") in ("InternalIP", "ExternalIP")}
+        allowed, _ = cfg.exposure_settings
+        return egressip.egress_ips(services, slices, [*cidrs, cfg.join_cidr, cfg.service_cidr],
+                                   node_ips, allowed)
+
+    def reconcile(self, key: str) -> None:
+        grants, notes = self.grants()
+        grant = grants.get(key)
+        sw = names.egress_switch_name(names.SNAT_GATEWAY_PREFIX + key)
+        lrp = names.router_port_name(sw)
+        ids, as_name = snat_ids(key), set_name(key)
+        have = [row for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SERVICE, key)
+                if row.name == lrp]
+        if grant is None:
+            if have or ensure.address_set_addresses(self.ctl.nb, as_name) is not None:
+                self._remove(key, sw, lrp, as_name)
+            return
+        index = gateway.transit_index(have[0].networks) if have else None
+        if index is None:
+            index = gateway.free_index(self.ctl.nb)
+        router_cidr, host_ip, mac = gateway.transit(index)
+        nodes = gateway_nodes(self.ctl.informer("nodes").list())
+        with self._lock:
+            active = self._active.get(key)
+        ranked = ([active] if active in nodes else []) + [n for n in nodes if n != active]
+        want = set(grant.sources)
+        cur = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
+        self.ctl.writer.run([
+            lambda api: ensure.EnsureAddressSet(api, as_name, ids),
+            lambda api: ensure.AddressSetAddAddresses(api, as_name, sorted(want - cur)),
+            lambda api: ensure.AddressSetRemoveAddresses(api, as_name, sorted(cur - want)),
+            *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(names.SNAT_GATEWAY_PREFIX
+                                                                      + key),
+                                  router_cidr, mac, ids, ranked,
+                                  [(names.PRIO_POLICY_SNAT_EGRESS, f"ip4.src == ${as_name}",
+                                    "reroute", [host_ip])]),
+        ], what=f"egress SNAT of service {key}")
+        LOG.info("service %s: %d endpoints leave as %s through %s", key, len(want), grant.ip,
+                 ", ".join(ranked) or "no egress gateway node")
+        problems = list(notes.get(key, []))
+        if not nodes:
+            problems.append(f"no node is labelled {names.LABEL_EGRESS_GATEWAY}=true: the "
+                            f"endpoints' traffic to the outside is dropped")
+        self._report(key, problems)
+
+    def _remove(self, key: str, sw: str, lrp: str, as_name: str) -> None:
+        self.ctl.writer.run([
+            lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, snat_ids(key), []),
+            lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
+            lambda api: ensure.DeleteSwitch(api, sw),
+            lambda api: ensure.DeleteAddressSet(api, as_name),
+        ], what=f"egress SNAT of service {key}: removed")
+        self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
+                            what=f"egress SNAT gateway group of service {key}: removed")
+        LOG.info("service %s: no egress SNAT", key)
+
+    def _report(self, key: str, problems: list[str]) -> None:
+        text = "; ".join(problems)
+        if self._reported.get(key, "") == text:
+            return
+        self._reported[key] = text
+        svc = self.ctl.informer("services").get(key)
+        if text and svc is not None:
+            self.ctl.event(svc, "EgressSNAT", text)
+
+    def tick(self) -> None:
+        if not self.ctl.cfg.sb_remote:
+            return
+        try:
+            holders = gateway.gateway_holders(self.ctl.cfg.sb_remote)
+        except (QueryError, OSError):
+            return
+        changed = []
+        with self._lock:
+            for name, chassis in holders.items():
+                if not name.startswith(names.SNAT_GATEWAY_PREFIX) or chassis is None:
+                    continue
+                key = name[len(names.SNAT_GATEWAY_PREFIX):]
+                if self._active.get(key) != chassis:
+                    self._active[key] = chassis
+                    changed.append(key)
+        for key in changed:
+            LOG.info("egress SNAT of service %s: held by %s", key, self._active[key])
+            self.queue.add(key)

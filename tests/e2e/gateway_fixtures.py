@@ -1,0 +1,53 @@
+"""What the egress gateway tests read of a sandbox: HA chassis priorities and
+BFD state between chassis."""
+from __future__ import annotations
+
+import re
+
+
+def priorities(sb, group: str) -> dict:
+    """chassis -> priority in one HA chassis group, from `ovn-nbctl
+    ha-chassis-group-list`: per group a "<uuid> (<name>)" line, then per
+    chassis an indented "<uuid> (<chassis>)" line and a "priority N" line."""
+    out, current, chassis = {}, None, None
+    for line in sb.nbctl("ha-chassis-group-list").splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith((" ", "\t")):
+            current = line.split("(", 1)[-1].rstrip(")").strip()
+        elif line.strip().startswith("priority") and current == group and chassis:
+            out[chassis] = int(line.split()[-1])
+        else:
+            chassis = line.split("(", 1)[-1].rstrip(")").strip()
+    return out
+
+
+def bfd_up(sb, node, peer) -> bool:
+    cp = sb.exec(sb.node(node).netns, ["ovs-vsctl", f"--db=unix:{sb.node(node).db_sock}",
+                                      "get", "Interface", f"ovn-{peer}-0", "bfd_status:state"],
+                 check=False)
+    return cp.returncode == 0 and cp.stdout.strip().strip('"') == "up"
+
+
+def cut_link(sb, node: str) -> None:
+    sb.exec(sb.node(node).netns, ["ip", "link", "set", "eth0", "down"])
+
+
+def restore_link(sb, node: str) -> None:
+    """The node's underlay link up again, with its default route and the tunnel
+    neighbour cache warm (a long cut lets OVS forget its peers' MACs)."""
+    import time
+    from pacific.sandbox import bringup
+    from pacific.sandbox.proc import SandboxError
+    sb.exec(sb.node(node).netns, ["ip", "link", "set", "eth0", "up"])
+    sb.exec(sb.node(node).netns, ["ip", "route", "replace", "default", "via", sb.external_ip],
+            check=False)
+    deadline = time.monotonic() + 30
+    while True:
+        try:   # an ovs-vswitchd the node guard is restarting (OVS 3.1's conntrack abort)
+            bringup.warm_tunnels(sb, 20)   # has no control socket for a moment
+            return
+        except SandboxError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
