@@ -19,7 +19,7 @@ from gateway_fixtures import bfd_up, cut_link, priorities, restore_link
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
-from pacific.sandbox import cnipods
+from pacific.sandbox import bringup, cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
@@ -121,6 +121,41 @@ def test_the_gateway_fails_over_in_under_a_second_and_does_not_flap_back(env):
                what="egress working with node1 back")
     answers = {ask(sb, netns) for _ in range(10)}
     assert answers == {sb.node("node2").underlay_ip}, answers
+
+
+def test_a_killed_gateway_fails_over_in_under_a_second(env):
+    """The active gateway's ovs-vswitchd killed (and kept down, as a crash
+    without a supervisor): new connections leave through the other one."""
+    sb, api, pods = env
+    netns = pods["g3"]
+    gw = wait_until(lambda: status(api).get("active"), 20, what="an active gateway")
+    other = "node2" if gw == "node1" else "node1"
+    wait_until(lambda: ask(sb, netns) == sb.node(gw).underlay_ip, 20,
+               what=f"leaving through {gw}")
+    wait_until(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 20,
+               what="BFD up between node3 and the gateways")
+    watch = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, NETCHECK, "watch",
+                              "tcp", sb.external_remote_ip, str(PORT), "6", "0.02", "0.2"],
+                             stdout=subprocess.PIPE, text=True)
+    time.sleep(1.5)                 # a baseline of answers through the active gateway
+    cut_at = time.monotonic()
+    sb.stop(f"{gw}/ovs-vswitchd")
+    try:
+        out, _ = watch.communicate(timeout=30)
+        lines = [(float(t), who) for t, _, who in (ln.partition(" ") for ln in out.splitlines())]
+        new = [t for t, who in lines if t > cut_at and who.endswith(sb.node(other).underlay_ip)]
+        last = max(t for t, who in lines if who.endswith(sb.node(gw).underlay_ip))
+        assert new, f"never left through {other}: {out[-400:]}"
+        outage = new[0] - max(last, cut_at - 0.02)
+        print(f"gateway failover outage (ovs-vswitchd killed): {outage * 1000:.0f} ms")
+        assert outage <= 1.0, f"outage {outage:.2f} s"
+        wait_until(lambda: status(api).get("active") == other, 20, what="status following")
+        wait_until(lambda: (lambda p: p.get(other, 0) > p.get(gw, 0))(
+            priorities(sb, f"egw:{SUBNET}")), 20, what=f"{other} ranked first")
+    finally:
+        bringup.restart_node_daemon(sb, sb.node(gw), "ovs-vswitchd")
+    wait_until(lambda: ask(sb, netns) == sb.node(other).underlay_ip, 20,
+               what=f"still through {other} with {gw} back")
 
 
 def test_no_gateway_available_leaks_nothing(env):
