@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import re
 
+# One failover, one sample, on 2 cores shared with everything else: measured
+# 421 ms typically, a rare 1.03 s.  The goal (at most 1 s) is held to over 10
+# failovers by bench/bench_gateway.py (p50 and max in docs/benchmarks.md); here
+# a sample past OUTAGE_BOUND is a regression, not jitter.
+OUTAGE_BOUND = 1.5
+
 
 def priorities(sb, group: str) -> dict:
     """chassis -> priority in one HA chassis group, from `ovn-nbctl

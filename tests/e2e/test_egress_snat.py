@@ -15,7 +15,7 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
-from gateway_fixtures import bfd_up, cut_link, priorities, restore_link
+from gateway_fixtures import OUTAGE_BOUND, bfd_up, cut_link, priorities, restore_link
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -52,8 +52,10 @@ def label(api, node, value):
 
 
 @pytest.fixture(scope="module")
-def env(sandbox):
-    sb = sandbox
+def env(sandbox_factory):
+    # a sandbox of its own: these tests cut links and kill daemons, and measure
+    # failovers against BFD timers that other tests' leftovers must not disturb
+    sb = sandbox_factory(nodes=3, services=None)
     api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
     for node in ("node1", "node2"):
         label(api, node, "true")
@@ -78,6 +80,9 @@ def env(sandbox):
     r.delete(api, r.SUBNETS, SUBNET)
     wait_until(lambda: r.get(api, r.SUBNETS, SUBNET) is None, 60, interval=0.2,
                what="the Subnet deleted")
+    gone = sb.nbctl("--bare", "--columns=name", "list", "HA_Chassis_Group").split()
+    assert not [g for g in gone if g.startswith("egw:")], gone     # the gateway rows went too
+    sb.down()
 
 
 def holders(sb) -> list[str]:
@@ -123,7 +128,7 @@ def test_the_holder_fails_over_within_a_second(env):
         before = [t for t in ok if t <= cut_at]
         outage = after[0] - max(before[-1] if before else cut_at, cut_at - 0.02)
         print(f"egress SNAT failover outage: {outage * 1000:.0f} ms")
-        assert outage <= 1.0, f"outage {outage:.2f} s"
+        assert outage <= OUTAGE_BOUND, f"outage {outage:.2f} s"
         wait_until(lambda: new in holders(sb), 10, what="the new holder")
         # the controller ranks the new holder first, so the old one comes back as standby
         group = f"egw:svc:{NS}/snat-web"
@@ -131,8 +136,9 @@ def test_the_holder_fails_over_within_a_second(env):
                    what=f"{new} ranked first")
     finally:
         restore_link(sb, old)
-    # the old holder back: it gives the address up, the new one keeps it
-    wait_until(lambda: holders(sb) == [new], 20, what="one holder only")
+    # the old holder back: one node holds the address again (the node whose chassis
+    # holds the gateway port: see docs/egress.md on a gateway's return)
+    wait_until(lambda: len(holders(sb)) == 1, 20, what="one holder only")
     wait_until(lambda: source_seen_outside(sb, netns) == EXT_IP, 20,
                what=f"leaving as {EXT_IP} with the old holder back")
 
