@@ -28,8 +28,9 @@ import logging
 import threading
 
 from pacific import contract, egressip, exposure, names
-from pacific.controller import gateway, informers, model
-from pacific.controller.feature import Feature, InformerSpec
+from pacific.controller import gateway, model
+from pacific.controller.feature import Feature
+from pacific.controller.service import service_informers
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 from pacific.ovn import gateway as gw
@@ -58,12 +59,7 @@ class EgressSnatFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        from pacific.controller.service import slice_version, slim_slice   # one spec, shared
-        self.informers = {"services": informers.SERVICES, "nodes": informers.NODES,
-                          "subnets": informers.SUBNETS,
-                          "endpointslices": InformerSpec(
-                              r.ENDPOINTSLICES_V1BETA1 if slice_version(ctl.kube) == "v1beta1"
-                              else r.ENDPOINTSLICES, slim_slice)}
+        self.informers = service_informers(ctl.kube)      # the caches ServiceFeature has
         self._lock = threading.Lock()
         self._active: dict[str, str | None] = {}
         self._reported: dict[str, str] = {}

@@ -60,16 +60,23 @@ def slim_slice(s: dict) -> dict:
                           for e in s.get("endpoints") or []]}
 
 
+def service_informers(kube) -> dict:
+    """The informers of the features that read Services: Services, their
+    EndpointSlices (the version the server serves), Nodes and Subnets (which
+    addresses no external IP may take).  One spec, so the features share one cache."""
+    return {"services": informers.SERVICES, "nodes": informers.NODES,
+            "subnets": informers.SUBNETS,
+            "endpointslices": InformerSpec(
+                r.ENDPOINTSLICES_V1BETA1 if slice_version(kube) == "v1beta1"
+                else r.ENDPOINTSLICES, slim_slice)}
+
+
 class ServiceFeature(Feature):
     name = "service"
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self.informers = {"services": informers.SERVICES, "nodes": informers.NODES,
-                          "subnets": informers.SUBNETS,
-                          "endpointslices": InformerSpec(
-                              r.ENDPOINTSLICES_V1BETA1 if slice_version(ctl.kube) == "v1beta1"
-                              else r.ENDPOINTSLICES, slim_slice)}
+        self.informers = service_informers(ctl.kube)
         self._lock = threading.Lock()
         self._slices: dict[str, set[str]] = {}   # service key -> slice keys
         self._reported: dict[str, str] = {}
