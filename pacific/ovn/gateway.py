@@ -12,7 +12,7 @@ chassis is gone: the data plane fails over on its own, no controller needed.
 """
 from __future__ import annotations
 
-from pacific.ovn.ensure import LRP, Command, _set_if_changed, find, insert
+from pacific.ovn.ensure import LRP, Command, _DeleteNamed, _set_if_changed, find, insert
 
 HCG = "HA_Chassis_Group"
 HC = "HA_Chassis"
@@ -58,19 +58,8 @@ class EnsureHAChassisGroup(Command):
         self.result = True
 
 
-class DeleteHAChassisGroup(Command):
-    def __init__(self, api, name: str):
-        super().__init__(api)
-        self.name = name
-
-    def describe(self):
-        return self.name
-
-    def run_idl(self, txn):
-        group = find(self.api, txn, HCG, self.name)
-        if group is not None:
-            group.delete()
-            self.result = True
+class DeleteHAChassisGroup(_DeleteNamed):
+    TABLE = HCG
 
 
 class SetGlobalOptions(Command):
