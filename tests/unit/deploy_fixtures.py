@@ -70,6 +70,8 @@ def container_env(workload: dict, container: dict, docs: list[dict]) -> dict[str
             cm = find("ConfigMap", ref["name"], docs)
             assert cm["metadata"].get("namespace") == workload["metadata"]["namespace"], \
                 f"ConfigMap {ref['name']} is not in {workload['metadata']['namespace']}"
+            if ref.get("optional") and ref["key"] not in cm["data"]:
+                continue           # the kubelet leaves the variable as it was
             assert ref["key"] in cm["data"], \
                 f"env {e['name']}: ConfigMap {ref['name']} has no key {ref['key']!r}"
             env[e["name"]] = str(cm["data"][ref["key"]])

@@ -153,6 +153,24 @@ def test_controller_is_ha_and_unprivileged():
     assert spec["serviceAccountName"] == names.CONTROLLER_NAME
 
 
+def test_daemons_reach_the_api_server_without_the_kubernetes_service():
+    """Pacific replaces kube-proxy: its host-network daemons take the API
+    server's address from pacific-config when it is there (the kubelet's
+    KUBERNETES_SERVICE_* otherwise), so they never need the Service they program."""
+    docs = manifests()
+    cm = find("ConfigMap", "pacific-config", docs)
+    with_keys = [d for d in docs if d is not cm] + [
+        {**cm, "data": {**cm["data"], "api-server-host": "192.0.2.20", "api-server-port": "6443"}}]
+    for kind, name, container in (("Deployment", names.CONTROLLER_NAME, "controller"),
+                                  ("DaemonSet", "pacific-node", "node")):
+        workload = find(kind, name, docs)
+        _, env = command_line(workload, container, with_keys)
+        assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == \
+            ("192.0.2.20", "6443"), kind
+        _, env = command_line(workload, container, docs)      # the keys left out
+        assert "KUBERNETES_SERVICE_HOST" not in env, kind
+
+
 # --- node daemon ------------------------------------------------------------------
 def test_node_flags_are_accepted_and_bootstrap_ovn_controller():
     args = node_args()

@@ -21,10 +21,13 @@ What a node needs on the host the manifests name by host path (/run/openvswitch,
 /run/ovn, /run/pacific, /etc/cni/net.d, /opt/cni/bin): in the sandbox they are
 each node's own directories, bind-mounted in the node's mount namespace
 (pacific.sandbox.k8s.kubelet), so the kubelet's hostPath volumes find that node's
-OVS, ovn-controller and CNI directories.  The cluster has no kube-proxy: the
-`kubernetes` Service gets an Endpoints object naming the API server's underlay
-address, and each node namespace a DNAT of the Service address to it for its
-own connections (what kube-proxy would do), so in-cluster clients reach the API.
+OVS, ovn-controller and CNI directories.  The cluster has no kube-proxy (Pacific
+replaces it): as deploy/README.md asks of any such cluster, `pacific-config`
+names the API server's address (`api-server-host`, `api-server-port`), which
+Pacific's host-network daemons use instead of the `kubernetes` Service.  That
+Service gets an Endpoints object naming the same address (the sandbox's API
+server runs with no endpoint reconciler), so pods reach the API through
+Pacific's load balancers as on any cluster.
 """
 from __future__ import annotations
 
@@ -46,7 +49,6 @@ if TYPE_CHECKING:
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 ARCHIVE_ENV = "PACIFIC_IMAGE_ARCHIVE"
 DAEMONSETS_KIND = ("apps", "v1", "daemonsets", True, "DaemonSet")
-NFT_TABLE = "pacific_sandbox_kubeproxy"
 
 
 def archive() -> str:
@@ -119,17 +121,16 @@ def _config(api, sb: "Sandbox") -> None:
     from pacific.kube import resources as r
     r.patch_merge(api, r.CONFIGMAPS, "pacific-config", {"data": {
         "nb-remote": sb.nb_tcp_remote, "sb-remote": sb.sb_tcp_remote,
-        "datapath-type": "netdev", "service-cidr": names.SERVICE_CIDR}},
+        "datapath-type": "netdev", "service-cidr": names.SERVICE_CIDR,
+        "api-server-host": sb.central_ip, "api-server-port": str(names.KUBE_API_PORT)}},
         namespace=names.PACIFIC_NAMESPACE)
 
 
-def _kube_service(api, sb: "Sandbox") -> str:
-    """Endpoints of `kubernetes` (the API server runs with no endpoint reconciler)
-    and, in every node namespace, its ClusterIP DNAT-ed to the API server."""
+def _kube_endpoints(api, sb: "Sandbox") -> None:
+    """Endpoints of `kubernetes`: what a real API server's endpoint reconciler
+    writes (the sandbox's runs without one)."""
     from pacific.kube import errors
     from pacific.kube import resources as r
-    svc = r.get(api, r.SERVICES, "kubernetes", "default")
-    vip = svc["spec"]["clusterIP"]
     body = {"apiVersion": "v1", "kind": "Endpoints",
             "metadata": {"name": "kubernetes", "namespace": "default"},
             "subsets": [{"addresses": [{"ip": sb.central_ip}],
@@ -142,17 +143,6 @@ def _kube_service(api, sb: "Sandbox") -> str:
             **body["metadata"], "resourceVersion": r.get(api, r.ENDPOINTS, "kubernetes",
                                                          "default")["metadata"]["resourceVersion"]}},
             namespace="default")
-    # masquerade too: the source was picked for the Service address's route (ovn0
-    # once pacific-node runs, a join address the central namespace cannot answer)
-    rules = (f"table ip {NFT_TABLE} {{\n chain output {{ type nat hook output priority -100;\n"
-             f"  ip daddr {vip} tcp dport 443 dnat to {sb.central_ip}:{names.KUBE_API_PORT}\n }}\n"
-             f" chain postrouting {{ type nat hook postrouting priority 100;\n"
-             f"  ct status dnat ip daddr {sb.central_ip} tcp dport {names.KUBE_API_PORT} "
-             f"masquerade\n }}\n}}\n")
-    for n in sb.nodes:
-        run_cmd(["nft", "-f", "-"], netns=n.netns, input=f"table ip {NFT_TABLE}\n"
-            f"delete table ip {NFT_TABLE}\n" + rules)
-    return vip
 
 
 def _wait(api, sb: "Sandbox", timeout: float) -> None:
@@ -189,7 +179,7 @@ def start(sb: "Sandbox", timeout: float = 180.0) -> None:
     image = image_name()
     _import(sb, archive(), image)
     _config(api, sb)
-    _kube_service(api, sb)
+    _kube_endpoints(api, sb)
     for doc in _docs(("Deployment", "DaemonSet")):
         _apply(api, _with_image(doc, image))
     _wait(api, sb, timeout)
