@@ -40,7 +40,7 @@ class Bench:
         self.sb, self.api, self.seconds = sb, api, seconds
 
     def netns(self, pod):
-        return f"{self.sb.netns_prefix}pod-{NS}-{pod}"
+        return cnipods.load(self.sb, NS, pod, self.api).netns
 
     def ip(self, pod):
         return contract.own_record(r.get(self.api, r.PODS, pod, NS)).ip

@@ -96,7 +96,7 @@ def main() -> int:
         print("pods up", flush=True)
         ports_b = {names.pod_lsp_name("bb", f"p{i}") for i in range(args.pods)}
         by_uuid = port_uuids(sb)
-        probe = f"{sb.netns_prefix}pod-ba-p0"
+        probe = cnipods.load(sb, "ba", "p0", api).netns
         target = contract.own_record(r.get(api, r.PODS, "p1", "bb")).ip   # on another node
         base = []
         for _ in range(args.flips):

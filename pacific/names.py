@@ -154,7 +154,7 @@ SANDBOX_NETNS_PREFIX = "pac"                  # netns pac-<name>-central|node<i>
 SANDBOX_UNDERLAY_CIDR = "192.168.77.0/24"     # lives only inside the sandbox netns
 SANDBOX_UNDERLAY_MTU = 1500
 SANDBOX_PODS_ENV = "PACIFIC_SANDBOX_PODS"     # how a new sandbox runs pods: kubelet | runner
-SANDBOX_PODS_DEFAULT = "runner"
+SANDBOX_PODS_DEFAULT = "kubelet"
 SANDBOX_EXTERNAL_REMOTE_CIDR = "198.51.100.1/24"  # "internet" address of pac-<name>-ext
 POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (Geneve+OVN)
 OVN_NB_PORT = 6641

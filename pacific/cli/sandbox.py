@@ -136,13 +136,15 @@ def register(sub):
                     "ovn-northd); every client is given all members and follows the leader")
     pods = up.add_mutually_exclusive_group()
     pods.add_argument("--kubelet", action="store_const", const=True, dest="kubelet",
-                      help="real nodes: a containerd (Debian's 1.6, runc) and a kubelet v1.20.2 "
+                      help="(the default for a new sandbox) real nodes: a containerd "
+                      "(Debian's 1.6, runc) and a kubelet v1.20.2 "
                       "per node run the pods through Pacific's CNI configuration; `kubectl "
                       "exec/logs/run` work (images localhost/busybox:latest and "
                       "localhost/pause:latest are built offline and imported on every node)")
     pods.add_argument("--pod-runner", action="store_const", const=False, dest="kubelet",
                       help="the lighter pod runner per node (a network namespace per pod, no "
-                      "containers) instead of kubelets")
+                      "containers, no kubectl exec/logs) instead of kubelets; Pacific's CNI "
+                      "tests use it to drive CNI verbs a kubelet cannot be asked for")
     up.set_defaults(kubelet=None)
     up.add_argument("--deploy", action="store_true",
                     help="kubelet nodes, and Pacific itself run as pods from its image "

@@ -29,8 +29,11 @@ def serve(port: int, name: str | None = None) -> None:
 
     def udp_loop():
         while True:
-            data, peer = udp.recvfrom(2048)
-            udp.sendto(f"{name} {peer[0]}".encode() if name else data, peer)
+            try:
+                data, peer = udp.recvfrom(2048)
+                udp.sendto(f"{name} {peer[0]}".encode() if name else data, peer)
+            except OSError as e:      # one failed answer must not end the server
+                print(f"netcheck serve {port}: udp: {e}", file=sys.stderr, flush=True)
 
     def handle(conn, peer):
         with conn:

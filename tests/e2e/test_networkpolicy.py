@@ -31,6 +31,8 @@ import netcheck  # noqa: E402
 # (about 2 s without traffic on that node); check() re-probes for 15 s.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
+# (sandbox, namespace, pod) -> the pod's network namespace (a kubelet names it cni-<uuid>)
+POD_NETNS: dict[tuple[str, str, str], str] = {}
 NSS, PODS = ("x", "y", "z"), ("a", "b", "c")
 PROBES = (("tcp", 80), ("tcp", 81), ("udp", 80))
 NAMED = [{"name": "serve-80", "containerPort": 80, "protocol": "TCP"},
@@ -48,10 +50,11 @@ def env(sandbox_factory):
         if r.get(api, r.NAMESPACES, ns) is None:
             r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": {
                 "ns": ns, names.LABEL_TENANT: "np"}}})
-        sandboxpods.add_pod(sandbox, ns, pod, ("node1", "node2")[i % 2], api=api,
-                            labels={"pod": pod}, container_ports=NAMED)
+        added = sandboxpods.add_pod(sandbox, ns, pod, ("node1", "node2")[i % 2], api=api,
+                                    labels={"pod": pod}, container_ports=NAMED)
+        POD_NETNS[(sandbox.name, ns, pod)] = added.netns
         for port in (80, 81):
-            p = subprocess.Popen(["ip", "netns", "exec", f"{sandbox.netns_prefix}pod-{ns}-{pod}",
+            p = subprocess.Popen(["ip", "netns", "exec", added.netns,
                                   sys.executable, NETCHECK, "serve", str(port)],
                                  stdout=subprocess.PIPE, text=True)
             assert p.stdout.readline().strip() == "ready"
@@ -73,8 +76,19 @@ def probe(sb, src, ip, proto, port) -> bool:
     """netcheck's probe from inside the source pod's namespace, on a thread that
     entered it (setns): no process per probe, so hundreds of probes in parallel
     do not starve this 2-core machine into false timeouts."""
-    with Netns(f"/run/netns/{sb.netns_prefix}pod-{src[0]}-{src[1]}") as ns:
+    with Netns(f"/run/netns/{POD_NETNS[(sb.name, *src)]}") as ns:
         return ns.run(lambda: netcheck.probe(proto, ip, port, 1.0))
+
+
+def explain(sb, src, dst, proto, port) -> str:
+    """What `pacific trace` (OVN's logical pipeline and the source chassis's
+    OpenFlow tables) says of one case a check got wrong: whether the policy or
+    the datapath disagrees is then in the failure message."""
+    cp = subprocess.run([os.path.join(os.path.dirname(sys.executable), "pacific"), "trace",
+                         "/".join(src), "/".join(dst), f"--{proto}", str(port), "--ovs",
+                         "--sandbox", sb.name], capture_output=True, text=True, timeout=60)
+    return f"pacific trace {'/'.join(src)} {'/'.join(dst)} --{proto} {port}:\n" + \
+        (cp.stdout + cp.stderr)[-3000:]
 
 
 def check(sb, ips, allowed, timeout=15.0):
@@ -93,7 +107,7 @@ def check(sb, ips, allowed, timeout=15.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(wrong)}/{len(cases)} wrong: " + ", ".join(
                 f"{s[0]}/{s[1]}->{d[0]}/{d[1]} {pr}/{pt} {'reached' if ok else 'blocked'}"
-                for (s, d, pr, pt), ok in wrong[:12]))
+                for (s, d, pr, pt), ok in wrong[:12]) + "\n" + explain(sb, *wrong[0][0]))
         cases = [c for c, _ in wrong]      # the others already agreed
 
 

@@ -65,10 +65,10 @@ def test_a_new_pod_selected_by_a_deny_policy_never_receives_a_packet(cluster):
     sb, api, ips = cluster
     apply(api, pol("deny-new", "x", {"podSelector": {"matchLabels": {"pod": "new"}}}))
     time.sleep(0.5)   # the policy is in NB before the pod exists (nothing to wait on)
-    sandboxpods.add_pod(sb, "x", "new", "node1", api=api, labels={"pod": "new"})
+    added = sandboxpods.add_pod(sb, "x", "new", "node1", api=api, labels={"pod": "new"})
     try:
         new_ip = contract.own_record(r.get(api, r.PODS, "new", "x")).ip
-        ns = f"{sb.netns_prefix}pod-x-new"
+        ns = added.netns
         server = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, NETCHECK, "serve", "80"],
                                   stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "ready"

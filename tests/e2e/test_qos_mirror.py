@@ -33,7 +33,7 @@ def env(sandbox):
 
 
 def netns(sb, name):
-    return f"{sb.netns_prefix}pod-{NS}-{name}"
+    return sandboxpods.load(sb, NS, name).netns     # a kubelet's pods: cni-<uuid>
 
 
 def ip_of(api, name):

@@ -46,7 +46,7 @@ def env(sandbox):
 
 
 def netns(sb, ns, name):
-    return f"{sb.netns_prefix}pod-{ns}-{name}"
+    return sandboxpods.load(sb, ns, name).netns     # a kubelet's pods: cni-<uuid>
 
 
 def reaches(sb, src, ip, proto) -> bool:

@@ -132,6 +132,8 @@ def test_shim_socket_is_containerds_hash():
 
 def test_default_pods_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("PACIFIC_SANDBOX_DIR", str(tmp_path))
+    monkeypatch.delenv("PACIFIC_SANDBOX_PODS", raising=False)
+    assert Sandbox("unit", nodes=1).kubelet              # real nodes unless asked otherwise
     monkeypatch.setenv("PACIFIC_SANDBOX_PODS", "kubelet")
     assert Sandbox("unit", nodes=1).kubelet
     monkeypatch.setenv("PACIFIC_SANDBOX_PODS", "runner")
