@@ -2,6 +2,8 @@
 BFD state between chassis."""
 from __future__ import annotations
 
+import datetime
+import os
 import re
 
 # One failover, one sample, on 2 cores shared with everything else: measured
@@ -57,3 +59,35 @@ def restore_link(sb, node: str) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
+
+
+def _stamp(line: str) -> float | None:
+    """Epoch seconds of an ovn-controller line (2026-11-25T06:33:12.024Z, UTC)
+    or a Pacific daemon line (2026-11-25 06:33:16,507, local time)."""
+    try:
+        if line[10:11] == "T":
+            return datetime.datetime.strptime(line[:23], "%Y-%m-%dT%H:%M:%S.%f").replace(
+                tzinfo=datetime.timezone.utc).timestamp()
+        return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
+
+
+def failover_timeline(sb, since: float, words=("cr-lrp", "bfd", "egress", "gateway")) -> str:
+    """What each node's ovn-controller and pacific-node logged about gateways
+    from `since` (time.time()) on, in time order, each line with its offset:
+    the failure message of a failover test says where the time went."""
+    rows = []
+    for n in sb.nodes:
+        for path, who in ((os.path.join(n.rundir, "ovn-controller.log"), "ovn-controller"),
+                          (os.path.join(sb.dir, "services", f"{n.name}-pacific-node.log"),
+                           "pacific-node")):
+            try:
+                lines = open(path, errors="replace").read().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                t = _stamp(line)
+                if t is not None and t >= since - 0.5 and any(w in line.lower() for w in words):
+                    rows.append((t, f"{t - since:+7.3f}s {n.name} {who}: {line[24:][:160]}"))
+    return "\n".join(text for _, text in sorted(rows)[:60])
