@@ -28,6 +28,7 @@ import logging
 import socket
 import struct
 import threading
+import time
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
@@ -37,6 +38,7 @@ from pacific.ovn.query import Query, QueryError, as_list
 
 log = logging.getLogger(__name__)
 POLL = 0.1          # s between SB reads: part of the failover time
+RECHECK = 5.0       # s between re-reads of the held addresses when nothing changed
 LABEL_SUFFIX = ":pe"
 
 
@@ -87,6 +89,7 @@ class EgressSnat:
         self._routes: dict[str, tuple[str, str]] = {}     # for egressgw: cidr -> (host, via)
         self._rules: list[tuple[str, list]] | None = None  # the snat chain, None: not known
         self._held: set[str] = set()
+        self._checked = float("-inf")     # monotonic time _held was last read from the kernel
 
     def start(self) -> "EgressSnat":
         self._thread = threading.Thread(target=self._loop, name="egress-snat", daemon=True)
@@ -150,6 +153,11 @@ class EgressSnat:
             self.on_change()
 
     def _hold(self, want: set[str]) -> None:
+        # a netlink dump every POLL on every node (labelled or not) cost each
+        # pacific-node ~6 % of a core at idle: the kernel is read when the wanted
+        # set changes, and every RECHECK seconds to repair what someone removed
+        if want == self._held and time.monotonic() - self._checked < RECHECK:
+            return
         with IPRoute() as ipr:
             idx = ifname = mac = None
             for a in ipr.addr("dump", family=2):
@@ -170,7 +178,7 @@ class EgressSnat:
                 for _ in range(2):
                     garp(ifname, mac, ip)
                 log.info("egress SNAT: %s held on %s, announced by gratuitous ARP", ip, ifname)
-        self._held = want
+        self._held, self._checked = want, time.monotonic()
 
 
 def snat_rule(g: egressip.EgressIP) -> tuple[str, list]:
