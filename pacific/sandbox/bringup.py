@@ -196,8 +196,11 @@ def warm_tunnels(sb: "Sandbox", timeout: float) -> None:
     aging to its maximum and fill the cache with a ping mesh."""
     if len(sb.nodes) < 2:
         return
+    # an ovs-vswitchd that its --monitor is restarting (OVS 3.1's conntrack abort,
+    # pacific.sandbox.nodeguard) has no control socket for a moment: wait for it
     for node in sb.nodes:
-        node.appctl("tnl/neigh/aging", "3600")
+        wait_for(lambda: node.appctl("tnl/neigh/aging", "3600") is not None, timeout,
+                 f"{node.name}'s ovs-vswitchd to answer on {node.vswitchd_ctl}")
 
     def warm(node: "SandboxNode") -> None:
         others = [o.underlay_ip for o in sb.nodes if o is not node]
