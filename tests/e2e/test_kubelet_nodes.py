@@ -21,7 +21,7 @@ from pacific.kube import client
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods
 from pacific.sandbox import netns as sbnetns
-from pacific.sandbox.k8s import bins, images, kubelet
+from pacific.sandbox.k8s import bins, hoststate, images, kubelet
 from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = pytest.mark.e2e
@@ -72,7 +72,7 @@ def running(api, ns, selector):
 @pytest.fixture(scope="module")
 def kl(sandbox_factory):
     _skip()
-    before = {k: kubelet._read_sysctl(k) for k in kubelet.SYSCTLS}
+    before = {k: hoststate.read_sysctl(k) for k in hoststate.SYSCTLS}
     sb = sandbox_factory(nodes=2, services=None, kubelet=True)
     yield sb, client.load(k8s.kubeconfig_path(sb)), before
     sb.down()
@@ -189,8 +189,8 @@ def test_down_leaves_nothing_and_restores_sysctls(kl):
         mounts = f.read()
     assert sb.dir not in mounts and not any(f"/run/netns/{n}" in mounts for n in made)
     for p in paths:
-        assert not kubelet.cgroup_pids(p.cgroup_root)
-        assert not [h for h in kubelet._hierarchies() if os.path.exists(h + p.cgroup_root)]
+        assert not hoststate.cgroup_pids(p.cgroup_root)
+        assert not [h for h in hoststate.hierarchies() if os.path.exists(h + p.cgroup_root)]
     assert not kubelet._shim_pids({p.socket for p in paths})
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -199,6 +199,6 @@ def test_down_leaves_nothing_and_restores_sysctls(kl):
         except FileNotFoundError:
             pass
     if not [d for d in os.listdir(os.path.dirname(sb.dir))
-            if os.path.exists(os.path.join(os.path.dirname(sb.dir), d, kubelet.MARKER))] \
+            if os.path.exists(os.path.join(os.path.dirname(sb.dir), d, hoststate.MARKER))] \
             if os.path.isdir(os.path.dirname(sb.dir)) else True:
-        assert {k: kubelet._read_sysctl(k) for k in kubelet.SYSCTLS} == before
+        assert {k: hoststate.read_sysctl(k) for k in hoststate.SYSCTLS} == before

@@ -28,13 +28,13 @@ pacific-node and by `ip netns`.
 
 The kubelet rewrites host sysctls (vm.overcommit_memory, vm.panic_on_oom,
 kernel.panic, kernel.panic_on_oops, kernel.keys.root_max*): their values are saved
-before the first kubelet of any sandbox starts and restored when the last one goes.
+before the first kubelet of any sandbox starts and restored when the last one goes
+(pacific.sandbox.k8s.hoststate, with the nodes' cgroups and mount points).
 """
 from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -44,9 +44,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from pacific import names
 from pacific.sandbox import netns as sbnetns
-from pacific.sandbox.k8s import bins, images
+from pacific.sandbox.k8s import bins, hoststate, images
 from pacific.sandbox.proc import SandboxError, alive, run
 
 if TYPE_CHECKING:
@@ -64,10 +63,6 @@ SHIM_SOCKET_DIR = "/run/containerd/s"
 # bind-mounted over them in its mount namespace (host dir -> dir under <node>/kubelet/)
 PRIVATE_DIRS = {"/var/log/pods": "log/pods", "/var/log/containers": "log/containers",
                 "/var/lib/kubelet": "var-lib-kubelet"}
-SYSCTLS = ("vm.overcommit_memory", "vm.panic_on_oom", "kernel.panic", "kernel.panic_on_oops",
-           "kernel.keys.root_maxkeys", "kernel.keys.root_maxbytes")
-SYSCTL_SAVE = ".kubelet-sysctl.json"       # in the sandboxes' base directory
-MARKER = ".kubelet"                        # in a sandbox directory: it runs kubelets
 NEEDED = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "unshare", "nsenter")
 
 
@@ -178,136 +173,6 @@ exec {CNI_PLUGINS}/loopback
 """
 
 
-def _write(path: str, data: str, mode: int = 0o644) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------- cgroups
-def _hierarchies() -> list[str]:
-    out = []
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            dev, mnt, fstype = line.split()[:3]
-            if fstype in ("cgroup", "cgroup2"):
-                out.append(mnt)
-    return out
-
-
-def make_cgroups(root: str) -> None:
-    for h in _hierarchies():
-        d = h + root
-        os.makedirs(d, exist_ok=True)
-        for f in ("cpuset.cpus", "cpuset.mems"):   # cpuset children start empty
-            src, dst = os.path.join(h, f), os.path.join(d, f)
-            if os.path.exists(dst):
-                with open(dst) as cur:
-                    if cur.read().strip():
-                        continue
-                with open(src) as s, open(dst, "w") as t:
-                    t.write(s.read().strip())
-
-
-def cgroup_pids(root: str) -> set[int]:
-    pids: set[int] = set()
-    for h in _hierarchies():
-        for dirpath, _dirs, files in os.walk(h + root):
-            if "cgroup.procs" in files:
-                try:
-                    with open(os.path.join(dirpath, "cgroup.procs")) as f:
-                        pids.update(int(x) for x in f.read().split())
-                except OSError:
-                    pass
-    return pids
-
-
-def remove_cgroups(root: str) -> list[str]:
-    left = []
-    for h in _hierarchies():
-        top = h + root
-        if not os.path.isdir(top):
-            continue
-        for dirpath, _dirs, _files in sorted(os.walk(top, topdown=False),
-                                             key=lambda w: -w[0].count("/")):
-            try:
-                os.rmdir(dirpath)
-            except OSError as e:
-                left.append(f"{dirpath}: {e.strerror}")
-    return left
-
-
-# ---------------------------------------------------------------------- sysctls
-def _read_sysctl(key: str) -> str | None:
-    try:
-        with open("/proc/sys/" + key.replace(".", "/")) as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def save_sysctls(base: str) -> None:
-    path = os.path.join(base, SYSCTL_SAVE)
-    if not os.path.exists(path):
-        _write(path, json.dumps({k: _read_sysctl(k) for k in SYSCTLS}))
-
-
-def restore_sysctls(base: str) -> None:
-    """Put back the saved values once no sandbox with kubelets is left."""
-    path = os.path.join(base, SYSCTL_SAVE)
-    if not os.path.exists(path) or glob.glob(os.path.join(base, "*", MARKER)):
-        return
-    with open(path) as f:
-        saved = json.load(f)
-    for k, v in saved.items():
-        if v is not None and _read_sysctl(k) != v:
-            try:
-                with open("/proc/sys/" + k.replace(".", "/"), "w") as f:
-                    f.write(v)
-                log.info("restored %s = %s", k, v)
-            except OSError as e:
-                log.warning("cannot restore %s = %s: %s", k, v, e)
-    os.unlink(path)
-
-
-# ---------------------------------------------------------------------- start
-CREATED = ".kubelet-created"                # in the base directory: host dirs we made
-
-
-def _make_mountpoints(base: str, binds: dict) -> None:
-    """Host directories bind-mounted over in a node's mount namespace must exist;
-    the ones made here are removed with the last kubelet sandbox."""
-    made = []
-    for d, src in binds.items():
-        os.makedirs(src, exist_ok=True)
-        x = d
-        while not os.path.exists(x):     # every directory made, deepest first
-            made.append(x)
-            x = os.path.dirname(x)
-        os.makedirs(d, exist_ok=True)
-    if made:
-        with open(os.path.join(base, CREATED), "a") as f:
-            f.write("".join(f"{d}\n" for d in made))
-
-
-def _remove_mountpoints(base: str) -> None:
-    path = os.path.join(base, CREATED)
-    try:
-        with open(path) as f:
-            made = [line.strip() for line in f if line.strip()]
-    except FileNotFoundError:
-        return
-    for d in made:
-        try:
-            os.rmdir(d)
-        except OSError as e:
-            log.warning("%s not removed: %s", d, e.strerror)
-    os.unlink(path)
-
-
 def _ctr(p: Paths, *args: str, timeout: float = 60) -> str:
     return run(["ctr", "--address", p.socket, "--namespace", "k8s.io", *args],
                timeout=timeout).stdout
@@ -330,14 +195,14 @@ def start_containerd(sb: "Sandbox", node, image_paths: dict) -> None:
               p.cni_conf_dir, p.cni_bin_dir, *(os.path.join(p.base, x)
                                               for x in PRIVATE_DIRS.values())):
         os.makedirs(d, exist_ok=True)
-    _write(p.containerd_config, containerd_config(p, registry_address(sb)))
-    _write(os.path.join(p.cni_bin_dir, "loopback"), loopback_wrapper(p), 0o755)
+    hoststate.write_file(p.containerd_config, containerd_config(p, registry_address(sb)))
+    hoststate.write_file(os.path.join(p.cni_bin_dir, "loopback"), loopback_wrapper(p), 0o755)
     if sb.daemon_pid(containerd_tag(node)) is None:
         binds = {d: os.path.join(p.base, sub) for d, sub in PRIVATE_DIRS.items()}
         if getattr(sb, "deploy", False):     # deploy/node.yaml's hostPaths: this node's dirs
             from pacific.sandbox.k8s import deploy
             binds.update(deploy.host_dirs(node))
-        _make_mountpoints(os.path.dirname(sb.dir), binds)
+        hoststate.make_mountpoints(os.path.dirname(sb.dir), binds)
         mounts = " && ".join(f"mount --bind {src} {d}" for d, src in binds.items())
         # `/` shared in this namespace only (root's stays private): containerd refuses
         # mountPropagation HostToContainer on a path whose mount is neither shared
@@ -375,8 +240,8 @@ def start_kubelet(sb: "Sandbox", node) -> None:
     kubeconfig = cp.kubeconfig(f"kubelet-{node.name}", f"system:node:{node.name}",
                                server=k8s.underlay_url(sb))
     import yaml
-    _write(p.kubelet_config, yaml.safe_dump(kubelet_config(sb, node, p, cp.pki.ca_crt)))
-    make_cgroups(p.cgroup_root)
+    hoststate.write_file(p.kubelet_config, yaml.safe_dump(kubelet_config(sb, node, p, cp.pki.ca_crt)))
+    hoststate.make_cgroups(p.cgroup_root)
     cpid = sb.daemon_pid(containerd_tag(node))
     if cpid is None:
         raise SandboxError(f"containerd of {node.name} is not running")
@@ -396,8 +261,8 @@ def start_all(sb: "Sandbox", timeout: float = 60.0) -> None:
     from pacific.kube import resources as r
     from pacific.sandbox.k8s import sandbox as k8s
     check_host()
-    _write(os.path.join(sb.dir, MARKER), "kubelet nodes\n")
-    save_sysctls(os.path.dirname(sb.dir))
+    hoststate.write_file(os.path.join(sb.dir, hoststate.MARKER), "kubelet nodes\n")
+    hoststate.save_sysctls(os.path.dirname(sb.dir))
     paths = images.build(os.path.join(sb.dir, "images"))
     t0 = time.time()
     start_registry(sb, paths)
@@ -445,7 +310,7 @@ def wait_ready(sb: "Sandbox", timeout: float = 90.0) -> None:
 def pod_pids(sb: "Sandbox", node_name: str, uid: str) -> list[int]:
     """Processes of a pod (the pause process first when it can be told)."""
     p = Paths(sb, sb.node(node_name))
-    for h in _hierarchies():
+    for h in hoststate.hierarchies():
         top = h + p.cgroup_root
         for d in glob.glob(os.path.join(top, "kubepods", f"pod{uid}")) + \
                 glob.glob(os.path.join(top, "kubepods", "*", f"pod{uid}")):
@@ -466,7 +331,7 @@ def pod_sandbox_id(sb: "Sandbox", node_name: str, uid: str, containers=()) -> st
     container cgroup of the pod that is none of its containers."""
     p = Paths(sb, sb.node(node_name))
     known = {c.split("://", 1)[-1] for c in containers}
-    for h in _hierarchies():
+    for h in hoststate.hierarchies():
         top = h + p.cgroup_root
         for d in glob.glob(os.path.join(top, "kubepods", f"pod{uid}")) + \
                 glob.glob(os.path.join(top, "kubepods", "*", f"pod{uid}")):
@@ -549,7 +414,7 @@ def cleanup(sb: "Sandbox") -> int:
     left (shims, pod processes, pod namespaces, shim sockets, cgroups, mounts)
     goes, and the host sysctls come back once no kubelet sandbox is left.
     Returns how many processes it stopped."""
-    if not os.path.exists(os.path.join(sb.dir, MARKER)):
+    if not os.path.exists(os.path.join(sb.dir, hoststate.MARKER)):
         return 0
     stopped = 0
     all_paths = [Paths(sb, n) for n in sb.nodes]
@@ -557,7 +422,7 @@ def cleanup(sb: "Sandbox") -> int:
     for _ in range(3):          # a shim may start a container while we kill
         pids = set(_shim_pids(sockets))
         for p in all_paths:
-            pids |= cgroup_pids(p.cgroup_root)
+            pids |= hoststate.cgroup_pids(p.cgroup_root)
         if not pids:
             break
         stopped += _kill_all(pids)
@@ -580,21 +445,21 @@ def cleanup(sb: "Sandbox") -> int:
                     os.unlink(_shim_socket(p.socket, "k8s.io", tid))
                 except FileNotFoundError:
                     pass
-        left = remove_cgroups(p.cgroup_root)
+        left = hoststate.remove_cgroups(p.cgroup_root)
         if left:
             log.warning("cgroups left: %s", "; ".join(left[:5]))
     for mnt in sorted(_mounts_under(sb.dir), key=len, reverse=True):
         subprocess.run(["umount", "-l", mnt], capture_output=True)
     if _mounts_under(sb.dir):
         raise SandboxError(f"mounts left under {sb.dir}: {_mounts_under(sb.dir)[:5]}")
-    os.unlink(os.path.join(sb.dir, MARKER))
+    os.unlink(os.path.join(sb.dir, hoststate.MARKER))
     base = os.path.dirname(sb.dir)
-    if not glob.glob(os.path.join(base, "*", MARKER)):
+    if not glob.glob(os.path.join(base, "*", hoststate.MARKER)):
         for d in (SHIM_SOCKET_DIR, os.path.dirname(SHIM_SOCKET_DIR)):
             try:
                 os.rmdir(d)
             except OSError:
                 pass
-        _remove_mountpoints(base)
-    restore_sysctls(base)
+        hoststate.remove_mountpoints(base)
+    hoststate.restore_sysctls(base)
     return stopped
