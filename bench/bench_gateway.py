@@ -22,22 +22,23 @@ A 3-node sandbox with the whole stack.  Three parts:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e")
+sys.path.insert(0, E2E)     # the failover sample the e2e tests take, measured the same way
 
 from pacific import names  # noqa: E402
 from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
 from pacific.sandbox import cnipods  # noqa: E402
 from pacific.sandbox.cluster import Sandbox  # noqa: E402
+from gateway_fixtures import cut_link, failover_sample, restore_link  # noqa: E402
 
-NETCHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e",
-                        "netcheck.py")
+NETCHECK = os.path.join(E2E, "netcheck.py")
 PORT = 7373
 
 
@@ -83,32 +84,55 @@ def lines(proc):
             for t, _, who in (ln.partition(" ") for ln in out.splitlines())]
 
 
+def through(sb, netns, n=8, timeout=30):
+    """The gateway node n new connections in a row leave through (the outside
+    sees its address)."""
+    by_ip = {node.underlay_ip: node.name for node in sb.nodes}
+
+    def ask():
+        cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", sb.external_remote_ip,
+                             str(PORT), "1"], check=False)
+        return by_ip.get(cp.stdout.strip().split()[-1]) if cp.returncode == 0 else None
+    end = time.monotonic() + timeout
+    while True:
+        seen = {ask() for _ in range(n)}
+        if len(seen) == 1 and None not in seen:
+            return seen.pop()
+        if time.monotonic() > end:
+            raise SystemExit(f"timed out waiting for egress through one gateway (saw {seen})")
+
+
 def failovers(sb, api, netns, rounds):
-    ips = {sb.node(n).underlay_ip: n for n in ("node1", "node2")}
+    """(baseline, outages, disturbed): a round whose outage an ovs-vswitchd crash
+    fell into (OVS 3.1.0's userspace conntrack, docs/egress.md "Known limits")
+    is counted in `disturbed` and taken again."""
     base = lines(watch(sb, netns, 3))
     ok = [t for t, who in base if who]
     baseline = max(b - a for a, b in zip(ok, ok[1:]))
-    outages = []
-    for k in range(rounds):
-        gw = active(api, "bench-gw")
-        other = "node2" if gw == "node1" else "node1"
+    outages, disturbed = [], 0
+    while len(outages) < rounds:
         wait(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 30, "BFD up")
-        proc = watch(sb, netns, 4)
-        time.sleep(1.0)                                   # answers through the active gateway
-        cut = time.monotonic()
-        subprocess.run(["ip", "netns", "exec", sb.node(gw).netns, "ip", "link", "set", "eth0",
-                        "down"], check=True)
-        got = lines(proc)
-        subprocess.run(["ip", "netns", "exec", sb.node(gw).netns, "ip", "link", "set", "eth0",
-                        "up"], check=True)
-        subprocess.run(["ip", "netns", "exec", sb.node(gw).netns, "ip", "route", "replace",
-                        "default", "via", sb.external_ip], check=True)
-        last_old = max(t for t, who in got if who and ips.get(who) == gw)
-        first_new = min(t for t, who in got if who and ips.get(who) == other and t > cut)
-        outages.append(first_new - max(last_old, cut - 0.02))
+        gw = through(sb, netns)                       # the gateway the traffic passes now
+        other = "node2" if gw == "node1" else "node1"
+        try:
+            s = failover_sample(sb, netns, sb.external_remote_ip, PORT, lambda: cut_link(sb, gw),
+                                old=lambda who: who.endswith(sb.node(gw).underlay_ip),
+                                new=lambda who: who.endswith(sb.node(other).underlay_ip),
+                                seconds=8)
+        finally:
+            restore_link(sb, gw)
+        if s.crashes:
+            disturbed += 1
+            print(f"  ({gw} -> {other}: {s.outage * 1000:.0f} ms, an ovs-vswitchd crash inside "
+                  f"the outage: taken again)", flush=True)
+            if disturbed > rounds:
+                raise SystemExit("more disturbed rounds than rounds asked for")
+            continue
+        outages.append(s.outage)
         wait(lambda: active(api, "bench-gw") == other, 30, "status following")
-        print(f"  failover {k + 1}: {gw} -> {other}: {outages[-1] * 1000:.0f} ms", flush=True)
-    return baseline, outages
+        print(f"  failover {len(outages)}: {gw} -> {other}: {s.outage * 1000:.0f} ms"
+              + (" (an ovs-vswitchd crash after it)" if s.later else ""), flush=True)
+    return baseline, outages, disturbed
 
 
 def gateway_versions(sb):
@@ -156,8 +180,9 @@ def main() -> int:
         if args.failovers:
             print(f"1. failover outage, {args.failovers} failovers (link of the active gateway "
                   "cut)", flush=True)
-            baseline, outages = failovers(sb, api, netns, args.failovers)
-            print(f"   baseline (nothing cut): longest gap {baseline * 1000:.0f} ms")
+            baseline, outages, disturbed = failovers(sb, api, netns, args.failovers)
+            print(f"   baseline (nothing cut): longest gap {baseline * 1000:.0f} ms; rounds "
+                  f"taken again for a crash inside the outage: {disturbed}")
             print(f"   outage: p50 {pct(outages, 50) * 1000:.0f} ms, "
                   f"max {max(outages) * 1000:.0f} ms", flush=True)
 

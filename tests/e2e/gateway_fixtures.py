@@ -88,7 +88,10 @@ def failover_sample(sb, netns: str, dest: str, port: int, fault, old, new,
         watch.wait()
     lines = [(float(t), who) for t, _, who in (ln.partition(" ") for ln in out.splitlines())]
     after = [t for t, who in lines if t > cut_at and new(who)]
-    assert after, f"never answered the new way after the fault: {out[-400:]}"
+    if not after:            # a crash that lasted the whole probe is a disturbed sample too
+        crashes = vswitchd_crashes(sb, since)
+        assert crashes, f"never answered the new way after the fault: {out[-400:]}"
+        return Sample(float("inf"), out, since, crashes, [])
     before = [t for t, who in lines if old(who) and t < after[0]]
     outage = after[0] - max(max(before, default=cut_at), cut_at - 0.02)
     first_new = since + (after[0] - cut_at)             # as time.time()
