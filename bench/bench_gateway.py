@@ -36,7 +36,8 @@ from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
 from pacific.sandbox import cnipods  # noqa: E402
 from pacific.sandbox.cluster import Sandbox  # noqa: E402
-from gateway_fixtures import cut_link, failover_sample, restore_link  # noqa: E402
+from gateway_fixtures import (bfd_up, cut_link, failover_sample, restore_link,  # noqa: E402
+                              steady_gateway)
 
 NETCHECK = os.path.join(E2E, "netcheck.py")
 PORT = 7373
@@ -66,12 +67,6 @@ def wait(pred, timeout, what):
         time.sleep(0.05)
 
 
-def bfd_up(sb, node, peer):
-    cp = subprocess.run(["ovs-vsctl", f"--db=unix:{sb.node(node).db_sock}", "get", "Interface",
-                         f"ovn-{peer}-0", "bfd_status:state"], capture_output=True, text=True)
-    return cp.returncode == 0 and cp.stdout.strip().strip('"') == "up"
-
-
 def watch(sb, netns, seconds):
     return subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, NETCHECK, "watch", "tcp",
                              sb.external_remote_ip, str(PORT), str(seconds), "0.02", "0.2"],
@@ -84,24 +79,6 @@ def lines(proc):
             for t, _, who in (ln.partition(" ") for ln in out.splitlines())]
 
 
-def through(sb, netns, n=8, timeout=30):
-    """The gateway node n new connections in a row leave through (the outside
-    sees its address)."""
-    by_ip = {node.underlay_ip: node.name for node in sb.nodes}
-
-    def ask():
-        cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", sb.external_remote_ip,
-                             str(PORT), "1"], check=False)
-        return by_ip.get(cp.stdout.strip().split()[-1]) if cp.returncode == 0 else None
-    end = time.monotonic() + timeout
-    while True:
-        seen = {ask() for _ in range(n)}
-        if len(seen) == 1 and None not in seen:
-            return seen.pop()
-        if time.monotonic() > end:
-            raise SystemExit(f"timed out waiting for egress through one gateway (saw {seen})")
-
-
 def failovers(sb, api, netns, rounds):
     """(baseline, outages, disturbed): a round whose outage an ovs-vswitchd crash
     fell into (OVS 3.1.0's userspace conntrack, docs/egress.md "Known limits")
@@ -112,7 +89,7 @@ def failovers(sb, api, netns, rounds):
     outages, disturbed = [], 0
     while len(outages) < rounds:
         wait(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 30, "BFD up")
-        gw = through(sb, netns)                       # the gateway the traffic passes now
+        gw = steady_gateway(sb, netns, PORT)          # the gateway the traffic passes now
         other = "node2" if gw == "node1" else "node1"
         try:
             s = failover_sample(sb, netns, sb.external_remote_ip, PORT, lambda: cut_link(sb, gw),

@@ -10,6 +10,7 @@ import sys
 import time
 
 from pacific.sandbox import bringup
+from pacific.sandbox.proc import wait_for
 
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 
@@ -42,6 +43,24 @@ def bfd_up(sb, node, peer) -> bool:
                                       "get", "Interface", f"ovn-{peer}-0", "bfd_status:state"],
                  check=False)
     return cp.returncode == 0 and cp.stdout.strip().strip('"') == "up"
+
+
+def ask_outside(sb, netns: str, port: int, timeout: float = 1.0) -> str | None:
+    """The source address the external host saw for one new TCP connection from
+    the pod in `netns` to its `port`, or None when none came through."""
+    cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", sb.external_remote_ip, str(port),
+                         str(timeout)], check=False)
+    return cp.stdout.strip().split()[-1] if cp.returncode == 0 else None
+
+
+def steady_gateway(sb, netns: str, port: int, n: int = 8, timeout: float = 30) -> str:
+    """The gateway node n new connections in a row leave through."""
+    by_ip = {node.underlay_ip: node.name for node in sb.nodes}
+
+    def steady():
+        seen = {ask_outside(sb, netns, port) for _ in range(n)}
+        return len(seen) == 1 and by_ip.get(seen.pop())
+    return wait_for(steady, timeout, "egress through one gateway", interval=0.2)
 
 
 def cut_link(sb, node: str) -> None:

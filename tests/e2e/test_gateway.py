@@ -16,8 +16,9 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
-from gateway_fixtures import (OUTAGE_BOUND, Sample, bfd_up, cut_link, failover_sample,
-                              priorities, restore_link, undisturbed)
+from gateway_fixtures import (OUTAGE_BOUND, Sample, ask_outside, bfd_up, cut_link,
+                              failover_sample, priorities, restore_link, steady_gateway,
+                              undisturbed)
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -29,24 +30,12 @@ NS, SUBNET, CIDR, PORT = "egw", "egw-central", "10.65.0.0/24", 7272
 
 
 def ask(sb, netns, timeout=1.0):
-    cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", sb.external_remote_ip, str(PORT),
-                         str(timeout)], check=False)
-    return cp.stdout.strip().split()[-1] if cp.returncode == 0 else None
+    return ask_outside(sb, netns, PORT, timeout)
 
 
 def status(api) -> dict:
     return ((r.get(api, r.SUBNETS, SUBNET) or {}).get("status") or {}).get(
         names.STATUS_EGRESS) or {}
-
-
-def steady_gateway(sb, netns, n: int = 8, timeout: float = 30) -> str:
-    """The gateway node n new connections in a row leave through."""
-    by_ip = {node.underlay_ip: node.name for node in sb.nodes}
-
-    def steady():
-        seen = {ask(sb, netns) for _ in range(n)}
-        return len(seen) == 1 and by_ip.get(seen.pop())
-    return wait_until(steady, timeout, interval=0.2, what="egress through one gateway")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +73,7 @@ def test_pods_on_every_node_leave_through_the_active_gateway(env):
     for name, netns in pods.items():   # the gateway's rows may come after the pod's
         wait_until(lambda netns=netns: ask(sb, netns) == node1, 30, interval=0.3,
                    what=f"{name} leaving through gateway node1")
-        assert steady_gateway(sb, netns) == "node1"
+        assert steady_gateway(sb, netns, PORT) == "node1"
     st = wait_until(lambda: status(api).get("active") == "node1" and status(api), 20,
                     what="status naming the active gateway")
     assert st["nodes"] == ["node1", "node2"] and st["since"]
@@ -107,7 +96,7 @@ def sample(sb, netns, fault, cut: list) -> Sample:
     to it (gw appended to `cut`), measured from the pod in `netns`."""
     wait_until(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 20,
                what="BFD up between node3 and the gateways")   # the standby is ready
-    gw = steady_gateway(sb, netns)
+    gw = steady_gateway(sb, netns, PORT)
     other = "node2" if gw == "node1" else "node1"
     cut.append(gw)
     return failover_sample(sb, netns, sb.external_remote_ip, PORT, lambda: fault(gw),
@@ -139,7 +128,7 @@ def test_the_gateway_fails_over_in_under_a_second_and_does_not_flap_back(env):
             restore_link(sb, cut[-1])
     # the old gateway back: egress settles on one gateway again (which one: see
     # docs/egress.md, OVN may hand the port back to the node of highest priority it saw last)
-    settled = steady_gateway(sb, netns)
+    settled = steady_gateway(sb, netns, PORT)
     print(f"with {cut[-1]} back, the Subnet leaves through {settled}")
 
 
@@ -165,7 +154,7 @@ def test_a_killed_gateway_fails_over_in_under_a_second(env):
     finally:
         if cut:
             restart(cut[-1])
-    print(f"with {cut[-1]} back, the Subnet leaves through {steady_gateway(sb, netns)}")
+    print(f"with {cut[-1]} back, the Subnet leaves through {steady_gateway(sb, netns, PORT)}")
 
 
 def test_no_gateway_available_leaks_nothing(env):
