@@ -56,8 +56,10 @@ def iperf(sb, api, src, dst, udp_mbps=None, seconds=3) -> float:
         wait(lambda: sb.exec(netns(sb, dst), ["ss", "-Hltn", f"sport = :{port}"]).stdout.strip(),
              10, f"iperf3 server in {dst}")
         argv = ["iperf3", "-c", ip_of(api, dst), "-p", port, "-t", str(seconds), "-O", "1", "--json"]
-        if udp_mbps:
-            argv += ["-u", "-b", f"{udp_mbps}M"]
+        if udp_mbps:   # a 2 MB socket buffer (rmem_max here: 4 MB): an iperf3 receiver
+            # descheduled for more than the default buffer's ~17 ms at 100 Mbit/s on
+            # the loaded 2 cores dropped what the limiter had let through
+            argv += ["-u", "-b", f"{udp_mbps}M", "-w", "2M"]
         out = sb.exec(netns(sb, src), argv, check=False, timeout=seconds + 30)
         assert out.returncode == 0, f"iperf3 {src} -> {dst}: {out.stdout[-800:]} {out.stderr}"
     finally:
