@@ -34,7 +34,7 @@ def register(sub):
     p = sub.add_parser(
         "demo", help="bring up the sandbox cluster and show pods talking",
         description="Bring up the sandbox (etcd, kube-apiserver, kube-controller-manager, "
-                    "kube-scheduler, a pod runner per node, 2 controllers, node daemons), create two "
+                    "kube-scheduler, a containerd and a kubelet per node, 2 controllers, node daemons), create two "
                     "namespaces bound to two subnets, a Deployment spread over the nodes and two "
                     "pods (one with a fixed address), print a connectivity matrix and how to explore with kubectl. "
                     "Idempotent; stop everything with `pacific sandbox down`.")

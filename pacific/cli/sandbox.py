@@ -20,10 +20,10 @@ A real multi-node OVN cluster network on this machine, in network namespaces:
   {names.SANDBOX_NETNS_PREFIX}-NAME-nodeI    ovsdb-server, ovs-vswitchd (netdev), ovn-controller
   {names.SANDBOX_NETNS_PREFIX}-NAME-ext      the "outside world" on the underlay
 and, unless --bare, Kubernetes and Pacific on top: etcd, kube-apiserver,
-kube-controller-manager and kube-scheduler (v1.20.2, built by `make setup`), a pod
-runner per node (it registers the Node and runs the pods bound to it through the
-node's CNI configuration, as a kubelet does), two leader-elected
-pacific-controller replicas and a pacific-node per node
+kube-controller-manager and kube-scheduler (v1.20.2, built by `make setup`), a
+containerd and a kubelet per node (its pods plumbed by Pacific's CNI plugin;
+`up --pod-runner`: a lighter pod runner instead, no containers), two
+leader-elected pacific-controller replicas and a pacific-node per node
 (`pacific sandbox kubeconfig` tells kubectl where the API is).
 Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.SANDBOX_DIR})/NAME/.
 Needs root."""

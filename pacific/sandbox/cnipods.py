@@ -137,8 +137,15 @@ def add_pod(sb, namespace: str, name: str, node: str | None = None,
         raise
 
 
+def _ready(status: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in status.get("conditions") or [])
+
+
 def wait_running(sb, api, namespace: str, name: str, uid: str, timeout: float) -> SandboxPod:
-    """Until the runner reports the pod Running (PodError on FailedCreatePodSandBox)."""
+    """Until the kubelet (or runner) reports the pod Running and Ready, as the
+    Endpoints controller reads it, so a Service made next lists it at once
+    (PodError on FailedCreatePodSandBox)."""
     from pacific.kube import resources as kr
     deadline = time.monotonic() + timeout
     checked_events = 0.0
@@ -148,7 +155,8 @@ def wait_running(sb, api, namespace: str, name: str, uid: str, timeout: float) -
             raise PodError(f"pod {namespace}/{name} was deleted while starting")
         rec = load(sb, namespace, name, api)
         st = pod.get("status") or {}
-        if rec is not None and rec.uid == uid and st.get("phase") == "Running" and st.get("podIP"):
+        if (rec is not None and rec.uid == uid and st.get("phase") == "Running"
+                and st.get("podIP") and _ready(st)):
             return rec
         if time.monotonic() > checked_events:
             checked_events = time.monotonic() + 0.5
@@ -159,8 +167,8 @@ def wait_running(sb, api, namespace: str, name: str, uid: str, timeout: float) -
                 raise PodError(f"pod {namespace}/{name}: {failed[-1].get('message')}")
         if time.monotonic() > deadline:
             where = (pod.get("spec") or {}).get("nodeName") or "no node (not scheduled)"
-            raise PodError(f"pod {namespace}/{name} not Running after {timeout:.0f} s "
-                           f"(on {where}, phase {st.get('phase')})")
+            raise PodError(f"pod {namespace}/{name} not Running and Ready after {timeout:.0f} s "
+                           f"(on {where}, phase {st.get('phase')}, ready {_ready(st)})")
         time.sleep(0.05)
 
 

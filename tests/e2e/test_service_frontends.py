@@ -73,11 +73,18 @@ def node_port(api, name, index=0):
     return r.get(api, r.SERVICES, name, NS)["spec"]["ports"][index]["nodePort"]
 
 
+def endpoint_ips(api, name) -> set[str]:
+    ep = r.get(api, r.ENDPOINTS, name, NS) or {}
+    return {a["ip"] for s in ep.get("subsets") or [] for a in s.get("addresses") or []}
+
+
 def test_a_node_port_on_every_node_reaches_the_endpoints(env):
     sb, api, joins = env
     r.create(api, r.SERVICES, svc("np", [
         {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"},
         {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}]), NS)
+    # Kubernetes lists both ready endpoints before the spread is checked
+    wait_until(lambda: len(endpoint_ips(api, "np")) == 2, 20, what="both endpoints listed")
     tcp, udp = node_port(api, "np", 0), node_port(api, "np", 1)
     for node in sb.nodes:
         wait_until(lambda: ask(sb, sb.external_netns, "tcp", node.underlay_ip, tcp)[0] == 0, 20,
