@@ -1,6 +1,6 @@
 """Centralized egress gateway benchmark.
 
-    .venv/bin/python bench/bench_gateway.py [--failovers 10] [--subnets 100] [--pods 100]
+    .venv/bin/python bench/bench_gateway.py [--failovers 10] [--subnets 100] [--pods 100] [--keep]
 
 A 3-node sandbox with the whole stack.  Three parts:
 
@@ -137,11 +137,13 @@ def main() -> int:
     ap.add_argument("--failovers", type=int, default=10)
     ap.add_argument("--subnets", type=int, default=100)
     ap.add_argument("--pods", type=int, default=100)
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the sandbox up when a part fails, to inspect it")
     args = ap.parse_args()
     sb = Sandbox(f"bg{os.getpid() % 10000}", nodes=3)
     print(f"sandbox {sb.name}: 3 nodes", flush=True)
     sb.up()
-    server = None
+    server, failed = None, True
     try:
         api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
         r.create(api, r.NAMESPACES, {"metadata": {"name": "bench-gw"}})
@@ -190,10 +192,14 @@ def main() -> int:
         took = time.perf_counter() - t0
         print(f"   created in {created:.1f} s; every gateway bound on a chassis (status) after "
               f"{took:.1f} s", flush=True)
+        failed = False
     finally:
         if server:
             server.kill()
-        sb.down()
+        if failed and args.keep:
+            print(f"left sandbox {sb.name} up (--keep); `pacific sandbox down --name {sb.name}`")
+        else:
+            sb.down()
     return 0
 
 
