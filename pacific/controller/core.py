@@ -26,6 +26,7 @@ from pacific.controller import metrics, topology
 from pacific.controller.config import Config
 from pacific.controller.feature import Feature, merge_informer_specs
 from pacific.controller.lagprobe import LagProbe
+from pacific.controller.transit import TransitNetworks
 from pacific.kube import resources as r
 from pacific.kube.informer import Informer
 from pacific.kube.workqueue import run_workers
@@ -46,6 +47,7 @@ class Controller:
         self.nb = nb_api
         self.ipam = metrics.MeteredIPAM()
         self.ipam_lock = threading.RLock()
+        self.transit = TransitNetworks()   # the egress gateways' /24s (transit.py)
         self.writer = metrics.MeteredNBWriter(nb_api, max_batch=cfg.batch_max,
                                               max_delay=cfg.batch_delay, batch=cfg.batch)
         self.features: list[Feature] = [cls(self) for cls in (features or FEATURES)]

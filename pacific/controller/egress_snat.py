@@ -31,6 +31,7 @@ from pacific import contract, egressip, exposure, names
 from pacific.controller import gateway, model
 from pacific.controller.feature import Feature
 from pacific.controller.service import service_informers
+from pacific.controller.transit import transit
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 from pacific.ovn import gateway as gw
@@ -127,10 +128,7 @@ class EgressSnatFeature(Feature):
             if have or ensure.address_set_addresses(self.ctl.nb, as_name) is not None:
                 self._remove(key, sw, lrp, as_name)
             return
-        index = gateway.transit_index(have[0].networks) if have else None
-        if index is None:
-            index = gateway.free_index(self.ctl.nb)
-        router_cidr, host_ip, mac = gateway.transit(index)
+        router_cidr, host_ip, mac = transit(self.ctl.transit.index(self.ctl.nb, lrp))
         nodes = gateway_nodes(self.ctl.informer("nodes").list())
         with self._lock:
             active = self._active.get(key)
@@ -164,6 +162,7 @@ class EgressSnatFeature(Feature):
         ], what=f"egress SNAT of service {key}: removed")
         self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
                             what=f"egress SNAT gateway group of service {key}: removed")
+        self.ctl.transit.release(lrp)
         LOG.info("service %s: no egress SNAT", key)
 
     def _report(self, key: str, problems: list[str]) -> None:

@@ -4,8 +4,8 @@ cluster through one of its `gatewayNodes`, which fail over in the data plane.
 Per such Subnet (key: its name; rows owned by the Subnet, rule
 "egress-gateway"):
 
-* a transit switch `egw:<subnet>` (a /24 of EGRESS_TRANSIT_CIDR: router .1,
-  gateway host .2) with a localnet port on the physical network
+* a transit switch `egw:<subnet>` (a /24 of EGRESS_TRANSIT_CIDR, controller/transit.py:
+  router .1, gateway host .2) with a localnet port on the physical network
   EGRESS_PHYSNET, which every node maps to its bridge `br-egress`, whose
   internal port `pegress0` is where the active gateway's host receives;
 * its router port `lrp:egw:<subnet>` on the cluster router, a distributed
@@ -33,13 +33,13 @@ active ranks first: a node that comes back does not take the traffic back
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import logging
 import threading
 
 from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
+from pacific.controller.transit import transit
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import ensure
@@ -54,22 +54,6 @@ CENTRALIZED = "centralized"
 def gateway_ids(subnet: str) -> dict:
     return {names.EXT_OWNER_KIND: names.OWNER_KIND_SUBNET, names.EXT_OWNER: subnet,
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
-
-
-def transit(index: int) -> tuple[str, str, str]:
-    """(router CIDR, host address, router MAC) of transit network `index`."""
-    net = list(ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR).subnets(new_prefix=24))[index]
-    return (f"{net.network_address + 1}/24", str(net.network_address + 2),
-            f"0e:00:64:41:{index:02x}:01")
-
-
-def transit_index(networks) -> int | None:
-    base = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR)
-    for n in networks or []:
-        iface = ipaddress.ip_interface(n)
-        if iface.ip in base:
-            return (int(iface.ip) - int(base.network_address)) >> 8
-    return None
 
 
 def centralized_spec(obj: dict | None) -> tuple[str | None, list[str]]:
@@ -105,17 +89,6 @@ def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str, mac: str, ids: di
             external_ids=ids, router_port=lrp),
         lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, policies),
     ]
-
-
-def free_index(nb) -> int:
-    """The lowest transit network no gateway (a Subnet's or a Service's) uses."""
-    used = {transit_index(row.networks) for row in nb.rows_owned(ensure.LRP)
-            if row.name.startswith(names.router_port_name(names.egress_switch_name("")))}
-    for i in range(len(list(ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR).subnets(
-            new_prefix=24)))):
-        if i not in used:
-            return i
-    raise RuntimeError(f"no free transit network left in {names.EGRESS_TRANSIT_CIDR}")
 
 
 def _now() -> str:
@@ -169,10 +142,7 @@ class GatewayFeature(Feature):
             return
         nodes = [n for n in asked if self.ctl.informer("nodes").get(n) is not None]
         missing = [n for n in asked if n not in nodes]
-        index = transit_index(have.networks) if have is not None else None
-        if index is None:
-            index = self._free_index()
-        router_cidr, host_ip, mac = transit(index)
+        router_cidr, host_ip, mac = transit(self.ctl.transit.index(self.ctl.nb, lrp))
         ranked = self._ranked(name, nodes)
         ids = gateway_ids(name)
         self.ctl.writer.run([
@@ -201,9 +171,6 @@ class GatewayFeature(Feature):
         return not ensure.router_policies_are(self.ctl.nb, names.CLUSTER_ROUTER,
                                               gateway_ids(name), [])
 
-    def _free_index(self) -> int:
-        return free_index(self.ctl.nb)
-
     def _remove(self, name: str, sw: str, lrp: str) -> None:
         self.ctl.writer.run([
             lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER,
@@ -215,6 +182,7 @@ class GatewayFeature(Feature):
         # the deleted port, so not in the same transaction)
         self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
                             what=f"gateway chassis group of subnet {name}: removed")
+        self.ctl.transit.release(lrp)
         with self._lock:
             self._active.pop(name, None)
         obj = self.ctl.informer("subnets").get(name)

@@ -169,3 +169,39 @@ def test_no_gateway_available_leaks_nothing(env):
     finally:
         r.patch_merge(api, r.SUBNETS, SUBNET, {"spec": {"gatewayNodes": ["node1", "node2"]}})
     wait_until(lambda: ask(sb, pods["g3"]) is not None, 20, what="egress back")
+
+
+def test_subnets_made_together_each_get_their_own_transit_network(env):
+    """Centralized Subnets created at once are reconciled on several workers:
+    each gets its own transit /24 (two once took the same one, and the
+    traffic of both broke), and the pods of each leave through a gateway."""
+    sb, api, _ = env
+    made = [(f"egw-many-{i}", f"10.66.{i}.0/24") for i in range(4)]
+    gateways = {sb.node(n).underlay_ip for n in ("node1", "node2")}
+    try:
+        for name, cidr in made:
+            r.create(api, r.NAMESPACES, {"metadata": {"name": name}})
+        for name, cidr in made:   # back to back: their reconciles overlap
+            r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                      "metadata": {"name": name},
+                                      "spec": {"cidrBlock": cidr, "namespaces": [name],
+                                               "natOutgoing": True, "gatewayType": "centralized",
+                                               "gatewayNodes": ["node1", "node2"]}})
+
+        def egress(name):
+            return ((r.get(api, r.SUBNETS, name) or {}).get("status") or {}).get(
+                names.STATUS_EGRESS) or {}
+        wait_until(lambda: all(egress(n).get("active") for n, _ in made), 60,
+                   what="every new gateway bound")
+        transit = [egress(n)["transit"] for n, _ in made]
+        assert len(set(transit)) == len(made), transit
+        for name, _ in made[:2]:
+            netns = cnipods.add_pod(sb, name, "p", "node3", api=api).netns
+            wait_until(lambda netns=netns: ask(sb, netns) in gateways, 30, interval=0.3,
+                       what=f"a pod of {name} leaving through its gateway")
+    finally:
+        for name, _ in made:
+            r.delete(api, r.NAMESPACES, name)
+            r.delete(api, r.SUBNETS, name)
+        wait_until(lambda: not any(r.get(api, r.SUBNETS, n) for n, _ in made), 60,
+                   what="the Subnets deleted")

@@ -183,10 +183,10 @@ class FakeNB:
         self.owned: list = []   # SimpleNamespace rows: table, name, external_ids, addresses, type
         self.ovsdb_connection = SimpleNamespace(lock=threading.Lock())
 
-    def rows_owned(self, table, kind, owner=None):
+    def rows_owned(self, table, kind=None, owner=None):
         from pacific import names
         return [row for row in self.owned if row.table == table
-                and row.external_ids.get(names.EXT_OWNER_KIND) == kind
+                and (kind is None or row.external_ids.get(names.EXT_OWNER_KIND) == kind)
                 and (owner is None or row.external_ids.get(names.EXT_OWNER) == owner)]
 
     def lookup(self, table, name, default=None):

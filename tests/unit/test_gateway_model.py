@@ -17,13 +17,6 @@ def subnet(name="audited", cidr="10.70.0.0/24", gtype="centralized", nodes=("nod
             "status": {"cidrBlock": cidr, **(status or {})}}
 
 
-def test_transit_networks_are_24s_of_the_transit_cidr():
-    assert gateway.transit(0) == ("100.65.0.1/24", "100.65.0.2", "0e:00:64:41:00:01")
-    assert gateway.transit(7) == ("100.65.7.1/24", "100.65.7.2", "0e:00:64:41:07:01")
-    assert gateway.transit_index(["100.65.7.1/24"]) == 7
-    assert gateway.transit_index(["10.16.0.1/16"]) is None
-
-
 def test_only_applied_centralized_subnets_have_a_gateway():
     assert gateway.centralized_spec(subnet()) == ("10.70.0.0/24", ["node1", "node2"])
     assert gateway.centralized_spec(subnet(gtype="distributed")) == (None, [])

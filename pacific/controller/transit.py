@@ -1,0 +1,72 @@
+"""Transit networks of the egress gateways: one /24 of EGRESS_TRANSIT_CIDR per
+gateway, a centralized Subnet's (controller/gateway.py) or a Service's egress
+SNAT (controller/egress_snat.py): router port .1, the gateway host .2, and a
+router MAC made from the network's index.
+
+Both features reconcile on several workers at once, and a router port reaches
+the NB replica only once its transaction has committed, so a free network is
+not read from NB alone (two Subnets created together took the same /24, the
+same router address and MAC): `TransitNetworks` hands indexes out under one
+lock and remembers each one it handed out until its port is removed.  A port
+that shares its network with another one (as such a race left them) moves to a
+free network; the port whose name sorts first keeps it.
+"""
+from __future__ import annotations
+
+import ipaddress
+import threading
+
+from pacific import names
+from pacific.ovn import ensure
+
+_BASE = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR)
+COUNT = 2 ** (24 - _BASE.prefixlen)
+PORT_PREFIX = names.router_port_name(names.egress_switch_name(""))
+
+
+def transit(index: int) -> tuple[str, str, str]:
+    """(router CIDR, host address, router MAC) of transit network `index`."""
+    if not 0 <= index < COUNT:
+        raise ValueError(f"transit network {index} outside {names.EGRESS_TRANSIT_CIDR}")
+    net = _BASE.network_address + (index << 8)
+    return f"{net + 1}/24", str(net + 2), f"0e:00:64:41:{index:02x}:01"
+
+
+def transit_index(networks) -> int | None:
+    """The index of the transit network among a router port's `networks`."""
+    for n in networks or []:
+        iface = ipaddress.ip_interface(n)
+        if iface.ip in _BASE:
+            return (int(iface.ip) - int(_BASE.network_address)) >> 8
+    return None
+
+
+class TransitNetworks:
+    """Which transit network each gateway router port has: what NB shows,
+    plus what this controller handed out and NB may not show yet."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}       # router port -> index handed out
+
+    def index(self, nb, lrp: str) -> int:
+        """The transit network of router port `lrp`: the one it has unless
+        another port that sorts first has it too, else the lowest free one."""
+        with self._lock:
+            where = {row.name: transit_index(row.networks) for row in nb.rows_owned(ensure.LRP)
+                     if row.name.startswith(PORT_PREFIX)}
+            where.update(self._held)
+            mine = where.pop(lrp, None)
+            if mine is None or any(i == mine and n < lrp for n, i in where.items()):
+                taken = set(where.values())
+                mine = next((i for i in range(COUNT) if i not in taken), None)
+                if mine is None:
+                    raise RuntimeError(f"no free transit network left in "
+                                       f"{names.EGRESS_TRANSIT_CIDR} for {lrp}")
+            self._held[lrp] = mine
+            return mine
+
+    def release(self, lrp: str) -> None:
+        """`lrp` was removed: its network is free again."""
+        with self._lock:
+            self._held.pop(lrp, None)
