@@ -96,6 +96,9 @@ def failovers(sb, api, netns, rounds):
                                 old=lambda who: who.endswith(sb.node(gw).underlay_ip),
                                 new=lambda who: who.endswith(sb.node(other).underlay_ip),
                                 seconds=8)
+            if not s.crashes:   # while the old one is still cut: it cannot take it back
+                wait(lambda: active(api, "bench-gw") == other, 30,
+                     f"status naming {other} while {gw} is cut")
         finally:
             restore_link(sb, gw)
         if s.crashes:
@@ -106,7 +109,6 @@ def failovers(sb, api, netns, rounds):
                 raise SystemExit("more disturbed rounds than rounds asked for")
             continue
         outages.append(s.outage)
-        wait(lambda: active(api, "bench-gw") == other, 30, "status following")
         print(f"  failover {len(outages)}: {gw} -> {other}: {s.outage * 1000:.0f} ms"
               + (" (an ovs-vswitchd crash after it)" if s.later else ""), flush=True)
     return baseline, outages, disturbed

@@ -25,9 +25,9 @@ outbound traffic is dropped, never leaked through another node.
 
 The controller reads which chassis holds each gateway from SB (`--sb-remote`,
 one select per status interval) into the Subnet's status
-(`status.egressGateway`: nodes, active, since, lastFailover).  When the active
-gateway changed, the group's priorities are rewritten so that the node now
-active ranks first: a node that comes back does not take the traffic back
+(`status.egressGateway`: nodes, active, since, lastFailover).  Once a node has
+held a gateway for SETTLE seconds, the group's priorities are rewritten so
+that it ranks first: a node that comes back does not take the traffic back
 (no flapping); it becomes the standby.
 """
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import datetime
 import logging
 import threading
+import time
 
 from pacific import contract, names
 from pacific.controller import informers, model
@@ -48,6 +49,7 @@ from pacific.ovn.query import Query, QueryError, as_list
 
 LOG = logging.getLogger(__name__)
 RULE = "egress-gateway"
+SETTLE = 3.0     # seconds a node holds a gateway before the group ranks it first
 CENTRALIZED = "centralized"
 
 
@@ -105,6 +107,8 @@ class GatewayFeature(Feature):
         self._active: dict[str, tuple[str | None, str]] = {}   # subnet -> (chassis, since)
         self._failover: dict[str, str] = {}                       # subnet -> last failover
         self._holder: dict[str, str] = {}                         # subnet -> last node holding it
+        self._held_since: dict[str, float] = {}                   # subnet -> monotonic, holder took it
+        self._first: dict[str, str] = {}                          # subnet -> node ranked first
         self._reported: dict[str, str] = {}
 
     def handlers(self):
@@ -157,10 +161,11 @@ class GatewayFeature(Feature):
         self._status(obj, nodes, router_cidr, problems)
 
     def _ranked(self, name: str, nodes: list[str]) -> list[str]:
-        """gatewayNodes order, except that the node active now comes first."""
+        """gatewayNodes order, except that the node that has held the gateway
+        for SETTLE seconds comes first."""
         with self._lock:
-            active = self._active.get(name, (None, ""))[0]
-        return ([active] if active in nodes else []) + [n for n in nodes if n != active]
+            first = self._first.get(name)
+        return ([first] if first in nodes else []) + [n for n in nodes if n != first]
 
     def _lrp(self, lrp: str):
         rows = [row for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SUBNET)
@@ -185,6 +190,8 @@ class GatewayFeature(Feature):
         self.ctl.transit.release(lrp)
         with self._lock:
             self._active.pop(name, None)
+            self._held_since.pop(name, None)
+            self._first.pop(name, None)
         obj = self.ctl.informer("subnets").get(name)
         if obj is not None and names.STATUS_EGRESS in (obj.get("status") or {}):
             self._patch_status(name, None)
@@ -216,7 +223,10 @@ class GatewayFeature(Feature):
 
     def tick(self) -> None:
         """Which chassis holds each gateway now (SB), queueing the Subnets whose
-        holder changed: status, and priorities re-ranked (no flapping back)."""
+        holder changed (status) or has held it SETTLE s without being ranked
+        first yet (priorities re-ranked: no flapping back).  Ranking only a
+        settled holder keeps a burst of BFD flaps from turning into a burst of
+        priority writes, each of which every chassis recomputes."""
         if not self.ctl.cfg.sb_remote:
             return
         try:
@@ -224,25 +234,33 @@ class GatewayFeature(Feature):
         except (QueryError, OSError) as e:
             LOG.debug("gateway holders not read from SB: %s", e)
             return
-        now, changed = _now(), []
+        now, mono, changed, rerank = _now(), time.monotonic(), [], []
         with self._lock:
             for subnet, chassis in holders.items():
                 if subnet.startswith(names.SNAT_GATEWAY_PREFIX):
                     continue          # a Service's (controller/egress_snat.py)
                 before = self._active.get(subnet)
-                if before is not None and before[0] == chassis:
-                    continue
-                self._active[subnet] = (chassis, now)
-                changed.append(subnet)
-                last = self._holder.get(subnet)
-                if chassis is None:
-                    continue          # between two holders, or none alive: status says so
-                if last is not None and last != chassis:
-                    self._failover[subnet] = f"{now}: {last} -> {chassis}"
-                self._holder[subnet] = chassis
+                if before is None or before[0] != chassis:
+                    self._active[subnet] = (chassis, now)
+                    self._held_since[subnet] = mono
+                    changed.append(subnet)
+                    last = self._holder.get(subnet)
+                    if chassis is not None:
+                        if last is not None and last != chassis:
+                            self._failover[subnet] = f"{now}: {last} -> {chassis}"
+                        self._holder[subnet] = chassis
+                if (chassis is not None and self._first.get(subnet) != chassis
+                        and mono - self._held_since[subnet] >= SETTLE):
+                    self._first[subnet] = chassis
+                    rerank.append(subnet)
         for subnet in changed:
             LOG.info("egress gateway of subnet %s: active %s", subnet,
                      self._active[subnet][0] or "none (no gateway alive)")
+        for subnet in rerank:
+            LOG.log(logging.INFO if subnet in self._failover else logging.DEBUG,
+                    "egress gateway of subnet %s: %s ranked first (held it %.0f s)", subnet,
+                    self._first[subnet], SETTLE)
+        for subnet in dict.fromkeys(changed + rerank):
             self.queue.add(subnet)
 
 

@@ -96,3 +96,4 @@ def test_centralized_subnets_get_distinct_transit_networks_and_mac():
     assert len(ports) == 3
     assert len({tuple(p.networks) for p in ports}) == 3
     assert len({p.mac for p in ports}) == 3
+
