@@ -58,13 +58,15 @@ def env(sandbox_factory):
     yield sb, api, pods
     server.kill()
     server.wait()
-    r.delete(api, r.NAMESPACES, NS)
-    r.delete(api, r.SUBNETS, SUBNET)
-    wait_until(lambda: r.get(api, r.SUBNETS, SUBNET) is None, 60, interval=0.2,
-               what="the Subnet deleted")
-    gone = sb.nbctl("--bare", "--columns=name", "list", "HA_Chassis_Group").split()
-    assert not [g for g in gone if g.startswith("egw:")], gone     # the gateway rows went too
-    sb.down()
+    try:
+        r.delete(api, r.NAMESPACES, NS)
+        r.delete(api, r.SUBNETS, SUBNET)
+        wait_until(lambda: r.get(api, r.SUBNETS, SUBNET) is None, 60, interval=0.2,
+                   what="the Subnet deleted")
+        gone = sb.nbctl("--bare", "--columns=name", "list", "HA_Chassis_Group").split()
+        assert not [g for g in gone if g.startswith("egw:")], gone  # the gateway rows went too
+    finally:
+        sb.down()
 
 
 def test_pods_on_every_node_leave_through_the_active_gateway(env):

@@ -67,9 +67,11 @@ def env(sandbox_factory):
         p.wait()
     if os.environ.get("PACIFIC_KEEP_SANDBOXES"):
         return            # to inspect a failure (tests/conftest.py)
-    for ns, pod in itertools.product(NSS, PODS):
-        sandboxpods.delete_pod(sandbox, ns, pod, api=api)
-    sandbox.down()
+    try:
+        for ns, pod in itertools.product(NSS, PODS):
+            sandboxpods.delete_pod(sandbox, ns, pod, api=api)
+    finally:
+        sandbox.down()    # also when a deletion failed: its daemons would load the next tests
 
 
 def probe(sb, src, ip, proto, port) -> bool:

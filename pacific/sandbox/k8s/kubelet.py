@@ -315,12 +315,16 @@ def pod_pids(sb: "Sandbox", node_name: str, uid: str) -> list[int]:
         for d in glob.glob(os.path.join(top, "kubepods", f"pod{uid}")) + \
                 glob.glob(os.path.join(top, "kubepods", "*", f"pod{uid}")):
             pids = []
-            for sub in sorted(os.listdir(d)):
+            try:
+                subs = sorted(os.listdir(d))
+            except OSError:
+                continue          # removed since the glob: no process left in it
+            for sub in subs:
                 try:
                     with open(os.path.join(d, sub, "cgroup.procs")) as f:
                         pids += [int(x) for x in f.read().split()]
-                except (NotADirectoryError, FileNotFoundError):
-                    pass
+                except OSError:
+                    pass          # not a cgroup, or being removed (ENOENT, ENODEV)
             if pids:
                 return pids
     return []
