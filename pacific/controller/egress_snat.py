@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 
 from pacific import contract, egressip, exposure, names
 from pacific.controller import gateway, model
@@ -63,6 +64,7 @@ class EgressSnatFeature(Feature):
         self.informers = service_informers(ctl.kube)      # the caches ServiceFeature has
         self._lock = threading.Lock()
         self._active: dict[str, str | None] = {}
+        self._first = gateway.FirstRanked()       # re-rank a settled holder only
         self._reported: dict[str, str] = {}
 
     def handlers(self):
@@ -131,8 +133,7 @@ class EgressSnatFeature(Feature):
         router_cidr, host_ip, mac = transit(self.ctl.transit.index(self.ctl.nb, lrp))
         nodes = gateway_nodes(self.ctl.informer("nodes").list())
         with self._lock:
-            active = self._active.get(key)
-        ranked = ([active] if active in nodes else []) + [n for n in nodes if n != active]
+            ranked = gateway.ranked(self._first.first(key), nodes)
         want = set(grant.sources)
         cur = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
         self.ctl.writer.run([
@@ -163,6 +164,9 @@ class EgressSnatFeature(Feature):
         self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
                             what=f"egress SNAT gateway group of service {key}: removed")
         self.ctl.transit.release(lrp)
+        with self._lock:
+            self._active.pop(key, None)
+            self._first.forget(key)
         LOG.info("service %s: no egress SNAT", key)
 
     def _report(self, key: str, problems: list[str]) -> None:
@@ -181,15 +185,16 @@ class EgressSnatFeature(Feature):
             holders = gateway.gateway_holders(self.ctl.cfg.sb_remote)
         except (QueryError, OSError):
             return
-        changed = []
+        changed, mono = [], time.monotonic()
         with self._lock:
             for name, chassis in holders.items():
-                if not name.startswith(names.SNAT_GATEWAY_PREFIX) or chassis is None:
+                if not name.startswith(names.SNAT_GATEWAY_PREFIX):
                     continue
                 key = name[len(names.SNAT_GATEWAY_PREFIX):]
-                if self._active.get(key) != chassis:
+                if chassis is not None and self._active.get(key) != chassis:
                     self._active[key] = chassis
-                    changed.append(key)
+                    LOG.info("egress SNAT of service %s: held by %s", key, chassis)
+                if self._first.observe(key, chassis, mono):
+                    changed.append(key)       # held SETTLE s: rank it first
         for key in changed:
-            LOG.info("egress SNAT of service %s: held by %s", key, self._active[key])
             self.queue.add(key)

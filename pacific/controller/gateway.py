@@ -93,6 +93,41 @@ def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str, mac: str, ids: di
     ]
 
 
+class FirstRanked:
+    """Which node a gateway's HA group ranks first: the node holding it, once it
+    has held it for SETTLE seconds.  Under load the userspace datapath's BFD
+    flaps; re-ranking on every flap wrote every group on every flap, which
+    every chassis recomputed, which made more flaps.  Callers hold their lock."""
+
+    def __init__(self, settle: float = SETTLE):
+        self.settle = settle
+        self._held: dict[str, tuple[str | None, float]] = {}   # key -> (holder, since)
+        self._first: dict[str, str] = {}
+
+    def observe(self, key: str, chassis: str | None, mono: float) -> bool:
+        """`chassis` holds `key`'s gateway at monotonic time `mono`: True when
+        it has just become the node to rank first."""
+        held = self._held.get(key)
+        if held is None or held[0] != chassis:
+            held = self._held[key] = (chassis, mono)
+        if chassis is None or self._first.get(key) == chassis or mono - held[1] < self.settle:
+            return False
+        self._first[key] = chassis
+        return True
+
+    def first(self, key: str) -> str | None:
+        return self._first.get(key)
+
+    def forget(self, key: str) -> None:
+        self._held.pop(key, None)
+        self._first.pop(key, None)
+
+
+def ranked(first: str | None, nodes: list[str]) -> list[str]:
+    """`nodes` in order, `first` (if among them) moved to the front."""
+    return ([first] if first in nodes else []) + [n for n in nodes if n != first]
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -107,8 +142,7 @@ class GatewayFeature(Feature):
         self._active: dict[str, tuple[str | None, str]] = {}   # subnet -> (chassis, since)
         self._failover: dict[str, str] = {}                       # subnet -> last failover
         self._holder: dict[str, str] = {}                         # subnet -> last node holding it
-        self._held_since: dict[str, float] = {}                   # subnet -> monotonic, holder took it
-        self._first: dict[str, str] = {}                          # subnet -> node ranked first
+        self._first = FirstRanked()                               # subnet -> node ranked first
         self._reported: dict[str, str] = {}
 
     def handlers(self):
@@ -164,8 +198,7 @@ class GatewayFeature(Feature):
         """gatewayNodes order, except that the node that has held the gateway
         for SETTLE seconds comes first."""
         with self._lock:
-            first = self._first.get(name)
-        return ([first] if first in nodes else []) + [n for n in nodes if n != first]
+            return ranked(self._first.first(name), nodes)
 
     def _lrp(self, lrp: str):
         rows = [row for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SUBNET)
@@ -190,8 +223,7 @@ class GatewayFeature(Feature):
         self.ctl.transit.release(lrp)
         with self._lock:
             self._active.pop(name, None)
-            self._held_since.pop(name, None)
-            self._first.pop(name, None)
+            self._first.forget(name)
         obj = self.ctl.informer("subnets").get(name)
         if obj is not None and names.STATUS_EGRESS in (obj.get("status") or {}):
             self._patch_status(name, None)
@@ -242,16 +274,13 @@ class GatewayFeature(Feature):
                 before = self._active.get(subnet)
                 if before is None or before[0] != chassis:
                     self._active[subnet] = (chassis, now)
-                    self._held_since[subnet] = mono
                     changed.append(subnet)
                     last = self._holder.get(subnet)
                     if chassis is not None:
                         if last is not None and last != chassis:
                             self._failover[subnet] = f"{now}: {last} -> {chassis}"
                         self._holder[subnet] = chassis
-                if (chassis is not None and self._first.get(subnet) != chassis
-                        and mono - self._held_since[subnet] >= SETTLE):
-                    self._first[subnet] = chassis
+                if self._first.observe(subnet, chassis, mono):
                     rerank.append(subnet)
         for subnet in changed:
             LOG.info("egress gateway of subnet %s: active %s", subnet,
@@ -259,7 +288,7 @@ class GatewayFeature(Feature):
         for subnet in rerank:
             LOG.log(logging.INFO if subnet in self._failover else logging.DEBUG,
                     "egress gateway of subnet %s: %s ranked first (held it %.0f s)", subnet,
-                    self._first[subnet], SETTLE)
+                    self._first.first(subnet), SETTLE)
         for subnet in dict.fromkeys(changed + rerank):
             self.queue.add(subnet)
 
