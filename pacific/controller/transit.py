@@ -53,6 +53,8 @@ class TransitNetworks:
         """The transit network of router port `lrp`: the one it has unless
         another port that sorts first has it too, else the lowest free one."""
         with self._lock:
+            if lrp in self._held:   # parted from any other port when handed out
+                return self._held[lrp]
             where = {row.name: transit_index(row.networks) for row in nb.rows_owned(ensure.LRP)
                      if row.name.startswith(PORT_PREFIX)}
             where.update(self._held)
