@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+from pacific.kube import resources as r
 from pacific.sandbox import bringup
 from pacific.sandbox.proc import wait_for
 
@@ -19,6 +20,15 @@ NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 # failovers by bench/bench_gateway.py (p50 and max in docs/benchmarks.md); here
 # a sample past OUTAGE_BOUND is a regression, not jitter.
 OUTAGE_BOUND = 1.5
+
+
+def remove_gateway_subnet(sb, api, subnet: str) -> None:
+    """Delete a centralized Subnet and check its gateway rows went with it."""
+    r.delete(api, r.SUBNETS, subnet)
+    wait_for(lambda: r.get(api, r.SUBNETS, subnet) is None, 60, "the Subnet deleted",
+             interval=0.2)
+    gone = sb.nbctl("--bare", "--columns=name", "list", "HA_Chassis_Group").split()
+    assert not [g for g in gone if g.startswith("egw:")], gone     # the gateway rows went too
 
 
 def priorities(sb, group: str) -> dict:

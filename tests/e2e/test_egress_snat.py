@@ -15,7 +15,7 @@ import pytest
 
 from controller_fixtures import wait_until
 from gateway_fixtures import (OUTAGE_BOUND, bfd_up, cut_link, failover_sample, priorities,
-                              restore_link, undisturbed)
+                              remove_gateway_subnet, restore_link, undisturbed)
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -78,11 +78,7 @@ def env(sandbox_factory):
         r.delete(api, r.NAMESPACES, NS)
         for node in ("node1", "node2"):
             label(api, node, None)
-        r.delete(api, r.SUBNETS, SUBNET)
-        wait_until(lambda: r.get(api, r.SUBNETS, SUBNET) is None, 60, interval=0.2,
-                   what="the Subnet deleted")
-        gone = sb.nbctl("--bare", "--columns=name", "list", "HA_Chassis_Group").split()
-        assert not [g for g in gone if g.startswith("egw:")], gone  # the gateway rows went too
+        remove_gateway_subnet(sb, api, SUBNET)
     finally:
         sb.down()
 

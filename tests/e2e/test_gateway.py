@@ -17,8 +17,8 @@ import pytest
 
 from controller_fixtures import wait_until
 from gateway_fixtures import (OUTAGE_BOUND, Sample, ask_outside, bfd_up, cut_link,
-                              failover_sample, priorities, restore_link, steady_gateway,
-                              undisturbed)
+                              failover_sample, priorities, remove_gateway_subnet, restore_link,
+                              steady_gateway, undisturbed)
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -33,8 +33,8 @@ def ask(sb, netns, timeout=1.0):
     return ask_outside(sb, netns, PORT, timeout)
 
 
-def status(api) -> dict:
-    return ((r.get(api, r.SUBNETS, SUBNET) or {}).get("status") or {}).get(
+def status(api, subnet=SUBNET) -> dict:
+    return ((r.get(api, r.SUBNETS, subnet) or {}).get("status") or {}).get(
         names.STATUS_EGRESS) or {}
 
 
@@ -60,11 +60,7 @@ def env(sandbox_factory):
     server.wait()
     try:
         r.delete(api, r.NAMESPACES, NS)
-        r.delete(api, r.SUBNETS, SUBNET)
-        wait_until(lambda: r.get(api, r.SUBNETS, SUBNET) is None, 60, interval=0.2,
-                   what="the Subnet deleted")
-        gone = sb.nbctl("--bare", "--columns=name", "list", "HA_Chassis_Group").split()
-        assert not [g for g in gone if g.startswith("egw:")], gone  # the gateway rows went too
+        remove_gateway_subnet(sb, api, SUBNET)
     finally:
         sb.down()
 
@@ -189,13 +185,9 @@ def test_subnets_made_together_each_get_their_own_transit_network(env):
                                       "spec": {"cidrBlock": cidr, "namespaces": [name],
                                                "natOutgoing": True, "gatewayType": "centralized",
                                                "gatewayNodes": ["node1", "node2"]}})
-
-        def egress(name):
-            return ((r.get(api, r.SUBNETS, name) or {}).get("status") or {}).get(
-                names.STATUS_EGRESS) or {}
-        wait_until(lambda: all(egress(n).get("active") for n, _ in made), 60,
+        wait_until(lambda: all(status(api, n).get("active") for n, _ in made), 60,
                    what="every new gateway bound")
-        transit = [egress(n)["transit"] for n, _ in made]
+        transit = [status(api, n)["transit"] for n, _ in made]
         assert len(set(transit)) == len(made), transit
         for name, _ in made[:2]:
             netns = cnipods.add_pod(sb, name, "p", "node3", api=api).netns
