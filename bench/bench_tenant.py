@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pacific import contract, names  # noqa: E402
-from pacific.controller.tenant import group_name  # noqa: E402
+from pacific.controller.tenant import group_name, own_tenant  # noqa: E402
 from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
 from pacific.sandbox import cnipods  # noqa: E402
@@ -89,8 +89,9 @@ def main() -> int:
     sb.up()
     try:
         api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
-        for ns in ("ba", "bb"):
-            r.create(api, r.NAMESPACES, {"metadata": {"name": ns}})
+        for ns in ("ba", "bb"):   # ba is tenant "ba" (a label), bb its own tenant
+            labels = {names.LABEL_TENANT: "ba"} if ns == "ba" else {}
+            r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": labels}})
             for i in range(args.pods):
                 cnipods.add_pod(sb, ns, f"p{i}", sb.nodes[i % len(sb.nodes)].name, api=api)
         print("pods up", flush=True)
@@ -106,7 +107,7 @@ def main() -> int:
         ctl, hv, pkt = [], [], []
         for k in range(args.flips):
             joined = k % 2 == 0
-            want_pg = group_name("ba" if joined else "bb")
+            want_pg = group_name("ba" if joined else own_tenant("bb"))
             label = {names.LABEL_TENANT: "ba" if joined else None}
             t0 = time.perf_counter()
             r.patch_merge(api, r.NAMESPACES, "bb", {"metadata": {"labels": label}})

@@ -20,10 +20,10 @@ def register(sub) -> None:
     p = sub.add_parser(
         "tenant", help="join, isolate or make global namespaces (tenant isolation)",
         description="Tenants are namespaces whose pods talk to each other and to no other "
-        f"tenant's pods.  A namespace is a tenant of its own unless labelled "
-        f"{names.LABEL_TENANT}=NAME (same NAME: one tenant; 'global': reaches and is reached "
-        "by every tenant).  These commands set that label; the controller applies a change "
-        "to running pods at once.")
+        f"tenant's pods.  A namespace is a tenant of its own (listed as ns:NAMESPACE) unless "
+        f"labelled {names.LABEL_TENANT}=NAME (same NAME: one tenant; 'global': reaches and is "
+        "reached by every tenant); its name alone never joins it to a tenant.  These commands "
+        "set or remove that label; the controller applies a change to running pods at once.")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
                    help="kubeconfig (default: $KUBECONFIG, else in-cluster)")
     p.add_argument("--global-namespaces", default=",".join(names.DEFAULT_GLOBAL_NAMESPACES),
@@ -31,7 +31,9 @@ def register(sub) -> None:
     tsub = p.add_subparsers(dest="tenant_command", metavar="ACTION", required=True)
     j = tsub.add_parser("join", help="put namespaces into the tenant of another one")
     j.add_argument("namespaces", nargs="+", metavar="NS")
-    j.add_argument("--to", required=True, metavar="NS", help="the namespace whose tenant they join")
+    j.add_argument("--to", required=True, metavar="NS",
+                   help="the namespace whose tenant they join (a namespace of its own tenant is "
+                   "first labelled with its name, if no other namespace carries that label)")
     j.set_defaults(func=_join)
     i = tsub.add_parser("isolate", help="make each namespace a tenant of its own")
     i.add_argument("namespaces", nargs="+", metavar="NS")
@@ -64,13 +66,22 @@ def _globals(args) -> frozenset:
     return frozenset(n.strip() for n in args.global_namespaces.split(",") if n.strip())
 
 
-def _set(api, namespaces: list[str], tenant: str) -> None:
+def _set(api, namespaces: list[str], tenant: str | None) -> None:
+    """Label the namespaces with `tenant` (None: remove the label)."""
     from pacific.kube import resources as r
     for ns in namespaces:
         _namespace(api, ns)
     for ns in namespaces:
         r.patch_merge(api, r.NAMESPACES, ns, {"metadata": {"labels": {names.LABEL_TENANT: tenant}}})
-        print(f"namespace {ns}: tenant {tenant}")
+        print(f"namespace {ns}: tenant {tenant}" if tenant is not None else
+              f"namespace {ns}: a tenant of its own")
+
+
+def _labelled(api, value: str) -> list[str]:
+    """Namespaces whose tenant label is `value`."""
+    from pacific.kube import resources as r
+    return sorted(n["metadata"]["name"] for n in r.list_(api, r.NAMESPACES)[0]
+                  if ((n["metadata"].get("labels") or {}).get(names.LABEL_TENANT)) == value)
 
 
 def _run(fn):
@@ -86,7 +97,7 @@ def _run(fn):
 
 @_run
 def _join(args) -> None:
-    from pacific.controller.tenant import GLOBAL, tenant_of
+    from pacific.controller.tenant import GLOBAL, is_own_tenant, tenant_of
     api = _api(args)
     tenant, problem = tenant_of(_namespace(api, args.to), args.to, _globals(args))
     if problem:
@@ -94,14 +105,36 @@ def _join(args) -> None:
     if tenant == GLOBAL:
         raise _Error(f"namespace {args.to} is global; use `pacific tenant global` to make "
                      "namespaces global")
+    if is_own_tenant(tenant):
+        # a tenant of its own has no label value (a namespace's name grants
+        # nothing): it becomes the tenant labelled with its name, unless others
+        # already form that tenant (then joining them is for the admin to decide)
+        others = [n for n in _labelled(api, args.to) if n not in (args.to, *args.namespaces)]
+        if others:
+            raise _Error(f"namespace {args.to} is a tenant of its own, and the tenant "
+                         f"{args.to!r} it would be named is that of {', '.join(others)}; "
+                         f"label {args.to} ({names.LABEL_TENANT}=NAME) first")
+        tenant = args.to
+        _set(api, [args.to], tenant)
     _set(api, args.namespaces, tenant)
 
 
 @_run
 def _isolate(args) -> None:
     api = _api(args)
-    for ns in args.namespaces:   # its own name: also isolates a default-global namespace
-        _set(api, [ns], ns)
+    globals_ = _globals(args)
+    for ns in args.namespaces:
+        if ns in globals_:
+            # without a label it is global (--global-namespaces): a tenant named
+            # after it, which the administrator then owns
+            others = [n for n in _labelled(api, ns) if n != ns]
+            if others:
+                raise _Error(f"namespace {ns} is global by --global-namespaces, and the tenant "
+                             f"{ns!r} a label would name is that of {', '.join(others)}; "
+                             f"label {ns} ({names.LABEL_TENANT}=NAME) yourself")
+            _set(api, [ns], ns)
+        else:
+            _set(api, [ns], None)     # no label: a tenant of its own (ns:NAME)
 
 
 @_run

@@ -98,6 +98,19 @@ def namespace_subnets(subnets: list[dict]) -> dict[str, str]:
     return out
 
 
+def subnets_of_namespace(ns: str, namespace: dict | None, subnets: list[dict],
+                         default_subnet: str) -> set[str]:
+    """The Subnets a pod of `ns` may ask for by annotation: those the
+    administrator bound to the namespace (Subnets listing it, the namespace's
+    own annotation), else the default one.  A pod annotation is a request: it
+    never reaches another namespace's Subnet (private, centralized or not)."""
+    out = {meta(s).get("name") for s in subnets
+           if ns in ((s.get("spec") or {}).get("namespaces") or [])}
+    if namespace is not None and annotations(namespace).get(names.ANN_LOGICAL_SWITCH):
+        out.add(annotations(namespace)[names.ANN_LOGICAL_SWITCH])
+    return out or {default_subnet}
+
+
 def choose_subnet(pod: dict, namespace: dict | None, ns_binding: dict[str, str],
                   default_subnet: str) -> tuple[str, str]:
     """(subnet name, why) for a pod: its annotation, else its namespace's
@@ -239,6 +252,11 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
         net = ipaddress.ip_network(raw.strip(), strict=True)
     except ValueError as exc:
         raise SubnetSpecError(f"spec.cidrBlock {raw!r} is not a valid CIDR: {exc}") from None
+    if net.version != 4:
+        # isolation, NetworkPolicy and private Subnets match IPv4 only: an IPv6
+        # Subnet would have no isolation at all (docs/security.md)
+        raise SubnetSpecError(f"spec.cidrBlock {raw!r} is IPv6, which Pacific does not isolate "
+                              "yet: only IPv4 Subnets are accepted")
     if net.num_addresses < 4:
         raise SubnetSpecError(f"spec.cidrBlock {raw!r} is too small (needs room for a gateway and pods)")
     gw = spec.get("gateway")

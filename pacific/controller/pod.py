@@ -30,6 +30,7 @@ import time
 from pacific import contract, names
 from pacific.controller import informers, metrics, model, rebuild
 from pacific.controller.feature import Feature
+from pacific.ipam import addr as ipam_addr
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
@@ -52,6 +53,9 @@ def _may_be_plumbed(ann: dict) -> bool:
     return names.ANN_ALLOCATION in ann or any(k in ann for k in names.ANN_LEGACY_RECORD)
 
 
+RELEASE_HELPS = frozenset({"AddressInUse", "MACInUse", "SubnetFull"})   # refusals a release may end
+
+
 class Refused(Exception):
     """The pod's request cannot be honoured; reason is an Event reason."""
 
@@ -72,7 +76,7 @@ class PodFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self._lock = threading.Lock()
-        self._refused: dict[str, str] = {}    # pod key -> message
+        self._refused: dict[str, tuple[str, str]] = {}    # pod key -> (message, reason)
         # (namespace, statefulset) -> its pods' names, from the IP objects, so a
         # StatefulSet event finds its pods without scanning every IP object
         self._sts_pods: dict[tuple[str, str], set[str]] = {}
@@ -85,9 +89,16 @@ class PodFeature(Feature):
         with self._lock:
             return list(self._refused)
 
-    def requeue_refused(self) -> None:
-        """Pods refused earlier (unknown subnet, address taken) get another try."""
-        self.queue_keys(self.refused_keys())
+    def requeue_refused(self, released: bool = False) -> None:
+        """Pods refused earlier (unknown subnet, address taken) get another try;
+        after an address was released (`released`), only those a release can
+        help (address or MAC taken, subnet full): 1,000 pods of one tenant
+        refused for an address outside their Subnet are not retried each time
+        another tenant's pod goes (bench_fairness)."""
+        with self._lock:
+            keys = [k for k, (_, reason) in self._refused.items()
+                    if not released or reason in RELEASE_HELPS]
+        self.queue_keys(keys)
 
     # -- feature wiring (informer threads: keys only) ------------------------------
     def handlers(self):
@@ -193,6 +204,13 @@ class PodFeature(Feature):
         ns_obj = ctl.informer("namespaces").get(ns)
         subnet, why = model.choose_subnet(pod, ns_obj, subnets.namespace_binding(),
                                           subnets.default_name())
+        if ann.get(names.ANN_LOGICAL_SWITCH):
+            mine = model.subnets_of_namespace(ns, ns_obj, ctl.informer("subnets").list(),
+                                              subnets.default_name())
+            if subnet not in mine:
+                raise Refused("SubnetNotAllowed", (
+                    f"subnet {subnet!r} (pod annotation {names.ANN_LOGICAL_SWITCH}) is not bound "
+                    f"to namespace {ns}; its pods may use {', '.join(sorted(mine))}"))
         spec = subnets.spec(subnet)
         if spec is None and ctl.informer("subnets").get(subnet) is not None \
                 and not subnets.is_refused(subnet):
@@ -224,8 +242,13 @@ class PodFeature(Feature):
                     raise Refused("SubnetTerminating", f"subnet {subnet} is being deleted: no new "
                                   f"address for pod {key}")
                 try:
+                    if want_mac is not None:   # never an infrastructure port's MAC
+                        want_mac = ipam_addr.check_requested_mac(
+                            want_mac, (ctl.cfg.join_cidr, names.EGRESS_TRANSIT_CIDR))
                     alloc = ctl.ipam.allocate(subnet, key, ip=want_ip, mac=want_mac)
                 except ipam_errors.IPAMError as exc:
+                    if getattr(exc, "holder", None):      # for the administrator's log only
+                        LOG.info("pod %s: %s (held by %s)", key, exc, exc.holder)
                     raise Refused(exc.reason, f"cannot allocate an address in subnet {subnet} "
                                   f"for pod {key}: {exc}") from None
                 subnets.mark_dirty(subnet)
@@ -312,8 +335,8 @@ class PodFeature(Feature):
     def _refuse(self, key: str, pod: dict, reason: str, message: str) -> None:
         ns, name = key.split("/", 1)
         with self._lock:
-            first = self._refused.get(key) != message
-            self._refused[key] = message
+            first = (self._refused.get(key) or ("",))[0] != message
+            self._refused[key] = (message, reason)
         ann = model.annotations(pod)
         want = contract.refusal_annotations(message)
         if all(ann.get(k) == v for k, v in want.items()):
@@ -374,4 +397,4 @@ class PodFeature(Feature):
         if alloc is not None:
             ctl.feature("subnet").mark_dirty(alloc.subnet)
             LOG.info("pod %s gone: released %s in %s", key, alloc.ip, alloc.subnet)
-            self.requeue_refused()
+            self.requeue_refused(released=True)

@@ -1,23 +1,38 @@
 """Tenant isolation between namespaces, in OVN port groups and ACLs.
 
-Model.  Each namespace is a tenant of its own (named after it), unless it
-carries the label `pacific.io/tenant: NAME`: namespaces with the same value form
-one tenant.  The value `global` makes a namespace global: its pods reach, and
-are reached by, every tenant.  The namespaces of `--global-namespaces`
-(kube-system and Pacific's own by default) are global unless labelled
-otherwise.  `--no-isolation` switches it all off (no rows at all).
+Model.  Each namespace is a tenant of its own, unless it carries the label
+`pacific.io/tenant: NAME`: namespaces with the same value form one tenant.  The
+value `global` makes a namespace global: its pods reach, and are reached by,
+every tenant.  The namespaces of `--global-namespaces` (kube-system and
+Pacific's own by default) are global unless labelled otherwise.  A namespace's
+NAME grants nothing: the own tenant of an unlabelled namespace is
+`ns:<namespace>` (own_tenant), which no label value can spell (label values
+hold no ':'), so a namespace named `acme` does not join the tenant of the
+namespaces labelled `acme`, and one named `global` is not global.  Only the
+label and `--global-namespaces` (the administrator's) grant.
+`--no-isolation` switches it all off (no rows at all).
 
 OVN form (rows grow with tenants, not pods):
 
 * port group `pacific_isolated`: the ports of every pod of a non-global
   namespace (OVN keeps the address set `$pacific_isolated_ip4` of it);
-* per tenant T, port group `pt_<hash of T>` with its pods' ports and ONE ACL:
-  to-lport, priority names.PRIO_ACL_ISOLATION_DROP (above every NetworkPolicy
-  ACL: no policy admits traffic between tenants),
-  `outport == @pt_T && ip4 && ip4.src == $pacific_isolated_ip4 &&
-  ip4.src != $pt_T_ip4` -> drop.  So a pod of T receives nothing from a pod
-  of another isolated tenant, in either direction; global pods, nodes (join
-  addresses) and anything outside the pod network are not matched.
+* per tenant T, port group `pt_<hash of T>` with its pods' ports and TWO
+  ACLs, to-lport, priority names.PRIO_ACL_ISOLATION_DROP (above every
+  NetworkPolicy ACL: no policy admits traffic between tenants), both -> drop:
+  - `outport == @pt_T && ip4 && ip4.src == $pacific_isolated_ip4 &&
+    ip4.src != $pt_T_ip4`: IPv4, also routed from another Subnet's switch;
+  - `outport == @pt_T && arp && arp.spa == $pacific_isolated_ip4 &&
+    arp.spa != $pt_T_ip4`: ARP, broadcast or unicast, on the sender's switch.
+  A pod's port security admits nothing else: ARP only with the pod's own MAC
+  and address (so arp.spa says who sent it, like ip4.src), no IPv6, no other
+  Ethernet type.  Not by `inport`: ovn-controller expands `inport == @group`
+  in a to-lport ACL to the ports of the receiving chassis only (a sender on
+  another node never matched), and OVN matches no `!ip4`, `eth.type !=` or
+  `inport != @group` (nominal fields are tested positively only; such an ACL
+  installs no flow at all).
+  So a pod of T receives no frame from a pod of another isolated tenant, in
+  either direction; global pods, nodes (join addresses), router ports (ARP of
+  the gateway) and anything outside the pod network are not matched.
 
 A pod's port joins its groups in the transaction that creates it (the pod
 feature asks every feature for `port_builders`).  A namespace whose tenant
@@ -40,13 +55,25 @@ from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
 GLOBAL = "global"
+OWN_PREFIX = "ns:"            # own tenant of an unlabelled namespace: no label value has ':'
 KEY_ALL = "*"                 # queue key: every namespace (e.g. after a resync)
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
+def own_tenant(namespace: str) -> str:
+    """The tenant of a namespace without (a valid) tenant label: its own, under a
+    name no label value can spell, so the namespace's name grants nothing."""
+    return OWN_PREFIX + namespace
+
+
+def is_own_tenant(tenant: str) -> bool:
+    return tenant.startswith(OWN_PREFIX)
+
+
 def tenant_of(ns: dict | None, name: str, global_namespaces: frozenset[str]) -> tuple[str, str | None]:
-    """(tenant, problem): the namespace's tenant, GLOBAL for a global one, and
-    why its label was not used (None if it was, or there is none)."""
+    """(tenant, problem): the namespace's tenant (the label's value, GLOBAL for a
+    global one, own_tenant(name) without a label) and why its label was not
+    used (None if it was, or there is none)."""
     label = model.labels_of(ns or {}).get(names.LABEL_TENANT)
     if label is not None:
         if label and len(label) <= 63 and _LABEL_VALUE.match(label):
@@ -55,7 +82,7 @@ def tenant_of(ns: dict | None, name: str, global_namespaces: frozenset[str]) -> 
                    "(a label value: 1-63 letters, digits, '-', '_', '.')")
     else:
         problem = None
-    return (GLOBAL if name in global_namespaces else name), problem
+    return (GLOBAL if name in global_namespaces else own_tenant(name)), problem
 
 
 def group_name(tenant: str) -> str:
@@ -70,23 +97,32 @@ def tenant_ids(tenant: str) -> dict:
 
 
 def isolation_match(tenant: str) -> str:
+    """IPv4 from another isolated tenant, by source address (also routed)."""
     pg = group_name(tenant)
     return (f"outport == @{pg} && ip4 && ip4.src == ${names.PG_ISOLATED}_ip4 && "
             f"ip4.src != ${pg}_ip4")
 
 
-def isolation_acl(tenant: str) -> acl.AclSpec:
-    return acl.AclSpec(direction="to-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
-                       match=isolation_match(tenant), action="drop",
-                       name=f"tenant:{tenant}"[:63],
-                       external_ids={**tenant_ids(tenant), names.EXT_RULE: "isolation"})
+def isolation_frame_match(tenant: str) -> str:
+    """ARP from another isolated tenant, by its sender address (which port
+    security pins to the sender's own, as it does ip4.src)."""
+    pg = group_name(tenant)
+    return (f"outport == @{pg} && arp && arp.spa == ${names.PG_ISOLATED}_ip4 && "
+            f"arp.spa != ${pg}_ip4")
+
+
+def isolation_acls(tenant: str) -> list[acl.AclSpec]:
+    ids = {**tenant_ids(tenant), names.EXT_RULE: "isolation"}
+    return [acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
+                        name=f"tenant:{tenant}"[:63], external_ids=ids)
+            for m in (isolation_match(tenant), isolation_frame_match(tenant))]
 
 
 def group_builders(tenant: str) -> list:
-    """The tenant's port group and its isolation ACL (idempotent)."""
-    pg, ids, spec = group_name(tenant), tenant_ids(tenant), isolation_acl(tenant)
+    """The tenant's port group and its isolation ACLs (idempotent)."""
+    pg, ids, specs = group_name(tenant), tenant_ids(tenant), isolation_acls(tenant)
     return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
-            lambda api: acl.EnsurePortGroupACLs(api, pg, [spec])]
+            lambda api: acl.EnsurePortGroupACLs(api, pg, specs)]
 
 
 def isolated_builders() -> list:
@@ -187,7 +223,7 @@ class TenantFeature(Feature):
                      want or "(isolation off)")
 
     def _group_ok(self, tenant: str) -> bool:
-        return acl.acls_are(self.ctl.nb, group_name(tenant), [isolation_acl(tenant)])
+        return acl.acls_are(self.ctl.nb, group_name(tenant), isolation_acls(tenant))
 
     def _has_isolated(self) -> bool:
         return any(self._tenant_of_group(r) == names.PG_ISOLATED for r in self._groups())

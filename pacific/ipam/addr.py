@@ -7,8 +7,14 @@ import random
 import re
 import socket
 
-from pacific.ipam.errors import InvalidAddress, InvalidMac
+from pacific.ipam.errors import InvalidAddress, InvalidMac, ReservedMac
 
+# MACs the controller gives infrastructure ports: router ports (model.router_mac),
+# the egress transit ports and every node's pegress0 (controller/transit.py,
+# names.EGRESS_PORT_MAC) all start with 0e:00; management ports (ovn0) have the
+# MAC of their join address (MAC_PREFIX_FROM_IP + the address)
+MAC_PREFIX_INFRASTRUCTURE = "0e:00:"
+MAC_PREFIX_FROM_IP = "0a:58:"
 _MAC_RE = re.compile(r"^[0-9a-f]{2}([:-])[0-9a-f]{2}(\1[0-9a-f]{2}){4}$")
 
 
@@ -47,6 +53,27 @@ def mac_from_ip(version: int, value: int) -> str:
     """Deterministic locally administered MAC: 0a:58 + the last 4 address bytes."""
     b = (value & 0xFFFFFFFF).to_bytes(4, "big")
     return "0a:58:%02x:%02x:%02x:%02x" % (b[0], b[1], b[2], b[3])
+
+
+def check_requested_mac(text: str, infrastructure_cidrs=()) -> str:
+    """A MAC a tenant asked for (pod annotation), normalized; raises InvalidMac,
+    or ReservedMac when it is, or may become, an infrastructure port's MAC: the
+    0e:00 prefix of router/gateway/transit ports, or the MAC derived from an
+    address of `infrastructure_cidrs` (the join network: nodes' ovn0 ports,
+    also of nodes that join later; transit networks)."""
+    mac = normalize_mac(text)
+    if mac.startswith(MAC_PREFIX_INFRASTRUCTURE):
+        raise ReservedMac(f"MAC address {mac} is reserved for the cluster's router, gateway "
+                          f"and transit ports (prefix {MAC_PREFIX_INFRASTRUCTURE.rstrip(':')}) "
+                          "and cannot be a pod's")
+    if mac.startswith(MAC_PREFIX_FROM_IP):
+        embedded = ipaddress.IPv4Address(bytes(int(x, 16) for x in mac.split(":")[2:]))
+        for cidr in infrastructure_cidrs:
+            net = ipaddress.ip_network(cidr, strict=False)
+            if net.version == 4 and embedded in net:
+                raise ReservedMac(f"MAC address {mac} is reserved for the cluster's node and "
+                                  f"transit ports (the MACs of {net}) and cannot be a pod's")
+    return mac
 
 
 def random_mac(rng: random.Random) -> str:

@@ -59,11 +59,15 @@ class AddressExcluded(IPAMError):
 
 
 class AddressInUse(IPAMError):
+    """The message does not name the holder (it may be another tenant's pod:
+    a refusal shown to one tenant never reveals another's objects): `.holder`
+    has it, for the controller's log."""
+
     reason = "AddressInUse"
 
     def __init__(self, ip: str, subnet: str, holder: str):
         self.ip, self.subnet, self.holder = ip, subnet, holder
-        super().__init__(f"address {ip} in subnet {subnet} is already held by {holder}")
+        super().__init__(f"address {ip} in subnet {subnet} is already in use")
 
 
 class InvalidMac(IPAMError):
@@ -71,11 +75,21 @@ class InvalidMac(IPAMError):
 
 
 class MacInUse(IPAMError):
+    """The message does not name the holder (it may be another tenant's pod, or
+    a node): `.holder` has it, for logs."""
+
     reason = "MACInUse"
 
     def __init__(self, mac: str, holder: str):
         self.mac, self.holder = mac, holder
-        super().__init__(f"MAC address {mac} is already held by {holder}")
+        super().__init__(f"MAC address {mac} is already in use by another port")
+
+
+class ReservedMac(IPAMError):
+    """A requested MAC that belongs to the infrastructure (router, gateway,
+    transit and management ports): never a pod's."""
+
+    reason = "ReservedMAC"
 
 
 class OwnerConflict(IPAMError):

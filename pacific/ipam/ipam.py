@@ -158,7 +158,7 @@ class IPAM:
         free address and a MAC derived from it.  Idempotent per owner.
 
         Raises SubnetNotFound, InvalidAddress, AddressOutOfRange, AddressExcluded,
-        AddressInUse (naming the holder), SubnetFull, InvalidMac, MacInUse, and
+        AddressInUse (.holder: who, for logs), SubnetFull, InvalidMac, MacInUse, and
         OwnerConflict if the owner already holds a different allocation."""
         if not owner_key:
             raise IPAMError("an allocation needs a non-empty owner key")

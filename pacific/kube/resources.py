@@ -11,7 +11,7 @@ cost too much at 10,000 pods.
     r.patch_merge(api, r.SUBNETS, "blue", {"status": {...}}, subresource="status")
     r.create(api, r.IPS, {"metadata": {"name": "..."}, "spec": {...}})
     r.delete(api, r.IPS, "...")                              # False if already gone
-    r.create_event(api, pod, "AddressInUse", "10.16.0.5 is held by ns/other")
+    r.create_event(api, pod, "AddressInUse", "address 10.16.0.5 is already in use")
 
 Every item returned by `list_` carries `kind` and `apiVersion` (the API server
 omits them in list items), so an object from any helper can be passed to

@@ -124,35 +124,38 @@ def test_topology_node_and_pod_allocation(cp):
 
 
 def test_fixed_address_and_conflicts(cp):
-    make_subnet(cp, "blue", "10.17.0.0/24", excludeIps=["10.17.0.100..10.17.0.110"])
+    # a pod may ask for a Subnet bound to its namespace only (test_attacks tries others)
+    r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": "fx"}})
+    make_subnet(cp, "blue", "10.17.0.0/24", excludeIps=["10.17.0.100..10.17.0.110"],
+                namespaces=["fx"])
     wait_until(lambda: _ready(cp, "blue"), 20, what="blue ready")
-    make_pod(cp, "fixed", ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: "10.17.0.50",
+    make_pod(cp, "fixed", ns="fx", ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: "10.17.0.50",
                                names.ANN_MAC_ADDRESS: "0a:00:00:00:00:50"})
-    a = allocated(cp, "fixed")
+    a = allocated(cp, "fixed", "fx")
     assert a.ip == "10.17.0.50" and a.mac == "0a:00:00:00:00:50"
     cases = {
-        "taken": ("10.17.0.50", "already held by default/fixed"),
+        "taken": ("10.17.0.50", "10.17.0.50 in subnet blue is already in use"),
         "outside": ("10.99.0.5", "10.99.0.5"),
         "excluded": ("10.17.0.105", "10.17.0.105"),
     }
     for name, (ip, _) in cases.items():
-        make_pod(cp, name, ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: ip})
-    make_pod(cp, "nosubnet", ann={names.ANN_LOGICAL_SWITCH: "does-not-exist"})
+        make_pod(cp, name, ns="fx", ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: ip})
+    make_pod(cp, "nosubnet", ns="fx", ann={names.ANN_LOGICAL_SWITCH: "does-not-exist"})
     for name, (ip, text) in cases.items():
-        msg = refused(cp, name)
+        msg = refused(cp, name, "fx")
         assert text in msg, msg
-        assert names.ANN_ALLOCATION not in ann(cp, name)
-        assert lsp(cp, names.pod_lsp_name("default", f"{name}")) is None
-        wait_until(lambda: events_for(cp, name), 10, what=f"event on {name}")
-    assert "does-not-exist" in refused(cp, "nosubnet")
+        assert names.ANN_ALLOCATION not in ann(cp, name, "fx")
+        assert lsp(cp, names.pod_lsp_name("fx", f"{name}")) is None
+        wait_until(lambda: events_for(cp, name, "fx"), 10, what=f"event on {name}")
+    assert "does-not-exist" in refused(cp, "nosubnet", "fx")
     # nothing else broke: the fixed pod still has its port, a new pod still allocates
-    assert lsp(cp, names.pod_lsp_name("default", "fixed")) is not None
-    make_pod(cp, "ok", ann={names.ANN_LOGICAL_SWITCH: "blue"})
-    assert allocated(cp, "ok").ip != "10.17.0.50"
+    assert lsp(cp, names.pod_lsp_name("fx", "fixed")) is not None
+    make_pod(cp, "ok", ns="fx", ann={names.ANN_LOGICAL_SWITCH: "blue"})
+    assert allocated(cp, "ok", "fx").ip != "10.17.0.50"
     # the holder goes away: the waiting pod gets the address
-    r.delete(cp.kube, r.PODS, "fixed", "default", grace_period=0)
-    assert allocated(cp, "taken").ip == "10.17.0.50"
-    assert names.ANN_ALLOCATION_ERROR not in ann(cp, "taken")
+    r.delete(cp.kube, r.PODS, "fixed", "fx", grace_period=0)
+    assert allocated(cp, "taken", "fx").ip == "10.17.0.50"
+    assert names.ANN_ALLOCATION_ERROR not in ann(cp, "taken", "fx")
 
 
 def test_subnet_validation_and_lifecycle(cp):

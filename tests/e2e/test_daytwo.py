@@ -57,18 +57,18 @@ def test_topology_names_switches_nodes_pods_and_tenants(cluster):
     assert blue["cidr"] == "10.50.0.0/24" and blue["namespaces"] == ["blue"]
     assert blue["gateway"] == "10.50.0.1/24"
     assert {(p["owner"], p["node"], p["tenant"]) for p in blue["ports"]} == {
-        ("blue/b1", "node1", "blue"), ("blue/b2", "node2", "blue")}
+        ("blue/b1", "node1", "ns:blue"), ("blue/b2", "node2", "ns:blue")}
     assert all(ipaddress.ip_address(p["ip"]) in ipaddress.ip_network("10.50.0.0/24")
                for p in blue["ports"])
     assert [(p["owner"], p["node"]) for p in sw[names.DEFAULT_SUBNET]["ports"]] == [
         ("green/g1", "node3")]
-    assert topo["tenants"]["blue"] == ["blue"] and topo["tenants"]["green"] == ["green"]
+    assert topo["tenants"]["ns:blue"] == ["blue"] and topo["tenants"]["ns:green"] == ["green"]
     text = cli(sb, "topology").stdout
     assert "switch blue-net 10.50.0.0/24 gateway 10.50.0.1/24 (Subnet blue-net, namespaces: blue)" \
         in text
     assert "node2: blue/b2 " in text
     svg = cli(sb, "topology", "--format", "svg").stdout
-    assert svg.lstrip().startswith("<?xml") and "blue/b2" in svg and "tenant green" in svg
+    assert svg.lstrip().startswith("<?xml") and "blue/b2" in svg and "tenant ns:green" in svg
 
 
 def test_diagnose_finds_nothing_on_a_healthy_cluster(cluster):

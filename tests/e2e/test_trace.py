@@ -84,8 +84,8 @@ def test_a_tenant_drop_names_both_tenants(env):
     sb, _ = env
     out = trace(sb, "tr-a/client", "tr-b/other")
     assert not out["ok"]
-    assert out["verdict"] == ("dropped by tenant isolation: tenant 'tr-b' admits no traffic "
-                              "from tenant 'tr-a'")
+    assert out["verdict"] == ("dropped by tenant isolation: tenant 'ns:tr-b' admits no traffic "
+                              "from tenant 'ns:tr-a'")
     assert out["probe"]["reached"] is False
 
 

@@ -127,3 +127,19 @@ def test_allocation_fits_compares_canonical_forms():
     assert not model.allocation_fits(a, "v6", None, "0a:58:00:00:00:0b")
     assert not model.allocation_fits(a, "other", None, None)
     assert not model.allocation_fits(a, "v6", "not-an-ip", None)
+
+
+def test_a_pod_may_ask_only_for_the_subnets_bound_to_its_namespace():
+    subnets = [subnet("blue", namespaces=["team-a"]), subnet("red", "10.18.0.0/16",
+                                                              namespaces=["team-a", "team-b"]),
+               subnet("private", "10.19.0.0/16", namespaces=["bank"])]
+    ns_ann = {"metadata": {"name": "team-c", "annotations": {names.ANN_LOGICAL_SWITCH: "red"}}}
+    assert model.subnets_of_namespace("team-a", None, subnets, "ovn-default") == {"blue", "red"}
+    assert model.subnets_of_namespace("team-c", ns_ann, subnets, "ovn-default") == {"red"}
+    # a namespace no Subnet names uses the default one, and only it
+    assert model.subnets_of_namespace("other", None, subnets, "ovn-default") == {"ovn-default"}
+
+
+def test_an_ipv6_subnet_is_refused_until_isolation_holds_for_it():
+    with pytest.raises(model.SubnetSpecError, match="IPv6, which Pacific does not isolate"):
+        model.parse_subnet(subnet("v6", "fd00:10::/64"))

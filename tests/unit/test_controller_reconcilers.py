@@ -123,7 +123,8 @@ def test_a_pod_refused_for_a_missing_subnet_is_retried_when_it_appears(ctl):
     drain(ctl)
     assert "blue" in pod(ctl, "early")["metadata"]["annotations"][names.ANN_ALLOCATION_ERROR]
     ctl.kube.add(r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
-                             "metadata": {"name": "blue"}, "spec": {"cidrBlock": "10.17.0.0/24"}})
+                             "metadata": {"name": "blue"},
+                             "spec": {"cidrBlock": "10.17.0.0/24", "namespaces": ["default"]}})
     drain(ctl)
     rec = record(ctl, "early")
     assert rec is not None and rec.subnet == "blue" and rec.ip.startswith("10.17.0.")

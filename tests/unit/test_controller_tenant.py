@@ -7,7 +7,8 @@ from controller_fakes import drain, make_controller
 from pacific import names
 from pacific.controller import model
 from pacific.controller.subnet import private_acls
-from pacific.controller.tenant import GLOBAL, group_name, isolation_match, tenant_of
+from pacific.controller.tenant import (GLOBAL, group_name, isolation_acls, isolation_frame_match,
+                                       isolation_match, own_tenant, tenant_of)
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
@@ -20,12 +21,12 @@ def ns(name, tenant=None):
 
 
 @pytest.mark.parametrize("obj,name,want", [
-    (ns("a"), "a", ("a", None)),
+    (ns("a"), "a", ("ns:a", None)),
     (ns("b", "a"), "b", ("a", None)),
     (ns("c", "global"), "c", (GLOBAL, None)),
     (ns("kube-system"), "kube-system", (GLOBAL, None)),
     (ns("kube-system", "ops"), "kube-system", ("ops", None)),
-    (None, "gone", ("gone", None)),
+    (None, "gone", ("ns:gone", None)),
 ])
 def test_tenant_of(obj, name, want):
     assert tenant_of(obj, name, GLOBALS) == want
@@ -33,7 +34,18 @@ def test_tenant_of(obj, name, want):
 
 def test_an_empty_label_names_no_tenant():
     t, problem = tenant_of(ns("x", ""), "x", GLOBALS)
-    assert t == "x" and names.LABEL_TENANT in problem
+    assert t == own_tenant("x") and names.LABEL_TENANT in problem
+
+
+def test_a_namespaces_name_grants_nothing():
+    # named `global`: not global; named like a tenant label: not that tenant
+    assert tenant_of(ns("global"), "global", GLOBALS) == ("ns:global", None)
+    acme = tenant_of(ns("acme"), "acme", GLOBALS)[0]
+    assert acme != tenant_of(ns("acme-web", "acme"), "acme-web", GLOBALS)[0] == "acme"
+    # no label value spells an own tenant: values hold no ':' (and ours are refused)
+    t, problem = tenant_of(ns("x", "ns:acme"), "x", GLOBALS)
+    assert t == own_tenant("x") and problem
+    assert group_name(acme) != group_name("acme")
 
 
 def test_group_names_are_ovn_identifiers_and_differ():
@@ -43,6 +55,19 @@ def test_group_names_are_ovn_identifiers_and_differ():
     assert f"@{a}" in m and f"${a}_ip4" in m and f"${names.PG_ISOLATED}_ip4" in m
 
 
+def test_isolation_drops_arp_of_another_isolated_tenant_by_its_sender_address():
+    a = group_name("team-a")
+    assert isolation_frame_match("team-a") == (
+        f"outport == @{a} && arp && arp.spa == ${names.PG_ISOLATED}_ip4 && arp.spa != ${a}_ip4")
+    specs = isolation_acls("team-a")
+    assert [s.match for s in specs] == [isolation_match("team-a"), isolation_frame_match("team-a")]
+    assert {(s.direction, s.priority, s.action) for s in specs} == {
+        ("to-lport", names.PRIO_ACL_ISOLATION_DROP, "drop")}
+    # OVN installs no flow for `!ip4`, `eth.type !=` or `inport != @group`, and
+    # expands a to-lport `inport == @group` to the receiving chassis' ports only
+    assert not any(w in s.match for s in specs for w in ("!ip4", "eth.type", "inport"))
+
+
 def pod_body(name, ns_="default"):
     return {"metadata": {"name": name, "namespace": ns_},
             "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "pause"}]}}
@@ -50,7 +75,7 @@ def pod_body(name, ns_="default"):
 
 def test_a_new_pod_joins_its_tenant_in_the_transaction_of_its_port():
     ctl = make_controller()
-    ctl.kube.add(r.NAMESPACES, ns("team-a"))
+    ctl.kube.add(r.NAMESPACES, ns("team-a", "team-a"))
     drain(ctl)
     ctl.kube.add(r.PODS, pod_body("web", "team-a"), "team-a")
     drain(ctl)
@@ -61,7 +86,7 @@ def test_a_new_pod_joins_its_tenant_in_the_transaction_of_its_port():
     joined = {c.name for c in cmds if isinstance(c, ensure.PortGroupAddPorts) and c.members == [port]}
     assert joined == {names.PG_ISOLATED, group_name("team-a")}
     isolation = [c for c in cmds if isinstance(c, acl.EnsureACLs)]
-    assert isolation and isolation[0].specs[0].priority == names.PRIO_ACL_ISOLATION_DROP
+    assert isolation and isolation[0].specs == isolation_acls("team-a")
 
 
 def test_a_global_namespaces_pod_joins_no_group():
