@@ -17,6 +17,7 @@ A pod behind several such Services uses the oldest one's.
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from dataclasses import dataclass
 
@@ -28,6 +29,14 @@ class EgressIP:
     service: str                 # "namespace/name"
     ip: str                      # the external IP its endpoints leave with
     sources: tuple[str, ...]     # the endpoints' addresses, sorted
+
+
+def address_set_name(key: str) -> str:
+    """The NB (and SB) address set of the Service's members: the controller
+    writes it with only the Service's own namespace's pods (it knows every
+    pod's address); gateway nodes read it back from SB, so a hand-written
+    EndpointSlice cannot make them SNAT or route another tenant's pod."""
+    return "pacific_snat_" + hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
 def _key(svc: dict) -> str:

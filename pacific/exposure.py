@@ -9,19 +9,33 @@ a user could forge.
                 #          ip="203.0.113.10", port=80, cluster_ip="10.96.0.20",
                 #          service_port=80, port_name="http", local=False)
     refused     # {"web/other": ["externalIP 203.0.113.10 TCP/80 is already used by
-                #   Service web/api (older)"]}
+                #   Service web/api (older)"],
+                #  "shop/x": ["externalIP 203.0.113.10 belongs to another namespace"]}
 
-Rules (Kubernetes leaves all of them to the network plugin):
+Rules (Kubernetes leaves all of them to the network plugin; a Service is a
+tenant's request, checked here, and only the administrator's settings grant):
 
-* an external IP is an IPv4 address outside every cluster CIDR (pod Subnets,
-  the join network, the service CIDR) and not a node's address; where the
-  cluster names the ranges external IPs may come from (``allowed``), inside
-  one of them (what Kubernetes' DenyServiceExternalIPs admission and the
-  CVE-2020-8554 advice ask of a cluster where anyone may create Services);
+* external IPs are denied unless the cluster names the ranges they may come
+  from (``allowed``, pacific-controller's and pacific-node's
+  ``--external-ip-cidrs``; empty: none, the CVE-2020-8554 advice), and an
+  external IP is an IPv4 address inside one of them, outside every cluster
+  CIDR (pod Subnets, the join network, the service CIDR) and not an
+  infrastructure address (a node's, OVN central's);
+* an external IP belongs to ONE namespace for every protocol and port: the
+  namespace of the oldest Service that claims it (creationTimestamp, then
+  namespace/name); another namespace's claim is refused without naming the
+  holder (it may be another tenant's);
 * a node port is inside the cluster's node port range;
 * an (address or node port, protocol, port) used by two Services goes to the
-  older one (creationTimestamp, then namespace/name): the same winner on every
-  node and in the controller, whatever order they saw the Services in.
+  older one: the same winner on every node and in the controller, whatever
+  order they saw the Services in.
+
+A Service's backends are only addresses of pods that Pacific allocated in the
+Service's own namespace (``confine``): an EndpointSlice or Endpoints object
+written by hand that names another namespace's pod, a node or any other
+address is ignored for it (CVE-2021-25740), except for the Services the
+administrator names as trusted (``default/kubernetes``, whose endpoint is the
+API server).
 
 ``externalTrafficPolicy: Local`` marks a frontend ``local``: a node sends it
 only to its own endpoints and keeps the client's address.
@@ -48,6 +62,12 @@ class Frontend:
     service_port: int
     port_name: str        # the Service port's name (matches EndpointSlice ports)
     local: bool           # externalTrafficPolicy: Local
+
+
+def node_addresses(nodes: list[dict]) -> set[str]:
+    """Every node's InternalIP and ExternalIP (no external IP may be one)."""
+    return {a["address"] for n in nodes for a in (n.get("status") or {}).get("addresses") or []
+            if a.get("type") in ("InternalIP", "ExternalIP") and a.get("address")}
 
 
 def _age(svc: dict) -> tuple:
@@ -79,10 +99,13 @@ def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
         if addr in net:
             return f"externalIP {ip} is inside the cluster network {net}"
     if ip in node_ips:
-        return f"externalIP {ip} is a node's address"
-    if allowed is not None and not any(addr in net for net in allowed):
+        return f"externalIP {ip} is an infrastructure address (a node's or OVN central's)"
+    if not allowed:
+        return (f"externalIP {ip} is not granted: the cluster allows no external IPs "
+                "(the administrator names their ranges with --external-ip-cidrs)")
+    if not any(addr in net for net in allowed):
         return (f"externalIP {ip} is outside the ranges external IPs may come from "
-                f"({', '.join(str(n) for n in allowed) or 'none'})")
+                f"({', '.join(str(n) for n in allowed)})")
     return None
 
 
@@ -116,10 +139,16 @@ def _candidates(svc: dict, networks, node_ips, allowed, port_range, problems: li
                                 f"{port_range[0]}-{port_range[1]}")
 
 
+def _namespace(key: str) -> str:
+    return key.split("/", 1)[0]
+
+
 def exposures(services: list[dict], cluster_cidrs=(), node_ips=(), allowed=None,
               port_range: tuple[int, int] = NODE_PORT_RANGE
               ) -> tuple[list[Frontend], dict[str, list[str]]]:
-    """(the frontends granted, sorted; Service key -> what was refused and why)."""
+    """(the frontends granted, sorted; Service key -> what was refused and why).
+    node_ips: every infrastructure address (nodes, OVN central); allowed: the
+    CIDRs external IPs may come from (None or empty: none may)."""
     networks = []
     for c in cluster_cidrs:
         try:
@@ -130,18 +159,26 @@ def exposures(services: list[dict], cluster_cidrs=(), node_ips=(), allowed=None,
                                                  for a in allowed]
     node_ips = set(node_ips)
     granted: dict[tuple, Frontend] = {}
+    owner: dict[str, str] = {}               # external IP -> the namespace it belongs to
     refused: dict[str, list[str]] = {}
     for svc in sorted(services, key=_age):
         problems: list[str] = []
         for fe in _candidates(svc, networks, node_ips, allowed_nets, port_range, problems):
+            ns = _namespace(fe.service)
+            if fe.kind == EXTERNAL_IP and owner.setdefault(fe.ip, ns) != ns:
+                why = f"externalIP {fe.ip} belongs to another namespace"
+                if why not in problems:
+                    problems.append(why)
+                continue
             where = (fe.ip, fe.protocol, fe.port)
             holder = granted.get(where)
             if holder is None:
                 granted[where] = fe
             elif holder.service != fe.service:
                 what = (f"externalIP {fe.ip}" if fe.kind == EXTERNAL_IP else "nodePort")
-                problems.append(f"{what} {fe.protocol.upper()}/{fe.port} is already used by "
-                                f"Service {holder.service} (older)")
+                by = (f"Service {holder.service} (older)" if _namespace(holder.service) == ns
+                      else "a Service of another namespace")
+                problems.append(f"{what} {fe.protocol.upper()}/{fe.port} is already used by {by}")
         if problems:
             refused[_key(svc)] = problems
     return sorted(granted.values()), refused
@@ -168,6 +205,26 @@ def ready_backends(slices: list[dict], port_name: str, protocol: str) -> list[st
     return sorted(out, key=_sort_key)
 
 
+def confine(slices: list[dict], namespace: str, namespace_of) -> tuple[list[dict], list[str]]:
+    """The slices of a Service of `namespace` with only the endpoint addresses
+    of pods Pacific allocated in that namespace (``namespace_of(ip)`` -> the
+    namespace of the pod holding ip, None when no pod does), and the addresses
+    left out, sorted.  A hand-written EndpointSlice (or Endpoints object,
+    mirrored into one) is the tenant's request: it cannot make another
+    tenant's pod, a node or OVN central a backend of its Service."""
+    out, ignored = [], set()
+    for s in slices:
+        endpoints = []
+        for ep in s.get("endpoints") or []:
+            addrs = ep.get("addresses") or []
+            mine = [a for a in addrs if namespace_of(a) == namespace]
+            ignored.update(a for a in addrs if a not in mine)
+            if mine:
+                endpoints.append({**ep, "addresses": mine})
+        out.append({**s, "endpoints": endpoints})
+    return out, sorted(ignored)
+
+
 def _sort_key(backend: str):
     ip, _, port = backend.rpartition(":")
     return (ipaddress.ip_address(ip), int(port))
@@ -184,15 +241,28 @@ def parse_port_range(text: str) -> tuple[int, int]:
     return lo, hi
 
 
-def parse_cidrs(text: str | None) -> list[str] | None:
-    """"203.0.113.0/24,198.51.100.0/24" -> the list; None or "" -> None (any
-    address outside the cluster may be an external IP)."""
-    if not text:
-        return None
+def parse_cidrs(text: str | None) -> list[str]:
+    """"203.0.113.0/24,198.51.100.0/24" -> the list; None or "" -> [] (no
+    address may be an external IP: deny by default)."""
+    if not text or not text.strip():
+        return []
     out = []
     for item in text.split(","):
         try:
             out.append(str(ipaddress.ip_network(item.strip(), strict=False)))
         except ValueError:
             raise ValueError(f"external IP range {item.strip()!r} is not a CIDR") from None
+    return out
+
+
+def parse_ips(text: str | None) -> list[str]:
+    """"192.168.77.254,192.168.77.53" -> the list (--infrastructure-ips)."""
+    out = []
+    for item in (text or "").split(","):
+        if item.strip():
+            try:
+                out.append(str(ipaddress.ip_address(item.strip())))
+            except ValueError:
+                raise ValueError(f"infrastructure address {item.strip()!r} is not an IP "
+                                 "address") from None
     return out

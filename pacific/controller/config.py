@@ -4,7 +4,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from pacific import exposure, names
+from pacific import exposure, names, remotes
 
 
 class ConfigError(ValueError):
@@ -32,7 +32,9 @@ class Config:
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
     sb_remote: str = ""                         # read-only: which chassis holds each gateway
     service_cidr: str = names.SERVICE_CIDR      # kube-apiserver's --service-cluster-ip-range
-    external_ip_cidrs: str = ""                 # where externalIPs may lie ("": anywhere outside)
+    external_ip_cidrs: str = ""                 # where externalIPs may lie ("": nowhere)
+    infrastructure_ips: tuple = ()              # no external IP may be one (+ nodes, OVN central)
+    trusted_endpoint_services: tuple = ("default/kubernetes",)   # endpoints not confined
     node_port_range: str = "%d-%d" % exposure.NODE_PORT_RANGE
 
     def validate(self) -> "Config":
@@ -46,9 +48,13 @@ class Config:
             raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
         try:
             exposure.parse_cidrs(self.external_ip_cidrs)
+            exposure.parse_ips(",".join(self.infrastructure_ips))
             exposure.parse_port_range(self.node_port_range)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        for key in self.trusted_endpoint_services:
+            if key.count("/") != 1 or not all(key.split("/")):
+                raise ConfigError(f"--trusted-endpoint-services: {key!r} is not namespace/name")
         if self.workers < 1:
             raise ConfigError("--workers must be at least 1")
         if self.batch_max < 1:
@@ -62,6 +68,12 @@ class Config:
     @property
     def join_prefixlen(self) -> int:
         return ipaddress.ip_network(self.join_cidr).prefixlen
+
+    @property
+    def reserved_ips(self) -> set[str]:
+        """Addresses no Service may claim besides the nodes': OVN central's
+        (from the remotes) and --infrastructure-ips."""
+        return remotes.addresses(self.nb_remote, self.sb_remote) | set(self.infrastructure_ips)
 
     @property
     def exposure_settings(self) -> tuple[list[str] | None, tuple[int, int]]:

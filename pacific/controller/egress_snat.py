@@ -23,7 +23,6 @@ address; the others get an Event.
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -31,7 +30,8 @@ import time
 from pacific import contract, egressip, exposure, names
 from pacific.controller import gateway, model
 from pacific.controller.feature import Feature
-from pacific.controller.service import service_informers
+from pacific.controller.service import (ignored_note, infrastructure_ips, pod_namespace,
+                                        service_informers)
 from pacific.controller.transit import transit
 from pacific.kube import resources as r
 from pacific.ovn import ensure
@@ -47,8 +47,7 @@ def snat_ids(key: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
 
 
-def set_name(key: str) -> str:
-    return "pacific_snat_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+set_name = egressip.address_set_name
 
 
 def gateway_nodes(nodes: list[dict]) -> list[str]:
@@ -105,18 +104,29 @@ class EgressSnatFeature(Feature):
         cfg = self.ctl.cfg
         services = [s for s in self.ctl.informer("services").list() if egressip.opted_in(s)]
         keys = {r.object_key(s) for s in services}
-        slices = [s for s in self.ctl.informer("endpointslices").list()
-                  if f"{model.meta(s).get('namespace')}/"
-                     f"{(model.meta(s).get('labels') or {}).get(exposure.SERVICE_NAME_LABEL)}"
-                  in keys]
+        by_service: dict[str, list[dict]] = {}
+        for s in self.ctl.informer("endpointslices").list():
+            svc = f"{model.meta(s).get('namespace')}/" \
+                  f"{(model.meta(s).get('labels') or {}).get(exposure.SERVICE_NAME_LABEL)}"
+            if svc in keys:
+                by_service.setdefault(svc, []).append(s)
+        slices, ignored = [], {}
+        for svc, mine in by_service.items():
+            # egress SNAT members are the Service's own namespace's pods, even
+            # for a Service whose load-balancer endpoints are trusted
+            kept, ignored[svc] = exposure.confine(mine, svc.split("/", 1)[0],
+                                                  lambda ip: pod_namespace(self.ctl, ip))
+            slices += kept
         cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
                              for s in self.ctl.informer("subnets").list()) if c]
-        node_ips = {a.get("address") for n in self.ctl.informer("nodes").list()
-                    for a in (n.get("status") or {}).get("addresses") or []
-                    if a.get("type") in ("InternalIP", "ExternalIP")}
         allowed, _ = cfg.exposure_settings
-        return egressip.egress_ips(services, slices, [*cidrs, cfg.join_cidr, cfg.service_cidr],
-                                   node_ips, allowed)
+        grants, notes = egressip.egress_ips(services, slices,
+                                            [*cidrs, cfg.join_cidr, cfg.service_cidr],
+                                            infrastructure_ips(self.ctl), allowed)
+        for svc, left_out in ignored.items():
+            if left_out:
+                notes.setdefault(svc, []).extend(ignored_note(svc, left_out))
+        return grants, notes
 
     def reconcile(self, key: str) -> None:
         grants, notes = self.grants()

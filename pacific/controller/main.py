@@ -68,9 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kube-apiserver's --service-cluster-ip-range: no external IP may lie "
                    "in it (default: %(default)s)")
     g.add_argument("--external-ip-cidrs", default=_env("PACIFIC_EXTERNAL_IP_CIDRS", ""),
-                   help="comma-separated CIDRs a Service's externalIPs must lie in (default: any "
-                   "address outside the cluster's networks); refused ones get an Event. Keep "
-                   "equal to pacific-node's")
+                   help="comma-separated CIDRs a Service's externalIPs must lie in (default: "
+                   "none: no Service gets an external IP until the administrator names the "
+                   "ranges; an address belongs to one namespace); refused ones get an Event. "
+                   "Keep equal to pacific-node's [PACIFIC_EXTERNAL_IP_CIDRS]")
+    g.add_argument("--infrastructure-ips", default=_env("PACIFIC_INFRASTRUCTURE_IPS", ""),
+                   help="comma-separated addresses no Service may claim as external IP, besides "
+                   "the nodes' and OVN central's (taken from --nb-remote/--sb-remote): default "
+                   "routers, DNS, API VIPs [PACIFIC_INFRASTRUCTURE_IPS]")
+    g.add_argument("--trusted-endpoint-services",
+                   default=_env("PACIFIC_TRUSTED_ENDPOINT_SERVICES", "default/kubernetes"),
+                   help="comma-separated namespace/name of the Services whose endpoints may be "
+                   "other than pods of their own namespace (default: %(default)s, whose "
+                   "endpoint is the API server); every other Service's hand-written endpoints "
+                   "outside its namespace are ignored with an Event [PACIFIC_TRUSTED_ENDPOINT_SERVICES]")
     g.add_argument("--node-port-range", default=_env("PACIFIC_NODE_PORT_RANGE", "30000-32767"),
                    help="kube-apiserver's --service-node-port-range (default: %(default)s)")
     g = p.add_argument_group("tenant isolation")
@@ -132,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _items(text: str) -> tuple[str, ...]:
+    return tuple(i.strip() for i in (text or "").split(",") if i.strip())
+
+
 def config_from_args(args) -> Config:
     if not args.nb_remote:
         raise ConfigError("--nb-remote (or PACIFIC_NB_REMOTE) is required")
@@ -144,6 +159,8 @@ def config_from_args(args) -> Config:
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
                   sb_remote=args.sb_remote,
                   external_ip_cidrs=args.external_ip_cidrs, node_port_range=args.node_port_range,
+                  infrastructure_ips=_items(args.infrastructure_ips),
+                  trusted_endpoint_services=_items(args.trusted_endpoint_services),
                   global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")
                                           if n.strip())).validate()
 
@@ -201,7 +218,12 @@ def run_leader_elected(cfg: Config, args, kube, nb, shutdown: threading.Event,
         elector_stop.set()          # release the Lease only once we stopped writing
 
     threading.Thread(target=on_shutdown, daemon=True, name="shutdown").start()
-    campaign(kube, args.lease_name, args.lease_namespace, args.identity,
+    # the Lease has an API client (a connection pool) of its own: renewals
+    # queued behind the workers' requests in a busy cluster (one tenant's
+    # churn) lost the Lease ("Connection pool is full", bench_fairness)
+    from pacific.kube import client
+    lease_api = client.load(cfg.kubeconfig)
+    campaign(lease_api, args.lease_name, args.lease_namespace, args.identity,
              on_started_leading=lead, on_stopped_leading=term.set,
              lease_duration=args.lease_duration, renew_deadline=args.renew_deadline,
              retry_period=args.retry_period, stop=elector_stop)

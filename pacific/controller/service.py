@@ -60,6 +60,42 @@ def slim_slice(s: dict) -> dict:
                           for e in s.get("endpoints") or []]}
 
 
+def pod_namespace(ctl, ip: str) -> str | None:
+    """The namespace of the pod Pacific allocated `ip` to (IPAM), or None when
+    no pod holds it (a node's join address, anything outside the Subnets)."""
+    try:
+        holder = ctl.ipam.holder(ip)
+    except ValueError:
+        return None
+    if not holder or holder.startswith("node:") or "/" not in holder:
+        return None
+    return holder.split("/", 1)[0]
+
+
+def confined(ctl, key: str, slices: list[dict]) -> tuple[list[dict], list[str]]:
+    """A Service's slices with only its own namespace's pods as endpoints
+    (pacific.exposure.confine), unless the administrator trusts the Service's
+    endpoints (--trusted-endpoint-services); and the addresses left out."""
+    if key in ctl.cfg.trusted_endpoint_services:
+        return slices, []
+    ns = key.split("/", 1)[0]
+    return exposure.confine(slices, ns, lambda ip: pod_namespace(ctl, ip))
+
+
+def ignored_note(key: str, ignored: list[str]) -> list[str]:
+    if not ignored:
+        return []
+    shown = ", ".join(ignored[:5]) + (f" and {len(ignored) - 5} more" if len(ignored) > 5 else "")
+    return [f"endpoint addresses {shown} are not pods of namespace {key.split('/', 1)[0]}: "
+            "ignored (a Service's backends are its own namespace's pods)"]
+
+
+def infrastructure_ips(ctl) -> set[str]:
+    """The addresses no external IP may be: every node's, OVN central's, and
+    --infrastructure-ips."""
+    return exposure.node_addresses(ctl.informer("nodes").list()) | ctl.cfg.reserved_ips
+
+
 def service_informers(kube) -> dict:
     """The informers of the features that read Services: Services, their
     EndpointSlices (the version the server serves), Nodes and Subnets (which
@@ -125,8 +161,10 @@ class ServiceFeature(Feature):
         with self._lock:
             slice_keys = sorted(self._slices.get(key, ()))
         cache = self.ctl.informer("endpointslices")
-        slices = [s for s in (cache.get(k) for k in slice_keys) if s is not None]
+        slices, ignored = confined(self.ctl, key, [s for s in (cache.get(k) for k in slice_keys)
+                                                   if s is not None])
         want, problems = sm.balancers(svc, slices) if svc is not None else ({}, [])
+        problems += ignored_note(key, ignored)
         if svc is not None and _exposes(svc):
             problems += self._refused_frontends(key)
         have = {row.name: row for row in self.ctl.nb.rows_owned(lb.LB, names.OWNER_KIND_SERVICE, key)}
@@ -160,12 +198,9 @@ class ServiceFeature(Feature):
         cfg = self.ctl.cfg
         cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
                              for s in self.ctl.informer("subnets").list()) if c]
-        node_ips = {a.get("address") for n in self.ctl.informer("nodes").list()
-                    for a in (n.get("status") or {}).get("addresses") or []
-                    if a.get("type") in ("InternalIP", "ExternalIP")}
         allowed, port_range = cfg.exposure_settings
         _, refused = exposure.exposures(services, [*cidrs, cfg.join_cidr, cfg.service_cidr],
-                                        node_ips, allowed, port_range)
+                                        infrastructure_ips(self.ctl), allowed, port_range)
         return refused.get(key, [])
 
     def _owned(self) -> list:

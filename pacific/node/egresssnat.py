@@ -21,6 +21,7 @@ frontends: one node carries both directions.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import ipaddress
 import json
@@ -42,9 +43,12 @@ RECHECK = 5.0       # s between re-reads of the held addresses when nothing chan
 LABEL_SUFFIX = ":pe"
 
 
-def gateways_in_sb(sb_remote: str, timeout: float = 2.0) -> dict[str, tuple[str | None, str]]:
-    """Service key -> (the chassis holding its gateway port or None, the
-    transit router address), from SB."""
+def gateways_in_sb(sb_remote: str, keys=(), timeout: float = 2.0
+                   ) -> tuple[dict[str, tuple[str | None, str]], dict[str, set[str]]]:
+    """(Service key -> (the chassis holding its gateway port or None, the
+    transit router address); Service key of `keys` -> the members the
+    controller admitted: its address set, which names only pods of the
+    Service's own namespace), from SB."""
     prefix = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX))
     with Query(sb_remote, "OVN_Southbound", timeout=timeout) as sb:
         ports = sb.select("Port_Binding", ["logical_port", "chassis", "mac", "type"],
@@ -52,6 +56,11 @@ def gateways_in_sb(sb_remote: str, timeout: float = 2.0) -> dict[str, tuple[str 
             sb.select("Port_Binding", ["logical_port", "chassis", "mac", "type"],
                       [["type", "==", "patch"]])
         chassis = {c["_uuid"]: c["name"] for c in sb.select("Chassis", ["_uuid", "name"])}
+        members = {}
+        for key in keys:
+            row = sb.one("Address_Set", ["addresses"],
+                         [["name", "==", egressip.address_set_name(key)]])
+            members[key] = set(as_list(row.get("addresses"))) if row else set()
     holders, transits = {}, {}
     for p in ports:
         lp = p["logical_port"]
@@ -63,7 +72,7 @@ def gateways_in_sb(sb_remote: str, timeout: float = 2.0) -> dict[str, tuple[str 
                 parts = m.split()
                 if len(parts) > 1:
                     transits[lp[len(prefix):]] = str(ipaddress.ip_interface(parts[1]).ip)
-    return {k: (holders.get(k), v) for k, v in transits.items()}
+    return {k: (holders.get(k), v) for k, v in transits.items()}, members
 
 
 def garp(ifname: str, mac: str, ip: str) -> None:
@@ -128,10 +137,15 @@ class EgressSnat:
         if not self.frontends.synced():
             return
         if self.labelled():
-            sb = gateways_in_sb(self.sb_remote)
             fe = self.frontends
             grants, _ = egressip.egress_ips(fe.services.list(), fe.slices.list(),
                                             fe.cluster_cidrs(), fe.node_ips(), fe.allowed)
+            sb, admitted = gateways_in_sb(self.sb_remote, sorted(grants))
+            # only the members the controller admitted (its own namespace's
+            # pods): a hand-written EndpointSlice naming another tenant's pod
+            # must not SNAT or re-route that pod's traffic here
+            grants = {k: dataclasses.replace(g, sources=tuple(
+                s for s in g.sources if s in admitted.get(k, ()))) for k, g in grants.items()}
         else:
             sb, grants = {}, {}
         rules, routes, hold = [], {}, set()

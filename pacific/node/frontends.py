@@ -69,7 +69,8 @@ def rule_for(fe: exposure.Frontend, local_backends: list[tuple[str, int]]) -> tu
 class ServiceFrontends:
     def __init__(self, services, slices, all_nodes, subnets, pods, join_cidr,
                  service_cidr: str | None, allowed: list[str] | None = None,
-                 port_range: tuple[int, int] = exposure.NODE_PORT_RANGE):
+                 port_range: tuple[int, int] = exposure.NODE_PORT_RANGE, reserved=frozenset()):
+        self.reserved = frozenset(reserved)   # OVN central, --infrastructure-ips
         self.services, self.slices, self.all_nodes = services, slices, all_nodes
         self.subnets, self.pods, self.join_cidr = subnets, pods, join_cidr
         self.service_cidr, self.allowed, self.port_range = service_cidr, allowed, port_range
@@ -79,19 +80,16 @@ class ServiceFrontends:
         return cidrs + [c for c in (self.join_cidr(), self.service_cidr) if c]
 
     def node_ips(self) -> set[str]:
-        out = set()
-        for node in self.all_nodes.list():
-            for a in (node.get("status") or {}).get("addresses") or []:
-                if a.get("type") in ("InternalIP", "ExternalIP") and a.get("address"):
-                    out.add(a["address"])
-        return out
+        """Every infrastructure address: the nodes', OVN central's, the reserved ones."""
+        return exposure.node_addresses(self.all_nodes.list()) | self.reserved
 
-    def local_pod_ips(self) -> set[str]:
-        out = set()
+    def local_pod_ips(self) -> dict[str, str]:
+        """address -> namespace of this node's pods (the controller's records)."""
+        out = {}
         for pod in self.pods.list():
             rec = contract.own_record(pod)
             if rec is not None:
-                out.add(rec.ip)
+                out[rec.ip] = (pod.get("metadata") or {}).get("namespace")
         return out
 
     def granted(self) -> list[exposure.Frontend]:
@@ -111,7 +109,7 @@ class ServiceFrontends:
         grants = self.granted()
         if not grants:
             return []
-        local_ips = self.local_pod_ips() if any(fe.local for fe in grants) else set()
+        local_ips = self.local_pod_ips() if any(fe.local for fe in grants) else {}
         out = []
         for fe in grants:
             backends = []
@@ -122,6 +120,8 @@ class ServiceFrontends:
                           and ((s.get("metadata") or {}).get("labels") or {}).get(
                               exposure.SERVICE_NAME_LABEL) == name]
                 proto = {v: k for k, v in exposure.PROTOCOLS.items()}[fe.protocol]
+                # only the Service's own namespace's pods (exposure.confine)
+                slices, _ = exposure.confine(slices, ns, local_ips.get)
                 for b in exposure.ready_backends(slices, fe.port_name, proto):
                     ip, _, port = b.rpartition(":")
                     if ip in local_ips:

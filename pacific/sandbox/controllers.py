@@ -35,7 +35,14 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
             "--identity", identity,
             # short lease in the sandbox: failover within a few seconds
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
-            "--lag-probe-interval", "2", *extra]
+            "--lag-probe-interval", "2", *exposure_args(sandbox), *extra]
+
+
+def exposure_args(sandbox) -> list[str]:
+    """What the sandbox's administrator grants Services as external IPs, and
+    its infrastructure addresses (OVN central, the underlay's router)."""
+    return ["--external-ip-cidrs", names.SANDBOX_EXTERNAL_IP_CIDRS,
+            "--infrastructure-ips", f"{sandbox.central_ip},{sandbox.external_ip}"]
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from pacific import names
+from pacific.sandbox import controllers
 from pacific.cni import plugin as proto
 
 
@@ -54,7 +55,8 @@ def argv(sandbox, node, kubeconfig: str, extra=()) -> list[str]:
             "--ovn-remote", sandbox.sb_tcp_remote, "--encap-ip", node.underlay_ip,
             "--ovn-rundir", node.rundir, "--ovs-rundir", node.rundir, "--mtu", str(node.mtu),
             "--cni-socket", p.socket, "--cni-conf-dir", p.conf_dir, "--cni-bin-dir", p.bin_dir,
-            "--health-interval", "3", *_ssl(sandbox, node), *extra]
+            "--health-interval", "3", *_ssl(sandbox, node), *controllers.exposure_args(sandbox),
+            *extra]
 
 
 def _ssl(sandbox, node) -> list[str]:

@@ -5,6 +5,7 @@ from pacific import egressip, names
 from pacific.node.egresssnat import snat_rule
 
 CLUSTER = ["10.16.0.0/16", "100.64.0.0/16", "10.96.0.0/12"]
+ANYWHERE = ["0.0.0.0/0"]
 
 
 def svc(name, created, ips, annotations=None):
@@ -23,7 +24,8 @@ def eps(service, *addrs, ready=True):
 def test_ready_endpoints_leave_with_the_first_external_ip():
     grants, notes = egressip.egress_ips(
         [svc("web", "1", ["192.168.77.200", "192.168.77.201"])],
-        [eps("web", "10.16.0.6", "10.16.0.5"), eps("web", "10.16.0.9", ready=False)], CLUSTER)
+        [eps("web", "10.16.0.6", "10.16.0.5"), eps("web", "10.16.0.9", ready=False)],
+        CLUSTER, allowed=ANYWHERE)
     assert grants["ns/web"] == egressip.EgressIP("ns/web", "192.168.77.200",
                                                  ("10.16.0.5", "10.16.0.6"))
     assert notes == {}
@@ -33,7 +35,8 @@ def test_a_pod_behind_two_services_leaves_as_the_older_one_s_and_the_newer_is_to
     grants, notes = egressip.egress_ips(
         [svc("new", "2026-02-01T00:00:00Z", ["192.168.77.201"]),
          svc("old", "2026-01-01T00:00:00Z", ["192.168.77.200"])],
-        [eps("old", "10.16.0.5"), eps("new", "10.16.0.5", "10.16.0.7")], CLUSTER)
+        [eps("old", "10.16.0.5"), eps("new", "10.16.0.5", "10.16.0.7")],
+        CLUSTER, allowed=ANYWHERE)
     assert grants["ns/old"].sources == ("10.16.0.5",)
     assert grants["ns/new"].sources == ("10.16.0.7",)
     assert notes == {"ns/new": ["pod address 10.16.0.5 leaves as 192.168.77.200 of the older "
@@ -44,13 +47,15 @@ def test_the_opt_out_and_refused_external_ips():
     grants, _ = egressip.egress_ips(
         [svc("out", "1", ["192.168.77.200"], {names.ANN_EGRESS_SNAT: "false"}),
          svc("inside", "2", ["10.16.3.3"])],            # inside the cluster: refused
-        [eps("out", "10.16.0.5"), eps("inside", "10.16.0.6")], CLUSTER)
+        [eps("out", "10.16.0.5"), eps("inside", "10.16.0.6")],
+        CLUSTER, allowed=ANYWHERE)
     assert grants == {}
 
 
 def test_the_first_external_ip_is_the_first_granted_one():
     grants, _ = egressip.egress_ips([svc("web", "1", ["10.16.3.3", "192.168.77.202"])],
-                                    [eps("web", "10.16.0.5")], CLUSTER)
+                                    [eps("web", "10.16.0.5")],
+        CLUSTER, allowed=ANYWHERE)
     assert grants["ns/web"].ip == "192.168.77.202"
 
 

@@ -8,22 +8,24 @@ from pacific.node import firewall
 from pacific.node.frontends import ServiceFrontends, rule_for
 
 CLUSTER = ["10.16.0.0/16", "100.64.0.0/16", "10.96.0.0/12"]
+ANYWHERE = ["0.0.0.0/0"]           # the administrator grants every outside address
 
 
 def svc(name, created, ports=None, type_="ClusterIP", external_ips=(), local=False,
-        cluster_ip="10.96.0.10"):
+        cluster_ip="10.96.0.10", ns="ns"):
     spec = {"type": type_, "clusterIP": cluster_ip,
             "ports": ports or [{"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30080}],
             "externalIPs": list(external_ips)}
     if local:
         spec["externalTrafficPolicy"] = "Local"
-    return {"metadata": {"name": name, "namespace": "ns", "creationTimestamp": created},
+    return {"metadata": {"name": name, "namespace": ns, "creationTimestamp": created},
             "spec": spec}
 
 
 def test_an_external_ip_and_a_node_port_are_granted():
     grants, refused = ex.exposures([svc("a", "2026-01-01T00:00:00Z", type_="NodePort",
-                                       external_ips=["203.0.113.10"])], CLUSTER)
+                                       external_ips=["203.0.113.10"])], CLUSTER,
+                                   allowed=ANYWHERE)
     assert not refused
     assert [(g.kind, g.ip, g.protocol, g.port, g.cluster_ip, g.service_port) for g in grants] == [
         (ex.EXTERNAL_IP, "203.0.113.10", "tcp", 80, "10.96.0.10", 80),
@@ -39,7 +41,7 @@ def test_the_older_service_keeps_a_contested_external_ip_whatever_the_order():
     old = svc("old", "2026-01-01T00:00:00Z", external_ips=["203.0.113.10"])
     new = svc("new", "2026-02-01T00:00:00Z", external_ips=["203.0.113.10"], cluster_ip="10.96.0.11")
     for order in ([old, new], [new, old]):
-        grants, refused = ex.exposures(order, CLUSTER)
+        grants, refused = ex.exposures(order, CLUSTER, allowed=ANYWHERE)
         assert [g.service for g in grants] == ["ns/old"]
         assert refused == {"ns/new": ["externalIP 203.0.113.10 TCP/80 is already used by "
                                       "Service ns/old (older)"]}
@@ -49,20 +51,62 @@ def test_the_same_address_on_another_port_or_protocol_is_no_conflict():
     a = svc("a", "1", external_ips=["203.0.113.10"])
     b = svc("b", "2", external_ips=["203.0.113.10"],
             ports=[{"name": "dns", "port": 80, "protocol": "UDP"}])
-    grants, refused = ex.exposures([a, b], CLUSTER)
+    grants, refused = ex.exposures([a, b], CLUSTER, allowed=ANYWHERE)
     assert not refused and len(grants) == 2
+
+
+def test_no_external_ip_is_granted_until_the_administrator_names_ranges():
+    for allowed in (None, []):
+        grants, refused = ex.exposures([svc("a", "1", external_ips=["203.0.113.10"])], CLUSTER,
+                                       allowed=allowed)
+        assert grants == []
+        assert "the cluster allows no external IPs" in refused["ns/a"][0]
+
+
+def test_an_external_ip_belongs_to_one_namespace_for_every_port_and_protocol():
+    """CVE-2020-8554-style sharing: another namespace may not take the same
+    address on another port (it would share the owner's egress identity), and
+    is not told who holds it."""
+    owner = svc("a", "1", external_ips=["203.0.113.10"], ns="shop")
+    other = svc("b", "2", external_ips=["203.0.113.10"], ns="evil",
+                ports=[{"name": "x", "port": 8443, "protocol": "UDP"}])
+    same_ns = svc("c", "3", external_ips=["203.0.113.10"], ns="shop",
+                  ports=[{"name": "y", "port": 443, "protocol": "TCP"}])
+    for order in ([owner, other, same_ns], [same_ns, other, owner]):
+        grants, refused = ex.exposures(order, CLUSTER, allowed=ANYWHERE)
+        assert sorted(g.service for g in grants) == ["shop/a", "shop/c"]
+        assert refused == {"evil/b": ["externalIP 203.0.113.10 belongs to another namespace"]}
+
+
+def test_a_conflict_with_another_namespace_does_not_name_its_service():
+    a = svc("a", "1", type_="NodePort", ns="shop")
+    b = svc("b", "2", type_="NodePort", ns="evil", cluster_ip="10.96.0.11")
+    _, refused = ex.exposures([a, b], CLUSTER)
+    assert refused == {"evil/b": ["nodePort TCP/30080 is already used by a Service of "
+                                  "another namespace"]}
+
+
+def test_endpoints_are_confined_to_the_service_s_namespace():
+    owners = {"10.16.0.5": "shop", "10.16.0.6": "victim"}
+    slices = [{"metadata": {"namespace": "shop"}, "addressType": "IPv4",
+               "ports": [{"name": "http", "port": 80}],
+               "endpoints": [{"addresses": ["10.16.0.5"]}, {"addresses": ["10.16.0.6"]},
+                             {"addresses": ["192.168.77.1", "10.16.0.5"]}]}]
+    kept, ignored = ex.confine(slices, "shop", owners.get)
+    assert ex.ready_backends(kept, "http", "TCP") == ["10.16.0.5:80"]
+    assert ignored == ["10.16.0.6", "192.168.77.1"]
 
 
 @pytest.mark.parametrize("ip,why", [
     ("10.16.3.4", "inside the cluster network 10.16.0.0/16"),
     ("10.100.0.1", "inside the cluster network 10.96.0.0/12"),
-    ("192.168.77.11", "a node's address"),
+    ("192.168.77.11", "an infrastructure address"),
     ("not-an-ip", "is not an IP address"),
     ("2001:db8::1", "is IPv6"),
 ])
 def test_refused_external_ips_name_the_reason(ip, why):
     grants, refused = ex.exposures([svc("a", "1", external_ips=[ip])], CLUSTER,
-                                   node_ips={"192.168.77.11"})
+                                   node_ips={"192.168.77.11"}, allowed=ANYWHERE)
     assert grants == []
     assert why in refused["ns/a"][0]
 
@@ -93,7 +137,7 @@ def test_bad_port_ranges_are_named(text):
 
 
 def test_cidr_lists():
-    assert ex.parse_cidrs("") is None
+    assert ex.parse_cidrs("") == [] and ex.parse_cidrs(None) == []
     assert ex.parse_cidrs("203.0.113.7/24, 198.51.100.0/24") == ["203.0.113.0/24", "198.51.100.0/24"]
     with pytest.raises(ValueError, match="'nope' is not a CIDR"):
         ex.parse_cidrs("203.0.113.0/24,nope")
@@ -110,7 +154,8 @@ class Cache:
 
 def frontends(services, slices=(), pods=()):
     return ServiceFrontends(Cache(services), Cache(slices), Cache([]), Cache([]), Cache(pods),
-                            join_cidr=lambda: "100.64.0.0/16", service_cidr="10.96.0.0/12")
+                            join_cidr=lambda: "100.64.0.0/16", service_cidr="10.96.0.0/12",
+                            allowed=ANYWHERE)
 
 
 def test_cluster_policy_is_sent_to_the_cluster_ip():

@@ -23,7 +23,7 @@ ALLOWED = {
     "controller": {"ipam", "kube", "ovn"},
     "tools": {"kube", "ovn", "controller"},   # day-two tools: read-only, name things as the controller does
 }
-TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "egressip"}
+TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "egressip", "remotes"}
 
 
 def _imports(path: pathlib.Path) -> list[str]:
