@@ -17,6 +17,15 @@ Paths:
   raises answers 503 naming the exception), so ``curl`` and kubelet probes
   read the same thing.
 
+Connections are bounded: at most ``max_connections`` (MAX_CONNECTIONS) are
+served at once, one thread each; a connection beyond that is answered 503 at
+once (best effort, without waiting for its request) and closed, so a flood of
+connections costs no threads.  A connection is closed after
+``connection_deadline`` (CONNECTION_DEADLINE) seconds whatever it does (a
+client that trickles its request or never reads the answer holds its thread
+no longer), and each read or write waits at most ``_Handler.timeout``.  The
+node's host firewall also keeps pods from these ports (pacific/node/firewall.py).
+
 The metric objects themselves live with their component
 (``pacific/controller/metrics.py``, ``pacific/node/metrics.py``).  ``scrape()``
 reads an endpoint back into a dict (tests, benchmarks).
@@ -26,6 +35,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import ThreadingHTTPServer
@@ -43,6 +53,11 @@ log = logging.getLogger(__name__)
 disable_created_metrics()
 
 Check = Callable[[], "tuple[bool, str]"]
+MAX_CONNECTIONS = 16          # connections served at once (one thread each)
+CONNECTION_DEADLINE = 30.0    # seconds a connection may last, whatever it does
+_BUSY_BODY = b"too many connections to this endpoint now; try again\n"
+_BUSY = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+         b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(_BUSY_BODY)) + _BUSY_BODY
 PATH_METRICS, PATH_HEALTHZ, PATH_READYZ = "/metrics", "/healthz", "/readyz"
 
 
@@ -108,14 +123,73 @@ class _Handler(MetricsHandler):
 
 
 class _Server(ThreadingHTTPServer):
+    """ThreadingHTTPServer with a cap on its threads and a deadline per connection."""
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
 
-    def __init__(self, addr, family, registry, liveness: Check, readiness: Check):
+    def __init__(self, addr, family, registry, liveness: Check, readiness: Check,
+                 max_connections: int = MAX_CONNECTIONS,
+                 connection_deadline: float = CONNECTION_DEADLINE):
         self.address_family = family
         self.liveness, self.readiness = liveness, readiness
+        self.max_connections, self.connection_deadline = max_connections, connection_deadline
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._open: dict = {}           # socket -> monotonic deadline, while served
+        self._open_lock = threading.Lock()
+        self.refused = 0                # connections closed at once: no slot free
         super().__init__(addr, _Handler.factory(registry))
+
+    @property
+    def active(self) -> int:
+        """Connections being served now (each holds a thread)."""
+        with self._open_lock:
+            return len(self._open)
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            log.debug("metrics http: %d connections served already: %s refused",
+                      self.max_connections, client_address)
+            try:
+                request.setblocking(False)
+                request.send(_BUSY)        # fits a socket buffer; never waits
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        with self._open_lock:
+            self._open[request] = time.monotonic() + self.connection_deadline
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release(request)
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release(request)
+
+    def _release(self, request) -> None:
+        with self._open_lock:
+            if self._open.pop(request, None) is None:
+                return
+        self._slots.release()
+
+    def service_actions(self) -> None:
+        """Every poll of serve_forever: a connection past its deadline is shut
+        down (its thread's next read or write fails, and the thread ends)."""
+        now = time.monotonic()
+        with self._open_lock:
+            late = [s for s, deadline in self._open.items() if deadline <= now]
+        for s in late:
+            log.debug("metrics http: connection open for %g s: closed", self.connection_deadline)
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def handle_error(self, request, client_address):
         log.debug("metrics http: error serving %s", client_address, exc_info=True)
@@ -129,7 +203,12 @@ class MetricsServer:
     """`/metrics`, `/healthz` and `/readyz` on `address` (host, port)."""
 
     def __init__(self, address: tuple[str, int], liveness: Check = _always_ok,
-                 readiness: Check = _always_ok, registry=REGISTRY):
+                 readiness: Check = _always_ok, registry=REGISTRY,
+                 max_connections: int = MAX_CONNECTIONS,
+                 connection_deadline: float = CONNECTION_DEADLINE):
+        if max_connections < 1 or connection_deadline <= 0:
+            raise MetricsError("max_connections must be >= 1 and connection_deadline > 0")
+        self.max_connections, self.connection_deadline = max_connections, connection_deadline
         self.requested = address
         self.liveness, self.readiness, self.registry = liveness, readiness, registry
         self._server: _Server | None = None
@@ -173,7 +252,8 @@ class MetricsServer:
         host, port = self.requested
         family = _family(host, port)
         try:
-            server = _Server((host, port), family, self.registry, self.liveness, self.readiness)
+            server = _Server((host, port), family, self.registry, self.liveness, self.readiness,
+                             self.max_connections, self.connection_deadline)
         except OSError as e:
             raise MetricsError(f"cannot serve metrics on {host or '*'}:{port}: {e.strerror or e}"
                                " (another daemon on that port? pick one with "
@@ -200,6 +280,18 @@ class MetricsServer:
     @property
     def serving(self) -> bool:
         return self._server is not None
+
+    @property
+    def active(self) -> int:
+        """Connections being served now (at most max_connections)."""
+        server = self._server
+        return server.active if server is not None else 0
+
+    @property
+    def refused(self) -> int:
+        """Connections closed at once because max_connections were being served."""
+        server = self._server
+        return server.refused if server is not None else 0
 
     def stop(self) -> None:
         self._stopping.set()

@@ -156,6 +156,9 @@ SANDBOX_UNDERLAY_MTU = 1500
 SANDBOX_PODS_ENV = "PACIFIC_SANDBOX_PODS"     # how a new sandbox runs pods: kubelet | runner
 SANDBOX_PODS_DEFAULT = "kubelet"
 SANDBOX_EXTERNAL_REMOTE_CIDR = "198.51.100.1/24"  # "internet" address of pac-<name>-ext
+# the external IPs the sandbox's administrator grants Services (a documentation
+# range routed to the nodes, and the top of the underlay below its router .254)
+SANDBOX_EXTERNAL_IP_CIDRS = "203.0.113.0/24,192.168.77.192/27"
 POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (Geneve+OVN)
 OVN_NB_PORT = 6641
 OVN_SB_PORT = 6642
@@ -216,3 +219,19 @@ def egress_switch_name(subnet: str) -> str:
 
 def egress_localnet_name(subnet: str) -> str:
     return f"ln:egw:{subnet}"
+
+
+# Host firewall guards (pacific/node/firewall.py, issue 22): what pods must never reach
+OVN_NB_RAFT_PORT = 6643   # a clustered NB's RAFT port (ovsdb-tool create-cluster ...:6643)
+OVN_SB_RAFT_PORT = 6644   # ... SB's
+# TCP ports of OVN central dropped from pod and join sources, besides the SB remote's own
+OVN_CENTRAL_PORTS = (OVN_NB_PORT, OVN_SB_PORT, OVN_NB_RAFT_PORT, OVN_SB_RAFT_PORT)
+# interfaces on which a packet with a pod or join source address is one of OVN's own
+# paths: the management port, a centralized gateway's transit port and its bridge
+# (node/egressgw.py, node/egresssnat.py), and the host's own loopback
+POD_SOURCE_INTERFACES = ("lo", MGMT_PORT, EGRESS_PORT, EGRESS_BRIDGE)
+# the OVSDB TLS files in deploy/: the controller's from Secret pacific-ovn-tls, each
+# node's own in this host directory (the same path inside and out: ovn-controller reads it)
+OVN_TLS_DIR = "/etc/pacific/ovn-tls"
+OVN_TLS_SECRET = "pacific-ovn-tls"
+

@@ -10,6 +10,18 @@ change):
     set nat_cidrs      the CIDRs of Subnets with spec.natOutgoing: true
     set cluster_cidrs  pod CIDRs + the join network + the service CIDR
     set service_cidrs  the service CIDR
+    set internal_cidrs pod CIDRs + the join network: the sources pods and ovn0 have
+    set ovn_central    OVN central's addresses (from --ovn-remote), set ovn_ports its
+                       TCP ports (the remote's, NB 6641, SB 6642, RAFT 6643/6644)
+    set node_addrs     every Node's addresses; set host_ports the host daemons' TCP
+                       ports (pacific-node's metrics port, pacific-controller's)
+    chain guard-underlay (filter, prerouting, before conntrack)  a packet from
+                       @internal_cidrs that did not come in on one of OVN's own paths
+                       (ovn0, pegress0, br-egress, lo): drop (spoofed from the underlay)
+    chain guard-input  (filter, input, before `input`)  from @internal_cidrs to
+                       @ovn_central:@ovn_ports, or to @host_ports: drop
+    chain guard-forward (filter, forward, before `forward`)  from @internal_cidrs to
+                       @ovn_central:@ovn_ports, or to @node_addrs:@host_ports: drop
     chain egress-mark  (filter, prerouting)  what a centralized gateway receives on
                        pegress0 is marked, so its replies go back there
                        (pacific.node.egressgw)
@@ -19,12 +31,19 @@ change):
                        Service was granted (pacific.node.frontends), rewritten
                        whole when what it should hold changes
     chain postrouting  (nat)  ip saddr @nat_cidrs ip daddr != @cluster_cidrs masquerade;
+                       ip saddr @internal_cidrs ip daddr @node_addrs oifname != ovn0
+                       masquerade (a pod reaching another node's address arrives as
+                       this node: that node drops pod sources from the underlay);
                        oifname ovn0 ct status dnat ip daddr @service_cidrs masquerade
                        (a frontend sent to a cluster IP answers through this node)
     chain forward      (filter, policy accept)  from a pod CIDR in conntrack state
                        invalid: drop; from or to a pod CIDR: accept
     chain input        (filter, policy accept)  Geneve (udp 6081): accept;
                        from ovn0: accept
+
+A drop in a guard chain is final whatever the later chains accept: pods reach
+neither OVN's databases (whether they speak TCP or TLS) nor the daemons' HTTP
+endpoints (whatever address those bind), through this node or any other.
 
 Pod <-> pod, pod <-> Service and pod <-> node traffic never leaves by the
 masquerade rule (its destination is in @cluster_cidrs).  A change of Subnets
@@ -38,6 +57,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import socket
 import subprocess
 import threading
 
@@ -62,7 +82,19 @@ def _daddr(op, right):
                       "right": right}}
 
 
+def _tcp_dport(right):
+    return {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}},
+                      "right": right}}
+
+
+def _iifname(op, right):
+    return {"match": {"op": op, "left": {"meta": {"key": "iifname"}}, "right": right}}
+
+
 CHAINS = {
+    "guard-underlay": {"type": "filter", "hook": "prerouting", "prio": -300},
+    "guard-input": {"type": "filter", "hook": "input", "prio": -10},
+    "guard-forward": {"type": "filter", "hook": "forward", "prio": -10},
     "egress-mark": {"type": "filter", "hook": "prerouting", "prio": -150},
     "services": {"type": "nat", "hook": "prerouting", "prio": -100},
     "snat": {"type": "nat", "hook": "postrouting", "prio": 90},
@@ -71,7 +103,24 @@ CHAINS = {
     "input": {"type": "filter", "hook": "input", "prio": 0},
 }
 _CT_MARK = {"ct": {"key": "mark"}}
+_NOT_LOCAL = _iifname("!=", "lo")
 RULES = [  # (chain, comment, expressions)
+    # issue 22: pod and join addresses enter the host only through OVN's own paths
+    ("guard-underlay", "pacific-underlay-spoof",
+     [_saddr("==", "@internal_cidrs"),
+      _iifname("!=", {"set": list(names.POD_SOURCE_INTERFACES)}), {"drop": None}]),
+    # ... and never reach OVN's databases or the host daemons' HTTP endpoints
+    ("guard-input", "pacific-ovn-central-in",
+     [_saddr("==", "@internal_cidrs"), _NOT_LOCAL, _daddr("==", "@ovn_central"),
+      _tcp_dport("@ovn_ports"), {"drop": None}]),
+    ("guard-input", "pacific-host-ports-in",
+     [_saddr("==", "@internal_cidrs"), _NOT_LOCAL, _tcp_dport("@host_ports"), {"drop": None}]),
+    ("guard-forward", "pacific-ovn-central-fwd",
+     [_saddr("==", "@internal_cidrs"), _daddr("==", "@ovn_central"), _tcp_dport("@ovn_ports"),
+      {"drop": None}]),
+    ("guard-forward", "pacific-host-ports-fwd",
+     [_saddr("==", "@internal_cidrs"), _daddr("==", "@node_addrs"), _tcp_dport("@host_ports"),
+      {"drop": None}]),
     # a centralized gateway's connections (in on pegress0): their replies are
     # marked, and an ip rule routes them back to pegress0 (node/egressgw.py)
     ("egress-mark", "pacific-gateway-in",
@@ -87,6 +136,10 @@ RULES = [  # (chain, comment, expressions)
      [{"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": names.MGMT_PORT}},
       {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
       _daddr("==", "@service_cidrs"), {"masquerade": None}]),
+    ("postrouting", "pacific-to-nodes-masquerade",
+     [_saddr("==", "@internal_cidrs"), _daddr("==", "@node_addrs"),
+      {"match": {"op": "!=", "left": {"meta": {"key": "oifname"}}, "right": names.MGMT_PORT}},
+      {"masquerade": None}]),
     ("forward", "pacific-invalid-drop",
      [_saddr("==", "@pod_cidrs"),
       {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "invalid"}},
@@ -100,7 +153,9 @@ RULES = [  # (chain, comment, expressions)
      [{"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": names.MGMT_PORT}},
       {"accept": None}]),
 ]
-SETS = ("pod_cidrs", "nat_cidrs", "cluster_cidrs", "service_cidrs")
+SETS = ("pod_cidrs", "nat_cidrs", "cluster_cidrs", "service_cidrs", "internal_cidrs",
+        "ovn_central", "node_addrs", "ovn_ports", "host_ports")
+PORT_SETS = ("ovn_ports", "host_ports")     # inet_service; the others are ipv4 intervals
 SERVICES = "services"   # the chain of Service frontends (pacific.node.frontends)
 SNAT = "snat"           # the chain of egress SNAT to Services' external IPs (node.egresssnat)
 
@@ -123,7 +178,9 @@ def nft(commands: list[dict] | None = None, list_table: bool = False) -> dict:
     return {}
 
 
-def _elements(cidrs) -> list[dict]:
+def _elements(cidrs, ports: bool = False) -> list:
+    if ports:
+        return sorted(int(c) for c in cidrs)
     out = []
     for c in sorted(cidrs, key=lambda c: ipaddress.ip_network(c)):
         n = ipaddress.ip_network(c)
@@ -137,7 +194,8 @@ def _set_commands(wanted: dict[str, set[str]]) -> list[dict]:
         cmds.append({"flush": {"set": {**_T, "name": name}}})
         if wanted[name]:
             cmds.append({"add": {"element": {**_T, "name": name,
-                                             "elem": _elements(wanted[name])}}})
+                                             "elem": _elements(wanted[name],
+                                                               name in PORT_SETS)}}})
     return cmds
 
 
@@ -152,8 +210,11 @@ def _chain_commands(chain: str, rules: list[tuple[str, list]]) -> list[dict]:
 def full_commands(wanted: dict[str, set[str]], dynamic: dict | None = None) -> list[dict]:
     cmds: list[dict] = [{"add": {"table": dict(_TABLE)}}, {"flush": {"table": dict(_TABLE)}}]
     for name in SETS:
-        cmds.append({"add": {"set": {**_T, "name": name, "type": "ipv4_addr",
-                                     "flags": ["interval"]}}})
+        if name in PORT_SETS:
+            cmds.append({"add": {"set": {**_T, "name": name, "type": "inet_service"}}})
+        else:
+            cmds.append({"add": {"set": {**_T, "name": name, "type": "ipv4_addr",
+                                         "flags": ["interval"]}}})
     for chain, hook in CHAINS.items():
         cmds.append({"add": {"chain": {**_T, "name": chain, **hook, "policy": "accept"}}})
     for chain, comment, expr in RULES:
@@ -182,6 +243,8 @@ def read_state(listing: dict) -> tuple[dict[str, set[str]], dict[str, set[str]]]
                 p = e.get("prefix") if isinstance(e, dict) else None
                 if p:
                     elems.add(f"{p['addr']}/{p['len']}")
+                elif isinstance(e, int):
+                    elems.add(str(e))               # a port
                 elif isinstance(e, str):
                     elems.add(f"{e}/32")
             sets[s["name"]] = elems
@@ -197,10 +260,59 @@ def _static_intact(comments: dict[str, set[str]]) -> bool:
     return all(comments.get(chain, set()) == c for chain, c in want.items())
 
 
+def _normal(name: str, values) -> set[str]:
+    if name in PORT_SETS:
+        return {str(int(v)) for v in values}
+    return {str(ipaddress.ip_network(v)) for v in values}
+
+
+def ovn_central(remote: str | None, resolve=socket.getaddrinfo) -> tuple[set[str], set[int]]:
+    """(IPv4 addresses, TCP ports) of OVN central named by an OVSDB remote
+    ("tcp:A:6642", "ssl:A:6642,ssl:B:6642,...", "ssl:[v6]:6642"; a unix: or
+    punix: member names no address).  The ports are the remote's plus NB's,
+    SB's and both RAFT ports (names.OVN_CENTRAL_PORTS): NB and the RAFT
+    listeners run on the SB members' hosts.  A host name is resolved once
+    (IPv4 only: the table matches IPv4); one that does not resolve is logged
+    and left out."""
+    addrs: set[str] = set()
+    ports: set[int] = set(names.OVN_CENTRAL_PORTS)
+    for member in (remote or "").split(","):
+        kind, _, rest = member.strip().partition(":")
+        if kind not in ("tcp", "ssl") or not rest:
+            continue
+        host, _, port = rest.rpartition(":")
+        if not host:
+            host, port = rest, ""
+        host = host.strip("[]")
+        if port.isdigit():
+            ports.add(int(port))
+        try:
+            ip = ipaddress.ip_address(host)
+            if ip.version == 4:
+                addrs.add(str(ip))
+            continue
+        except ValueError:
+            pass
+        try:
+            infos = resolve(host, None, socket.AF_INET, socket.SOCK_STREAM)
+        except OSError as e:
+            log.warning("host firewall: OVN central %r does not resolve (%s): pods are not "
+                        "kept from it", host, e)
+            continue
+        addrs.update(i[4][0] for i in infos)
+    return addrs, ports
+
+
 class HostFirewall:
     def __init__(self, subnets, nodes, node_name: str, service_cidr: str | None = None,
-                 repair: float = REPAIR, frontends=None, snat=None):
+                 repair: float = REPAIR, frontends=None, snat=None,
+                 ovn_remote: str | None = None, host_ports=(), node_ips=None):
         self.subnets, self.nodes, self.node_name = subnets, nodes, node_name
+        # what pods must not reach: OVN central (from the SB remote) and the host
+        # daemons' ports; node_ips() -> every Node's addresses (frontends.node_ips)
+        self.central, self.central_ports = ovn_central(ovn_remote)
+        self.host_ports = {int(p) for p in host_ports if p}
+        self.node_ips = node_ips
         self.frontends = frontends      # pacific.node.frontends.ServiceFrontends, or None
         self.snat = snat                # pacific.node.egresssnat.EgressSnat, or None
         self.service_cidr, self.repair = service_cidr, repair
@@ -234,9 +346,21 @@ class HostFirewall:
             pods.add(cidr)
             if (s.get("spec") or {}).get("natOutgoing") is True:
                 nat.add(cidr)
-        cluster = set(pods) | {c for c in (self.join_cidr(), self.service_cidr) if c}
+        join = self.join_cidr()
+        cluster = set(pods) | {c for c in (join, self.service_cidr) if c}
+        nodes = set()
+        for ip in (self.node_ips() if self.node_ips else ()):
+            try:
+                if ipaddress.ip_address(ip).version == 4:
+                    nodes.add(f"{ip}/32")
+            except ValueError:
+                continue
         return {"pod_cidrs": pods, "nat_cidrs": nat, "cluster_cidrs": cluster,
-                "service_cidrs": {self.service_cidr} if self.service_cidr else set()}
+                "service_cidrs": {self.service_cidr} if self.service_cidr else set(),
+                "internal_cidrs": set(pods) | ({join} if join else set()),
+                "ovn_central": {f"{a}/32" for a in self.central}, "node_addrs": nodes,
+                "ovn_ports": {str(p) for p in self.central_ports},
+                "host_ports": {str(p) for p in self.host_ports}}
 
     def dynamic(self) -> dict[str, list | None]:
         """chain -> its rules; None where the provider does not know yet (the
@@ -261,7 +385,7 @@ class HostFirewall:
                      "created" if not comments else "rules missing")
             return "rebuilt"
         cmds, done = [], []
-        if any({str(ipaddress.ip_network(c)) for c in sets[n]} != want[n] for n in SETS):
+        if any(_normal(n, sets[n]) != _normal(n, want[n]) for n in SETS):
             cmds += _set_commands(want)
             done.append("sets")
             log.info("host firewall: sets updated: natOutgoing %s; pods %s",

@@ -13,7 +13,7 @@ import threading
 
 from pyroute2 import IPRoute
 
-from pacific import daemonlog, exposure, names
+from pacific import daemonlog, exposure, names, remotes
 from pacific.node import bootstrap, settings
 from pacific.node.cnihandler import CniHandler
 from pacific.node.cniserver import CniServer
@@ -89,11 +89,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "signed by")
     p.add_argument("--no-host-firewall", dest="host_firewall", action="store_false",
                    help="do not keep Pacific's nftables table `inet pacific` (natOutgoing "
-                   "masquerade, forwarding of pod CIDRs, Geneve and ovn0 accepted)")
+                   "masquerade, forwarding of pod CIDRs, Geneve and ovn0 accepted; pod and "
+                   "join sources dropped from the underlay and kept from OVN central's "
+                   "--ovn-remote addresses and NB/SB/RAFT ports and from the host ports)")
+    p.add_argument("--host-only-ports", default=str(names.CONTROLLER_METRICS_PORT),
+                   help="comma-separated TCP ports of host daemons that pods must not reach "
+                   "on any node, besides --metrics-address's port, which is always kept from "
+                   "them (default: %(default)s, pacific-controller's metrics; '' for none)")
     p.add_argument("--external-ip-cidrs", default="",
                    help="comma-separated CIDRs a Service's externalIPs must lie in to be "
-                   "programmed (default: any address outside the cluster's networks); keep "
-                   "equal to pacific-controller's, which reports refusals as Events")
+                   "programmed (default: none: no external IP is programmed until the "
+                   "administrator names the ranges); keep equal to pacific-controller's, "
+                   "which reports refusals as Events")
+    p.add_argument("--infrastructure-ips", default="",
+                   help="comma-separated addresses no Service may claim as external IP, besides "
+                   "the nodes' and OVN central's (from --ovn-remote); keep equal to "
+                   "pacific-controller's")
     p.add_argument("--node-port-range", default="%d-%d" % exposure.NODE_PORT_RANGE,
                    help="kube-apiserver's --service-node-port-range (default: %(default)s)")
     p.add_argument("--uninstall", action="store_true",
@@ -110,6 +121,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="log here instead of stderr")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return p
+
+
+def host_ports(args) -> list[int]:
+    """The TCP ports the host firewall keeps pods from: --metrics-address's and
+    --host-only-ports (ValueError naming a bad one)."""
+    from pacific.metrics import parse_address
+    out = []
+    addr = parse_address(args.metrics_address)
+    if addr is not None and addr[1]:
+        out.append(addr[1])
+    for p in (args.host_only_ports or "").split(","):
+        p = p.strip()
+        if not p:
+            continue
+        if not p.isdigit() or not 0 < int(p) <= 65535:
+            raise ValueError(f"--host-only-ports: {p!r} is not a TCP port")
+        out.append(int(p))
+    return out
 
 
 def detect_mtu(encap_ip: str | None) -> int:
@@ -200,7 +229,9 @@ class NodeDaemon:
             self.egresssnat = self._egress_snat(nodes, frontends)
             self.firewall = HostFirewall(subnets, nodes, a.node_name,
                                          service_cidr=a.service_cidr or None,
-                                         frontends=frontends, snat=self.egresssnat)
+                                         frontends=frontends, snat=self.egresssnat,
+                                         ovn_remote=a.ovn_remote, host_ports=host_ports(a),
+                                         node_ips=frontends.node_ips)
         self.egressgw = EgressGateway(self.ovs, subnets, a.node_name,
                                       datapath_type=a.datapath_type or "system",
                                       extra=self.egresssnat.routes if self.egresssnat else None)
@@ -290,7 +321,9 @@ class NodeDaemon:
                                 join_cidr=lambda: self.firewall.join_cidr(),
                                 service_cidr=a.service_cidr or None,
                                 allowed=exposure.parse_cidrs(a.external_ip_cidrs),
-                                port_range=exposure.parse_port_range(a.node_port_range))
+                                port_range=exposure.parse_port_range(a.node_port_range),
+                                reserved=remotes.addresses(a.ovn_remote)
+                                | set(exposure.parse_ips(a.infrastructure_ips)))
 
     def stop(self) -> None:
         """Stop serving; pods and their ports are left as they are."""
@@ -322,7 +355,9 @@ def main(argv=None) -> int:
     from pacific.metrics import MetricsError, parse_address
     try:
         parse_address(args.metrics_address)
+        host_ports(args)
         exposure.parse_cidrs(args.external_ip_cidrs)
+        exposure.parse_ips(args.infrastructure_ips)
         exposure.parse_port_range(args.node_port_range)
     except (MetricsError, ValueError) as e:
         print(f"pacific-node: {e}", file=sys.stderr)

@@ -151,7 +151,10 @@ def test_the_host_firewall_holds_its_rules_and_comes_back_after_a_flush(nat):
     assert comments == {"pacific-masquerade", "pacific-invalid-drop", "pacific-from-pods",
                         "pacific-to-pods", "pacific-geneve", "pacific-from-ovn0",
                         "pacific-service-masquerade", "pacific-gateway-in",
-                        "pacific-gateway-reply"}
+                        "pacific-gateway-reply", "pacific-to-nodes-masquerade",
+                        "pacific-underlay-spoof", "pacific-ovn-central-in",
+                        "pacific-host-ports-in", "pacific-ovn-central-fwd",
+                        "pacific-host-ports-fwd"}
     sb.exec(sb.node("node1").netns, ["nft", "flush", "ruleset"])   # (the daemon may be
     # rebuilding it already: what holds is that it comes back whole)
     wait_until(lambda: NAT_CIDR in nat_set(sb, "node1"), 15, interval=0.2,

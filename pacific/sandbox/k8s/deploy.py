@@ -73,7 +73,7 @@ def host_dirs(node) -> dict[str, str]:
     p = nodedaemons.paths(node)
     return {"/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
             "/run/pacific": os.path.dirname(p.socket), "/etc/cni/net.d": p.conf_dir,
-            "/opt/cni/bin": p.bin_dir}
+            "/opt/cni/bin": p.bin_dir, names.OVN_TLS_DIR: os.path.join(node.rundir, "ovn-tls")}
 
 
 def _import(sb: "Sandbox", path: str, name: str) -> None:
@@ -122,7 +122,11 @@ def _config(api, sb: "Sandbox") -> None:
     r.patch_merge(api, r.CONFIGMAPS, "pacific-config", {"data": {
         "nb-remote": sb.nb_tcp_remote, "sb-remote": sb.sb_tcp_remote,
         "datapath-type": "netdev", "service-cidr": names.SERVICE_CIDR,
-        "api-server-host": sb.central_ip, "api-server-port": str(names.KUBE_API_PORT)}},
+        "api-server-host": sb.central_ip, "api-server-port": str(names.KUBE_API_PORT),
+        # the sandbox's central (not --ha) speaks plain TCP: no TLS files
+        "ovn-ssl-key": "", "ovn-ssl-cert": "", "ovn-ssl-ca": "",
+        "external-ip-cidrs": names.SANDBOX_EXTERNAL_IP_CIDRS,
+        "infrastructure-ips": f"{sb.central_ip},{sb.external_ip}"}},
         namespace=names.PACIFIC_NAMESPACE)
 
 

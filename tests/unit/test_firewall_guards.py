@@ -1,0 +1,122 @@
+"""The host firewall's guards (issue 22): OVN central's addresses and ports are
+taken from the SB remote (tcp:, ssl:, every RAFT member, host names), the
+guard chains drop before the chains that accept, and the sets they use hold
+the pod and join networks, every Node's addresses and the host ports."""
+from __future__ import annotations
+
+import socket
+
+from pacific import names
+from pacific.node import firewall
+from pacific.node import main as node_main
+
+
+class Cache:
+    def __init__(self, items=()):
+        self.items = list(items)
+
+    def list(self):
+        return self.items
+
+    def get(self, name):
+        for i in self.items:
+            if i["metadata"]["name"] == name:
+                return i
+        return None
+
+
+def test_central_from_a_tcp_remote():
+    addrs, ports = firewall.ovn_central("tcp:192.168.77.1:6642")
+    assert addrs == {"192.168.77.1"}
+    assert ports == {6641, 6642, 6643, 6644}
+
+
+def test_central_from_every_ssl_member_and_their_ports():
+    addrs, ports = firewall.ovn_central(
+        "ssl:10.0.0.2:16642, ssl:10.0.0.3:16642,ssl:10.0.0.4:16642,unix:/run/ovn/sb.sock")
+    assert addrs == {"10.0.0.2", "10.0.0.3", "10.0.0.4"}
+    assert ports == {16642, *names.OVN_CENTRAL_PORTS}
+
+
+def test_central_host_names_are_resolved_and_ipv6_left_to_no_rule():
+    def resolve(host, port, family, kind):
+        assert family == socket.AF_INET
+        if host == "ovn.example":
+            return [(family, kind, 6, "", ("10.1.2.3", 0))]
+        raise socket.gaierror("no such host")
+    addrs, _ = firewall.ovn_central("ssl:ovn.example:6642,ssl:gone.example:6642,"
+                                    "ssl:[fd00::1]:6642", resolve=resolve)
+    assert addrs == {"10.1.2.3"}
+
+
+def test_no_remote_no_central():
+    assert firewall.ovn_central(None)[0] == set()
+    assert firewall.ovn_central("unix:/run/ovn/ovnsb_db.sock")[0] == set()
+
+
+def _rules(chain):
+    return [(c, e) for ch, c, e in firewall.RULES if ch == chain]
+
+
+def test_guards_run_before_the_chains_that_accept():
+    hooks = firewall.CHAINS
+    assert hooks["guard-input"]["hook"] == "input"
+    assert hooks["guard-input"]["prio"] < hooks["input"]["prio"]
+    assert hooks["guard-forward"]["hook"] == "forward"
+    assert hooks["guard-forward"]["prio"] < hooks["forward"]["prio"]
+    assert hooks["guard-underlay"]["hook"] == "prerouting"
+    assert hooks["guard-underlay"]["prio"] <= -300       # before conntrack: no state kept
+    for chain in ("guard-input", "guard-forward", "guard-underlay"):
+        for _, expr in _rules(chain):
+            assert expr[-1] == {"drop": None}
+
+
+def test_the_underlay_guard_spares_ovns_own_paths():
+    (_, expr), = _rules("guard-underlay")
+    iif = [m for m in expr if m.get("match", {}).get("left") == {"meta": {"key": "iifname"}}]
+    assert iif[0]["match"]["op"] == "!="
+    assert set(iif[0]["match"]["right"]["set"]) == {"lo", names.MGMT_PORT, names.EGRESS_PORT,
+                                                     names.EGRESS_BRIDGE}
+
+
+def test_wanted_sets():
+    subnets = Cache([{"metadata": {"name": "a"}, "status": {"cidrBlock": "10.16.0.0/16"},
+                      "spec": {}}])
+    node = {"metadata": {"name": "n1", "annotations": {}}}
+    fw = firewall.HostFirewall(subnets, Cache([node]), "n1", service_cidr="10.96.0.0/12",
+                               ovn_remote="ssl:192.168.77.2:6642,ssl:192.168.77.3:6642",
+                               host_ports=[9477, 9476],
+                               node_ips=lambda: {"192.168.77.11", "fd00::11"})
+    w = fw.wanted()
+    assert w["internal_cidrs"] == {"10.16.0.0/16"}       # + the join network once recorded
+    assert w["ovn_central"] == {"192.168.77.2/32", "192.168.77.3/32"}
+    assert w["ovn_ports"] == {"6641", "6642", "6643", "6644"}
+    assert w["node_addrs"] == {"192.168.77.11/32"}
+    assert w["host_ports"] == {"9476", "9477"}
+    cmds = firewall.full_commands(w)
+    port_sets = [c["add"]["set"] for c in cmds if "set" in c.get("add", {})
+                 and c["add"]["set"]["name"] in firewall.PORT_SETS]
+    assert all(s["type"] == "inet_service" for s in port_sets) and len(port_sets) == 2
+    elems = {c["add"]["element"]["name"]: c["add"]["element"]["elem"] for c in cmds
+             if "element" in c.get("add", {})}
+    assert elems["host_ports"] == [9476, 9477]
+
+
+def test_read_back_sets_compare_equal():
+    listing = {"nftables": [
+        {"set": {"name": "host_ports", "elem": [9476, 9477]}},
+        {"set": {"name": "node_addrs", "elem": ["192.168.77.11"]}}]}
+    _, sets = firewall.read_state(listing)
+    assert firewall._normal("host_ports", sets["host_ports"]) == {"9476", "9477"}
+    assert firewall._normal("node_addrs", sets["node_addrs"]) == \
+        firewall._normal("node_addrs", {"192.168.77.11/32"})
+
+
+def test_host_ports_from_the_flags():
+    p = node_main.build_parser()
+    assert node_main.host_ports(p.parse_args([])) == [names.NODE_METRICS_PORT,
+                                                     names.CONTROLLER_METRICS_PORT]
+    assert node_main.host_ports(p.parse_args(["--metrics-address", ":9999",
+                                              "--host-only-ports", ""])) == [9999]
+    assert node_main.host_ports(p.parse_args(["--metrics-address", ""])) == [
+        names.CONTROLLER_METRICS_PORT]
