@@ -1,0 +1,632 @@
+"""No tenant gets out: every way around tenant isolation that the features
+built since isolation opened, tried by an ordinary tenant (a ServiceAccount
+with `edit` in its own namespace, through impersonation: attack_fixtures)
+with real packets, each asserting the secure outcome.  docs/security.md has
+the threat model and the principles each test holds Pacific to.
+
+Namespaces: `atk` is the attacker's, `vic` a victim tenant's (another
+tenant: namespaces are isolated by default).  Sections below, one per
+hole; each test names what it tries."""
+from __future__ import annotations
+
+import pytest
+
+import attack_fixtures as af
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+ATK, VIC = "atk", "vic"
+PORT = 7300
+
+
+@pytest.fixture(scope="module")
+def env(sandbox):
+    """The attacker's client, the administrator's, and a victim pod serving
+    TCP and UDP on PORT on node2."""
+    sb = sandbox
+    admin = af.admin_api(sb)
+    atk = af.tenant(sb, admin, ATK)
+    af.tenant(sb, admin, VIC)
+    cnipods.add_pod(sb, VIC, "v1", "node2", api=admin, labels={"app": "victim"})
+    af.serve(sb, VIC, "v1", PORT)
+    yield sb, admin, atk
+    for ns in (ATK, VIC):
+        for pod in r.list_(admin, r.PODS, ns)[0]:
+            cnipods.delete_pod(sb, ns, pod["metadata"]["name"], api=admin)
+        r.delete(admin, r.NAMESPACES, ns)
+
+
+def service(ns, name, ports, selector=None, type_="ClusterIP", external_ips=()):
+    spec = {"type": type_, "ports": ports}
+    if selector:
+        spec["selector"] = selector
+    if external_ips:
+        spec["externalIPs"] = list(external_ips)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+            "spec": spec}
+
+
+def tcp_port(port, name="p"):
+    return {"name": name, "port": port, "targetPort": PORT, "protocol": "TCP"}
+
+
+def services_chain(sb) -> dict[str, str]:
+    """node -> its host firewall's Service frontends (nft listing)."""
+    return {n.name: sb.exec(n.netns, ["nft", "list", "chain", "inet", "pacific", "services"],
+                            check=False).stdout for n in sb.nodes}
+
+
+def programmed_everywhere(sb, text: str) -> bool:
+    return all(text in chain for chain in services_chain(sb).values())
+
+
+def service_events(admin, ns, name) -> str:
+    return " | ".join(e.get("message") or "" for e in af.events_of(admin, ns, name))
+
+
+# --- 1. external IPs: denied unless granted, never an infrastructure address ---
+def test_1_a_tenant_cannot_claim_an_ungranted_or_infrastructure_address_as_external_ip(env):
+    """CVE-2020-8554: the sandbox's administrator grants 203.0.113.0/24 and
+    192.168.77.192/27; OVN central's address, the underlay router and any
+    other outside address stay unclaimed, on every node."""
+    sb, admin, atk = env
+    wanted = [sb.central_ip, sb.external_ip, "198.18.0.7"]
+    r.create(atk, r.SERVICES, service(ATK, "hijack", [tcp_port(80)], {"app": "none"},
+                                      external_ips=wanted), ATK)
+    # a granted one after it: once every node programs it, each has seen "hijack"
+    r.create(atk, r.SERVICES, service(ATK, "fair", [tcp_port(80)], {"app": "none"},
+                                      external_ips=["203.0.113.41"]), ATK)
+    af.wait_until(lambda: programmed_everywhere(sb, "atk/fair 203.0.113.41"), 60,
+                  what="the granted external IP programmed on every node")
+    chains = services_chain(sb)
+    for ip in wanted:
+        assert not any(f"atk/hijack {ip}:" in c for c in chains.values()), (ip, chains)
+    text = af.wait_until(lambda: service_events(admin, ATK, "hijack"), 30,
+                         what="the refusal reported on the Service")
+    assert f"externalIP {sb.central_ip} is an infrastructure address" in text, text
+    assert f"externalIP {sb.external_ip} is an infrastructure address" in text, text
+    assert "externalIP 198.18.0.7 is outside the ranges external IPs may come from" in text, text
+
+
+# --- 3. an external IP belongs to one namespace, for every port and protocol ---
+def test_3_a_tenant_cannot_share_another_namespace_s_external_ip_on_another_port(env):
+    """Claiming the victim's external IP on another protocol/port would give
+    the attacker the victim's address as its egress SNAT identity and a way
+    in to its own pods through the victim's address."""
+    sb, admin, atk = env
+    r.create(admin, r.SERVICES, service(VIC, "shop", [tcp_port(80)], {"app": "victim"},
+                                        external_ips=["203.0.113.42"]), VIC)
+    af.wait_until(lambda: programmed_everywhere(sb, "vic/shop 203.0.113.42"), 60,
+                  what="the victim's external IP programmed")
+    r.create(atk, r.SERVICES, service(ATK, "twin", [
+        {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}], {"app": "none"},
+        external_ips=["203.0.113.42"]), ATK)
+    r.create(atk, r.SERVICES, service(ATK, "fair3", [tcp_port(80)], {"app": "none"},
+                                      external_ips=["203.0.113.43"]), ATK)
+    af.wait_until(lambda: programmed_everywhere(sb, "atk/fair3 203.0.113.43"), 60,
+                  what="a granted external IP of the attacker programmed")
+    assert not any("atk/twin" in c for c in services_chain(sb).values())
+    text = af.wait_until(lambda: service_events(admin, ATK, "twin"), 30, what="refusal Event")
+    assert "externalIP 203.0.113.42 belongs to another namespace" in text, text
+    assert "shop" not in text and "vic" not in text, f"names the victim's Service: {text}"
+
+
+# --- 2. hand-written Endpoints cannot name another tenant's pod ---
+def test_2_a_selectorless_service_with_hand_written_endpoints_does_not_reach_the_victim(env):
+    """CVE-2021-25740: a NodePort Service of the attacker with an Endpoints
+    object naming the victim's pod.  Through the node port the traffic would
+    arrive from the node's join address, which isolation lets in."""
+    sb, admin, atk = env
+    victim_ip = cnipods.load(sb, VIC, "v1").ip
+    node = sb.node("node1")
+    r.create(atk, r.SERVICES, service(ATK, "steal", [tcp_port(80, "http")], type_="NodePort"),
+             ATK)
+    r.create(atk, r.ENDPOINTS, {"apiVersion": "v1", "kind": "Endpoints",
+                                "metadata": {"name": "steal", "namespace": ATK},
+                                "subsets": [{"addresses": [{"ip": victim_ip}],
+                                             "ports": [{"name": "http", "port": PORT,
+                                                        "protocol": "TCP"}]}]}, ATK)
+    nodeport = r.get(admin, r.SERVICES, "steal", ATK)["spec"]["ports"][0]["nodePort"]
+    text = af.wait_until(lambda: service_events(admin, ATK, "steal"), 60,
+                         what="the ignored endpoint reported on the Service")
+    assert f"endpoint addresses {victim_ip} are not pods of namespace atk: ignored" in text, text
+    af.wait_until(lambda: programmed_everywhere(sb, f"atk/steal node:tcp/{nodeport}"), 60,
+                  what="the node port programmed")
+    for _ in range(3):
+        rc, out = af.ask(sb, sb.external_netns, "tcp", node.underlay_ip, nodeport)
+        assert rc != 0 and "v1" not in out, f"reached the victim through the node port: {out}"
+    # the victim is still served where it may be reached (its own namespace)
+    cnipods.add_pod(sb, VIC, "v2", "node1", api=admin)
+    assert af.reach(sb, cnipods.load(sb, VIC, "v2").netns, "tcp", victim_ip, PORT)
+
+
+# --- 4. a pod uses only the Subnets bound to its namespace ---
+def test_4_a_pod_cannot_put_itself_into_another_namespace_s_subnet(env):
+    sb, admin, atk = env
+    r.create(admin, r.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                   "metadata": {"name": "bank"}})
+    r.create(admin, r.SUBNETS, {"apiVersion": "pacific.io/v1", "kind": "Subnet",
+                                "metadata": {"name": "bank-net"},
+                                "spec": {"cidrBlock": "10.77.0.0/24", "namespaces": ["bank"],
+                                         "private": True}})
+    try:
+        r.create(atk, r.PODS, af.pod_body(ATK, "intruder", sb.node("node1").name,
+                                          {"pacific.io/logical_switch": "bank-net"}), ATK)
+        why = af.allocation_refused(admin, ATK, "intruder")
+        assert "subnet 'bank-net'" in why and "is not bound to namespace atk" in why, why
+        pod = r.get(admin, r.PODS, "intruder", ATK)
+        assert "pacific.io/allocation" not in (pod["metadata"].get("annotations") or {})
+        # the default Subnet stays the attacker's: its pods still start
+        af.tenant_pod(sb, atk, admin, ATK, "a4", "node1")
+    finally:
+        r.delete(admin, r.PODS, "intruder", ATK)
+        r.delete(admin, r.NAMESPACES, "bank")
+        r.delete(admin, r.SUBNETS, "bank-net")
+
+
+def test_4_an_ipv6_subnet_is_refused_until_isolation_covers_ipv6(env):
+    sb, admin, _ = env
+    r.create(admin, r.SUBNETS, {"apiVersion": "pacific.io/v1", "kind": "Subnet",
+                                "metadata": {"name": "six"},
+                                "spec": {"cidrBlock": "fd00:77::/64", "namespaces": ["nobody"]}})
+    try:
+        def refused():
+            conds = ((r.get(admin, r.SUBNETS, "six") or {}).get("status") or {}).get(
+                "conditions") or []
+            return next((c["message"] for c in conds if c.get("status") == "False"), None)
+        why = af.wait_until(refused, 30, what="the IPv6 Subnet refused")
+        assert "IPv6, which Pacific does not isolate yet" in why, why
+    finally:
+        r.delete(admin, r.SUBNETS, "six")
+
+
+# --- 6. a refusal never names another tenant's pod ---
+def test_6_a_refused_fixed_address_does_not_say_who_holds_it(env):
+    sb, admin, atk = env
+    victim_ip = cnipods.load(sb, VIC, "v1").ip
+    r.create(atk, r.PODS, af.pod_body(ATK, "nosy", sb.node("node1").name,
+                                      {"pacific.io/ip_address": victim_ip}), ATK)
+    try:
+        why = af.allocation_refused(admin, ATK, "nosy")
+        assert f"address {victim_ip} in subnet" in why and "already in use" in why, why
+        seen = why + " | " + service_events(admin, ATK, "nosy")
+        assert "vic" not in seen and "v1" not in seen, f"names the victim: {seen}"
+    finally:
+        r.delete(admin, r.PODS, "nosy", ATK)
+
+
+
+# --- 5. OVN's databases ---
+# NB and SB listen on the central's address; a pod's packets to it leave
+# through the pod's node (distributed egress).  The central here routes the
+# pod's address back to that node, as an underlay that routes pod CIDRs does
+# (with natOutgoing the node's own address comes back instead: the same hole).
+def _pod_ip(admin, ns, name):
+    from pacific import contract
+    return contract.own_record(r.get(admin, r.PODS, name, ns)).ip
+
+
+def test_ovsdb_a_tenant_pod_cannot_talk_to_nb_or_sb(env):
+    from pacific import names
+    sb, admin, atk = env
+    node = sb.node("node1")
+    pod = af.tenant_pod(sb, atk, admin, ATK, "ovsdb-1", "node1")
+    ip = _pod_ip(admin, ATK, "ovsdb-1")
+    sb.exec(sb.central_netns, ["ip", "route", "replace", f"{ip}/32", "via", node.underlay_ip])
+    try:
+        for n in sb.nodes:                        # the nodes (ovn-controller) still reach them
+            assert "OVN_Southbound" in af.ovsdb_dbs(sb, n.netns, sb.central_ip,
+                                                    names.OVN_SB_PORT), n.name
+        assert "OVN_Northbound" in af.ovsdb_dbs(sb, node.netns, sb.central_ip,
+                                                names.OVN_NB_PORT)
+        for port in (names.OVN_NB_PORT, names.OVN_SB_PORT):
+            assert af.ovsdb_dbs(sb, pod.netns, sb.central_ip, port) is None, port
+            assert not af.tcp_connects(sb, pod.netns, sb.central_ip, port), port
+    finally:
+        sb.exec(sb.central_netns, ["ip", "route", "del", f"{ip}/32"], check=False)
+
+
+def test_ovsdb_every_node_keeps_pods_from_the_central_also_over_tls(env):
+    """The rules name the central's addresses and every OVN port (NB, SB and
+    both RAFT ports), whatever the remote's scheme: on every node."""
+    import json
+
+    from pacific import names
+    sb, _, _ = env
+    for n in sb.nodes:
+        listing = json.loads(sb.exec(n.netns, ["nft", "-j", "list", "table", "inet",
+                                               "pacific"]).stdout)["nftables"]
+        sets = {i["set"]["name"]: i["set"].get("elem", []) for i in listing if "set" in i}
+        assert sb.central_ip in sets["ovn_central"], n.name
+        assert set(names.OVN_CENTRAL_PORTS) <= set(sets["ovn_ports"]), n.name
+        comments = {i["rule"]["comment"] for i in listing if "rule" in i}
+        assert {"pacific-ovn-central-in", "pacific-ovn-central-fwd"} <= comments, n.name
+
+
+# --- 7. node HTTP endpoints ---
+# The sandbox's pacific-node binds /metrics, /healthz, /readyz to 127.0.0.1
+# (the flag's default), which no pod reaches; deploy/ binds the node's own
+# address, and `:PORT` binds every address: node2's daemon is restarted
+# with `--metrics-address :9477` and every way a pod has to a node is tried.
+def test_metrics_a_tenant_pod_reaches_no_node_daemon_endpoint(env):
+    from pacific import contract, names
+    from pacific.sandbox import nodedaemons
+    sb, admin, atk = env
+    port = names.NODE_METRICS_PORT
+    node2 = sb.node("node2")
+    here = af.tenant_pod(sb, atk, admin, ATK, "metrics-1", "node1")
+    there = af.tenant_pod(sb, atk, admin, ATK, "metrics-2", "node2")
+    for n in sb.nodes:        # the default binding: loopback only, nothing for a pod
+        assert af.http_status(sb, n.netns, "127.0.0.1", port) == 200, n.name
+        assert af.http_status(sb, here.netns, n.underlay_ip, port) is None, n.name
+    nodedaemons.restart(sb, node2, extra=("--metrics-address", f":{port}"))
+    try:
+        join_ip = contract.NodeRecord.of(r.get(admin, r.NODES, node2.name)).ip
+        # the node itself and its neighbours on the underlay (a scraper) are served
+        assert af.http_status(sb, node2.netns, node2.underlay_ip, port) == 200
+        assert af.http_status(sb, sb.node("node1").netns, node2.underlay_ip, port) == 200
+        for pod, ip in ((there, node2.underlay_ip), (there, join_ip),    # its own node
+                        (here, node2.underlay_ip), (here, join_ip)):     # another node
+            assert af.http_status(sb, pod.netns, ip, port) is None, (pod.name, ip)
+            assert not af.tcp_connects(sb, pod.netns, ip, port), (pod.name, ip)
+    finally:
+        nodedaemons.restart(sb, node2)
+
+
+# --- underlay spoofing ---
+# An underlay neighbour (the sandbox's external host) sends a UDP datagram to
+# a node's underlay address with a pod's address as its source.  A listener on
+# the node records what arrives; a datagram with the neighbour's own source
+# sent after it on the same path says when to look.
+SPOOF_PORT = 7399
+
+
+def _spoof_then_mark(sb, sink, src, dst, tag):
+    af.send_spoofed_udp(sb, sb.external_netns, src, dst, sink.port, f"spoofed-{tag}")
+    af.send_spoofed_udp(sb, sb.external_netns, sb.external_ip, dst, sink.port, f"marker-{tag}")
+    from controller_fixtures import wait_until
+    wait_until(lambda: any(line.startswith(f"marker-{tag} ") for line in sink.lines()), 30,
+               what=f"the marker datagram {tag} at {dst}")
+    return [line for line in sink.lines() if line.startswith(f"spoofed-{tag} ")]
+
+
+def test_underlay_a_spoofed_pod_source_does_not_enter_a_node(env):
+    from pacific import contract
+    sb, admin, atk = env
+    victim_ip = _pod_ip(admin, VIC, "v1")
+    node1 = sb.node("node1")
+    join_ip = contract.NodeRecord.of(r.get(admin, r.NODES, "node2")).ip
+    sink = af.UdpSink(node1.netns, SPOOF_PORT)
+    try:
+        for i, src in enumerate((victim_ip, join_ip)):
+            got = _spoof_then_mark(sb, sink, src, node1.underlay_ip, f"node-{i}")
+            assert got == [], f"{src} spoofed from the underlay reached node1: {got}"
+    finally:
+        sink.close()
+
+
+# --- raw frames, ARP and IPv6 between tenants (issue 22: no frame of any kind
+# crosses isolated tenants).  Port security drops a pod's IPv6 and other
+# Ethernet types; tenant isolation drops ARP by its sender address ---
+import ipaddress  # noqa: E402
+import itertools  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from controller_fixtures import wait_until  # noqa: E402
+
+from pacific import contract, names  # noqa: E402
+
+RAWFRAME = os.path.join(os.path.dirname(__file__), "rawframe.py")
+_tokens = itertools.count(1)
+
+
+def _record(admin, ns, name):
+    return contract.own_record(r.get(admin, r.PODS, name, ns))
+
+
+def _send(sb, netns, kind, dst, *args):
+    sb.exec(netns, [sys.executable, RAWFRAME, "send", "eth0", kind, dst, *args])
+
+
+def frames_received(sb, listener_netns, watch, attacks, control):
+    """Frames the pod of `listener_netns` received from the MACs or with the
+    payload words of `watch` while `attacks` [(netns, kind, dst, *args)] were
+    sent, in rounds, each round followed by a control frame of the listener's
+    own tenant `control` = (netns, listener MAC, an unused address): an ARP
+    request (port security drops other Ethernet types of a pod, whoever gets
+    them), unicast to the listener.  The listener ends on the control frame of
+    the second round, so every attack frame went out before a frame that
+    arrived.  Lines as rawframe.py prints them."""
+    token = f"ctl{next(_tokens)}"
+    p = subprocess.Popen(["ip", "netns", "exec", listener_netns, sys.executable, RAWFRAME,
+                          "listen", "eth0", ",".join(watch), f"{token}-go"],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        for rnd in range(1, 40):       # a lost control frame: the next round sends another
+            for netns, kind, dst, *args in attacks:
+                _send(sb, netns, kind, dst, *args)
+            _send(sb, control[0], "arp", control[1], control[2],
+                  f"{token}-{'go' if rnd >= 2 else 'wait'}")
+            if p.poll() is not None:
+                break
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lines = out.splitlines()
+    assert lines and lines[-1].startswith("stop"), \
+        "the control frames of the listener's own tenant never arrived"
+    return lines[:-1]
+
+
+@pytest.fixture(scope="module")
+def l2(env):
+    """Two attacker pods (on the victim's node2 and on node1) and a pod of the
+    victim's own tenant on node1 that sends the control frames."""
+    sb, admin, atk = env
+    near = af.tenant_pod(sb, atk, admin, ATK, "l2-near", "node2")
+    far = af.tenant_pod(sb, atk, admin, ATK, "l2-far", "node1")
+    friend = cnipods.add_pod(sb, VIC, "l2-friend", "node1", api=admin)
+    v1 = cnipods.load(sb, VIC, "v1")
+    recs = {k: _record(admin, ns, n) for k, (ns, n) in
+            {"near": (ATK, "l2-near"), "far": (ATK, "l2-far"), "friend": (VIC, "l2-friend"),
+             "v1": (VIC, "v1")}.items()}
+    yield sb, admin, {"near": near, "far": far, "friend": friend, "v1": v1}, recs
+    for ns, name in ((ATK, "l2-near"), (ATK, "l2-far"), (VIC, "l2-friend")):
+        cnipods.delete_pod(sb, ns, name, api=admin)
+
+
+def _unused(rec):
+    """An address of the pod's Subnet nobody holds: an ARP request for it is flooded."""
+    return str(ipaddress.ip_network(rec.cidr).broadcast_address - 5)
+
+
+def _attacks(pods, recs, victim):
+    """Every kind of frame, from both attacker pods, to the victim pod."""
+    vmac, out = recs[victim].mac, []
+    unused = _unused(recs[victim])
+    for a in ("near", "far"):
+        ns = pods[a].netns
+        out += [(ns, "raw", vmac, "0x88b5", f"ATK-raw-unicast-{a}"),
+                (ns, "raw", "ff:ff:ff:ff:ff:ff", "0x88b5", f"ATK-raw-broadcast-{a}"),
+                (ns, "raw", vmac, "0x9000", f"ATK-loopback-type-{a}"),
+                (ns, "arp", "ff:ff:ff:ff:ff:ff", unused),
+                (ns, "arp", vmac, unused),
+                (ns, "ip6", "33:33:00:00:00:01", "ll", "ff02::1", f"ATK-ip6-allnodes-{a}"),
+                (ns, "ip6", vmac, "ll", "fe80::1", f"ATK-ip6-linklocal-{a}"),
+                (ns, "ip6", vmac, "2001:db8::66", "2001:db8::1", f"ATK-ip6-spoofed-{a}"),
+                (ns, "ra", "33:33:00:00:00:01"),
+                # another MAC as the source (the victim's own tenant's): port security
+                (ns, "raw", vmac, "0x88b5", f"ATK-spoofed-mac-{a}", "--src", recs["friend"].mac)]
+    return out
+
+
+def test_no_raw_frame_arp_or_ipv6_of_another_tenant_reaches_a_pod_on_its_node_or_another(l2):
+    sb, admin, pods, recs = l2
+    watch = [recs["near"].mac, recs["far"].mac, "ATK"]
+    got = frames_received(sb, pods["v1"].netns, watch, _attacks(pods, recs, "v1"),
+                          (pods["friend"].netns, recs["v1"].mac, _unused(recs["v1"])))
+    assert not got, "frames of another tenant reached the victim:\n" + "\n".join(got)
+
+
+def test_frames_within_a_tenant_and_arp_to_the_gateway_still_work(l2):
+    sb, admin, pods, recs = l2
+    # the control frames of frames_received are ARP within one tenant; here
+    # the attacker's own two pods: ARP unicast and broadcast, and IPv4 as
+    # before, also with a NetworkPolicy (stateful ACLs on the switch) on them
+    pol = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": "l2-own", "namespace": ATK},
+           "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}}
+    r.create(admin, r.NETWORKPOLICIES, pol, namespace=ATK)
+    try:
+        got = frames_received(
+            sb, pods["near"].netns, [recs["far"].mac],
+            [(pods["far"].netns, "arp", recs["near"].mac, _unused(recs["near"]), "own-tenant"),
+             (pods["far"].netns, "arp", "ff:ff:ff:ff:ff:ff", _unused(recs["near"]), "own-bcast")],
+            (pods["far"].netns, recs["near"].mac, _unused(recs["near"])))
+        assert any("own-tenant" in g for g in got) and any("own-bcast" in g for g in got), got
+        wait_until(lambda: af.pinged(sb, pods["far"].netns, recs["near"].ip), 30,
+                   what="IPv4 within the tenant under its policy")
+    finally:
+        r.delete(admin, r.NETWORKPOLICIES, "l2-own", ATK)
+    assert af.pinged(sb, pods["friend"].netns, recs["v1"].ip)
+    # ARP of the gateway (the router port) answers every tenant's pods
+    for p in ("near", "far", "friend"):
+        assert af.pinged(sb, pods[p].netns, recs[p].gateway), f"{p} cannot reach its gateway"
+
+
+# --- IPv6 from a pod (issue 22): a pod's port admits IPv4 only (its port
+# security lists one IPv4 address), so no IPv6 packet of a pod reaches any
+# other pod, not even of its own tenant: link-local, spoofed global, router
+# advertisements.  (Dual stack is a later issue.) ---
+
+
+def test_ipv6_from_a_pod_reaches_no_pod_not_even_of_its_own_tenant(l2):
+    sb, admin, pods, recs = l2
+    far = pods["far"].netns
+    v6 = [(far, "ip6", recs["near"].mac, "ll", "fe80::1", "ATK-own-ip6-ll"),
+          (far, "ip6", "33:33:00:00:00:01", "ll", "ff02::1", "ATK-own-ip6-mc"),
+          (far, "ip6", recs["near"].mac, "2001:db8::66", "2001:db8::1", "ATK-own-ip6-global"),
+          (far, "ra", "33:33:00:00:00:01")]
+    got = frames_received(sb, pods["near"].netns, ["ATK", recs["far"].mac], v6,
+                          (far, recs["near"].mac, _unused(recs["near"])))
+    assert not [g for g in got if g.startswith("ip6")], got
+
+
+# --- a MAC or address of the infrastructure asked for by a tenant's pod
+# (issue 22: infrastructure addresses and identities can never be claimed) ---
+from pacific.controller import transit as _transit  # noqa: E402
+from pacific.controller.model import router_mac as _router_mac  # noqa: E402
+
+
+def _refusal(sb, admin, atk, name, ann):
+    r.create(atk, r.PODS, af.pod_body(ATK, name, sb.node("node1").name, ann), namespace=ATK)
+    return af.allocation_refused(admin, ATK, name)
+
+
+def test_a_pod_cannot_take_a_router_gateway_transit_or_node_mac(env):
+    sb, admin, atk = env
+    node = r.get(admin, r.NODES, sb.node("node1").name)["metadata"]["annotations"]
+    v1 = _record(admin, VIC, "v1")
+    claims = {"mac-router": _router_mac(v1.gateway),          # the Subnet's router port
+              "mac-ovn0": node[names.ANN_NODE_JOIN_MAC],      # node1's management port
+              "mac-transit": _transit.transit(0)[2],          # a gateway's transit port
+              "mac-egress": names.EGRESS_PORT_MAC,             # every node's pegress0
+              "mac-victim": v1.mac}                           # another tenant's pod
+    try:
+        for name, mac in claims.items():
+            msg = _refusal(sb, admin, atk, name, {names.ANN_MAC_ADDRESS: mac})
+            assert mac in msg and "v1" not in msg and f"{VIC}/" not in msg, msg
+            if name != "mac-victim":
+                assert "reserved" in msg, msg
+            evs = af.events_of(admin, ATK, name)
+            assert evs and not any("v1" in e["message"] or f"{VIC}/" in e["message"]
+                                   for e in evs), evs
+        # nothing that works breaks: the victim's tenant still reaches it, and a
+        # pod of the attacker asking for an ordinary MAC gets it
+        friend = cnipods.add_pod(sb, VIC, "mac-friend", "node1", api=admin)
+        wait_until(lambda: af.pinged(sb, friend.netns, v1.ip), 30, what="v1 from its own tenant")
+        ok = af.tenant_pod(sb, atk, admin, ATK, "mac-ordinary", "node1",
+                           annotations={names.ANN_MAC_ADDRESS: "0a:00:00:00:22:01"})
+        assert _record(admin, ATK, "mac-ordinary").mac == "0a:00:00:00:22:01"
+        assert af.pinged(sb, ok.netns, v1.gateway)
+    finally:
+        for name in (*claims, "mac-ordinary"):
+            cnipods.delete_pod(sb, ATK, name, api=admin)
+        cnipods.delete_pod(sb, VIC, "mac-friend", api=admin)
+
+
+def test_a_pod_cannot_take_the_gateway_or_a_join_or_transit_address(env):
+    sb, admin, atk = env
+    v1 = _record(admin, VIC, "v1")
+    node = r.get(admin, r.NODES, sb.node("node1").name)["metadata"]["annotations"]
+    claims = {"ip-gateway": ({names.ANN_IP_ADDRESS: v1.gateway}, "gateway"),
+              "ip-ovn0": ({names.ANN_IP_ADDRESS: node[names.ANN_NODE_JOIN_IP].split("/")[0]},
+                          "outside"),
+              "ip-transit": ({names.ANN_IP_ADDRESS: "100.65.0.1"}, "outside"),
+              "ip-join-switch": ({names.ANN_LOGICAL_SWITCH: names.JOIN_SWITCH,
+                                  names.ANN_IP_ADDRESS: "100.64.0.200"}, "")}
+    try:
+        for name, (ann, word) in claims.items():
+            msg = _refusal(sb, admin, atk, name, ann)
+            assert word in msg, msg
+    finally:
+        for name in claims:
+            cnipods.delete_pod(sb, ATK, name, api=admin)
+
+
+# --- a namespace named like another tenant or `global` (issue 22: a
+# namespace's name grants nothing; only the label and --global-namespaces do) ---
+
+
+def test_a_namespace_named_global_or_like_a_tenant_label_joins_nothing(env):
+    sb, admin, atk = env
+    r.create(admin, r.NAMESPACES, {"metadata": {"name": "acme-db",
+                                                "labels": {names.LABEL_TENANT: "acme"}}})
+    made = ["acme-db"]
+    try:
+        cnipods.add_pod(sb, "acme-db", "db", "node2", api=admin)
+        af.serve(sb, "acme-db", "db", PORT)
+        db = _record(admin, "acme-db", "db")
+        for ns in ("acme", "global"):
+            api = af.tenant(sb, admin, ns)
+            made.append(ns)
+            pod = af.tenant_pod(sb, api, admin, ns, "p", "node1")
+            gw = _record(admin, ns, "p").gateway
+            # the pod's network works (its gateway answers) before the verdicts
+            wait_until(lambda: af.pinged(sb, pod.netns, gw), 30, what=f"{ns}/p's gateway")
+            assert not af.reach(sb, pod.netns, "tcp", db.ip, PORT), f"{ns} reached acme's pod"
+            assert not af.reach(sb, pod.netns, "tcp", _record(admin, VIC, "v1").ip, PORT), \
+                f"{ns} reached the victim"
+        # the labelled tenant itself still works: a second namespace labelled acme
+        r.create(admin, r.NAMESPACES, {"metadata": {"name": "acme-web",
+                                                    "labels": {names.LABEL_TENANT: "acme"}}})
+        made.append("acme-web")
+        web = cnipods.add_pod(sb, "acme-web", "w", "node1", api=admin)
+        wait_until(lambda: af.reach(sb, web.netns, "tcp", db.ip, PORT), 30, what="acme's own pods")
+    finally:
+        for ns in made:
+            for p in r.list_(admin, r.PODS, ns)[0]:
+                cnipods.delete_pod(sb, ns, p["metadata"]["name"], api=admin)
+            r.delete(admin, r.NAMESPACES, ns)
+
+
+# --- 8. mirror0 shows only mirrored pods ---
+# Whoever may read a node's mirror0 (root or CAP_NET_RAW in the node's host
+# network namespace: host-network pods with NET_RAW, node admins) must see the
+# traffic of the pods mirrored there and of no other pod: a tenant that mirrors
+# its own pod must not make another tenant's traffic readable on that node.
+
+def test_8_mirror0_shows_the_tenant_s_mirrored_pod_and_never_another_pod_of_its_node(env):
+    """The tenant mirrors its own pod `mir` on node1 (annotation at creation,
+    while the capture runs); `quiet`, a pod of the victim tenant on node1 that
+    is not mirrored, talks with the victim's v1 on node2 before, while and
+    after the mirror is switched on (ICMP both ways, TCP, UDP): no frame of
+    `quiet` (its IP or its MAC) reaches mirror0, while the traffic of `mir`
+    with its own pod on node2 does."""
+    import subprocess
+    import threading
+
+    from pacific import contract
+
+    sb, admin, atk = env
+    made = [(VIC, "quiet"), (ATK, "mirpeer"), (ATK, "mir")]
+    quiet = cnipods.add_pod(sb, VIC, "quiet", "node1", api=admin)
+    try:
+        v1 = cnipods.load(sb, VIC, "v1", api=admin)
+        peer = af.tenant_pod(sb, atk, admin, ATK, "mirpeer", "node2")
+        q_ip = quiet.ip
+        q_mac = contract.own_record(r.get(admin, r.PODS, "quiet", VIC)).mac
+        cap = af.MirrorCapture(sb, "node1")
+        stop = threading.Event()
+
+        def victim_pings():        # the victim's traffic never stops while mirroring starts
+            while not stop.is_set():
+                sb.exec(quiet.netns, ["ping", "-c1", "-W1", v1.ip], check=False)
+        bg = threading.Thread(target=victim_pings, daemon=True)
+        bg.start()
+        try:
+            mir = af.tenant_pod(sb, atk, admin, ATK, "mir", "node1",
+                                annotations={"pacific.io/mirror": "true"})
+            m_ip = mir.ip
+            # the tenant's own traffic shows: the capture works, the mirror is on
+            af.wait_until(lambda: af.pinged(sb, mir.netns, peer.ip)
+                          and cap.saw(f"{m_ip} > {peer.ip}: ICMP echo request")
+                          and cap.saw(f"{peer.ip} > {m_ip}: ICMP echo reply"),
+                          60, what="mir's own pings on mirror0")
+            pinger = subprocess.Popen(["ip", "netns", "exec", mir.netns, "ping", "-q", "-i",
+                                       "0.05", peer.ip], stdout=subprocess.DEVNULL)
+            try:
+                # the victim on node1 with v1 on node2: 20 pings each way, TCP and UDP
+                for src, dst in ((quiet.netns, v1.ip), (v1.netns, q_ip)):
+                    out = sb.exec(src, ["ping", "-c20", "-i", "0.05", "-W2", dst], check=False)
+                    assert out.returncode == 0, out.stdout
+                for _ in range(5):
+                    assert af.reach(sb, quiet.netns, "tcp", v1.ip, PORT)
+                    assert af.reach(sb, quiet.netns, "udp", v1.ip, PORT)
+            finally:
+                pinger.terminate()
+                pinger.wait(10)
+            stop.set()
+            bg.join(30)
+            # a last ping of mir's with a size of its own: once its reply shows,
+            # every frame sent before it has reached the capture
+            af.wait_until(lambda: af.pinged_sized(sb, mir.netns, peer.ip, 1111)
+                          and cap.saw(f"{peer.ip} > {m_ip}: ICMP echo reply", "length 1119"),
+                          60, what="mir's last ping on mirror0")
+        finally:
+            stop.set()
+            seen = cap.stop()
+        leaked = [line for line in seen if af.names_host(line, q_ip, q_mac)]
+        assert not leaked, (f"{len(leaked)} of {len(seen)} frames on node1's mirror0 are of "
+                            f"the unmirrored pod {VIC}/quiet ({q_ip}, {q_mac}):\n"
+                            + "\n".join(leaked[:20]))
+        assert any(f"{m_ip} > {peer.ip}: ICMP echo request" in line for line in seen)
+    finally:
+        for ns, name in made:
+            cnipods.delete_pod(sb, ns, name, api=admin)
