@@ -51,6 +51,14 @@ def policy_ids(key: str, **extra) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
 
 
+def selects_other_namespaces(policy: dict) -> bool:
+    """Has the policy a peer with a namespaceSelector (pods of other namespaces)?"""
+    spec = policy.get("spec") or {}
+    return any("namespaceSelector" in (peer or {})
+               for direction, side in (("ingress", "from"), ("egress", "to"))
+               for rule in spec.get(direction) or [] for peer in (rule or {}).get(side) or [])
+
+
 def pod_info(pod: dict) -> PodInfo | None:
     rec = contract.own_record(pod)
     if rec is None:
@@ -77,15 +85,31 @@ class PolicyFeature(Feature):
         # rebuilt it 1,000 times after a restart (100 s, most of the CPU)
         self._gen = 0
         self._world_cache: tuple[int, World] | None = None
+        # policy key -> does it select peers by namespaceSelector (then a pod of
+        # any namespace may be its peer); else only pods of its own namespace
+        # matter to it.  Kept from policy events, so a pod event wakes only the
+        # policies that can select it, not every policy of the cluster
+        self._wide: dict[str, bool] = {}
 
     # -- wiring ----------------------------------------------------------------------
     def handlers(self):
         return {"policies": self._on_policy, "pods": self._on_pod, "namespaces": self._on_namespace}
 
-    @staticmethod
-    def _on_policy(old, new):
+    def _on_policy(self, old, new):
         m = model.meta(new or old)
-        return (model.pod_key(m.get("namespace"), m.get("name")),)
+        key = model.pod_key(m.get("namespace"), m.get("name"))
+        with self._lock:
+            if new is None:
+                self._wide.pop(key, None)
+            else:
+                self._wide[key] = selects_other_namespaces(new)
+        return (key,)
+
+    def _for_namespace(self, ns: str | None) -> list[str]:
+        """The policies a pod of `ns` can be a subject or peer of."""
+        prefix = f"{ns}/"
+        with self._lock:
+            return [k for k, wide in self._wide.items() if wide or k.startswith(prefix)]
 
     def _all(self) -> list[str]:
         return [model.pod_key(model.meta(p).get("namespace"), model.meta(p)["name"])
@@ -96,8 +120,10 @@ class PolicyFeature(Feature):
                 model.labels_of(old) == model.labels_of(new)
                 and contract.own_record(old) == contract.own_record(new)):
             return ()
+        if all(o is None or contract.own_record(o) is None for o in (old, new)):
+            return ()       # no address before or after (pending, refused): in no policy
         self._changed()
-        return self._all()
+        return self._for_namespace(model.meta(new or old).get("namespace"))
 
     def _changed(self) -> None:
         with self._lock:

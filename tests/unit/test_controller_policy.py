@@ -134,3 +134,27 @@ def test_feature_writes_group_members_sets_and_acls_in_one_transaction():
     drain(ctl)
     assert any(isinstance(c, ensure.DeletePortGroup) and c.name == pg
                for _, cs in ctl.writer.writes for c in cs)
+
+
+def test_a_pod_event_wakes_only_the_policies_that_can_select_the_pod():
+    """Cost follows change: a pod without an address (pending, refused) wakes
+    no policy; a pod of namespace x wakes x's policies and those with a
+    namespaceSelector peer, not every policy of the cluster."""
+    ctl = make_controller()
+    feat = ctl.feature("policy")
+    for ns, name, spec in (
+            ("x", "own", {"podSelector": {}}),
+            ("y", "local", {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}),
+            ("z", "wide", {"podSelector": {},
+                           "egress": [{"to": [{"namespaceSelector": {}}]}]})):
+        feat._on_policy(None, np(spec, ns, name))
+    refused = pod_body("r", "x", {"pod": "r"})
+    assert feat._on_pod(None, refused) == ()
+    relabelled = dict(refused, metadata={**refused["metadata"], "labels": {"pod": "s"}})
+    assert feat._on_pod(refused, relabelled) == ()
+    running = ctl.kube.add(r.PODS, pod_body("a", "x", {"pod": "a"}), "x")
+    drain(ctl)
+    allocated = r.get(ctl.kube, r.PODS, "a", "x")
+    assert sorted(feat._on_pod(running, allocated)) == ["x/own", "z/wide"]
+    feat._on_policy(np({}, "z", "wide"), None)
+    assert feat._on_pod(allocated, None) == ["x/own"]
