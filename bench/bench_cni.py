@@ -58,6 +58,18 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+def wait_for_service_account(api, ns: str, timeout: float = 60.0) -> None:
+    """Pods of a new namespace are refused until its `default` ServiceAccount
+    exists (ServiceAccount admission: "No API token found" on a fresh sandbox,
+    before the controller-manager made it)."""
+    deadline = time.monotonic() + timeout
+    while kr.get(api, kr.SERVICEACCOUNTS, "default", ns) is None:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench_cni: ServiceAccount {ns}/default not created within "
+                             f"{timeout:.0f} s (is kube-controller-manager running?)")
+        time.sleep(0.1)
+
+
 class Bench:
     def __init__(self, sb: Sandbox, tmp: str):
         self.sb, self.tmp = sb, tmp
@@ -101,7 +113,7 @@ class Bench:
                 pod = kr.create(self.api, kr.PODS, {
                     "apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": name, "namespace": "bench"},
-                    "spec": {"nodeName": self.node.name,
+                    "spec": {"nodeName": self.node.name, "automountServiceAccountToken": False,
                              "containers": [{"name": "c", "image": "pause"}]}},
                     namespace="bench")
                 uid = pod["metadata"]["uid"]
@@ -223,6 +235,7 @@ def main() -> int:
         daemon_log = os.path.join(sb.dir, "services", launch.tag(b.node) + ".log")
         kr.create(b.api, kr.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                          "metadata": {"name": "bench"}})
+        wait_for_service_account(b.api, "bench")
         res = {w: {"single_add": [], "single_del": [], "burst_add": [], "burst_del": [],
                    "burst_wall": []} for w in ("pacific", "reference")}
         b.alternating(3)  # warm-up (page cache, first ovn-controller run)

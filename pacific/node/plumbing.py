@@ -128,9 +128,22 @@ class Plumber:
         """A pod has one sandbox at a time: a port bound to the same logical switch
         port for another container is a sandbox whose DEL never came (daemon down,
         runtime crash).  Left there, ovn-controller would install both and which one
-        gets the pod's traffic would be undefined."""
-        stale = [i for i in self.ovs.find_interfaces({names.OVS_IFACE_ID: att.lsp})
-                 if i.external_ids.get(names.OVS_CONTAINER_ID) != att.container_id]
+        gets the pod's traffic would be undefined.  A second interface of the
+        same container is refused (CniError)."""
+        bound = self.ovs.find_interfaces({names.OVS_IFACE_ID: att.lsp})
+        twin = [i for i in bound if i.external_ids.get(names.OVS_CONTAINER_ID) == att.container_id
+                and i.external_ids.get(names.OVS_IFNAME, att.ifname) != att.ifname]
+        if twin:
+            # a meta-plugin (Multus) adding Pacific again as net1: both veths
+            # would carry the pod's one address and MAC on one logical port
+            raise CniError(proto.ERR_INVALID_CONFIG, (
+                f"pod {att.pod} already has its Pacific interface "
+                f"{twin[0].external_ids.get(names.OVS_IFNAME)} in container "
+                f"{att.container_id[:12]}: Pacific is a pod's primary network and attaches "
+                f"it once; a second interface {att.ifname} is not supported"),
+                "give secondary networks to another CNI plugin (e.g. macvlan or bridge "
+                "through Multus)")
+        stale = [i for i in bound if i.external_ids.get(names.OVS_CONTAINER_ID) != att.container_id]
         if not stale:
             return
         for i in stale:

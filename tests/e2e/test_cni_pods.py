@@ -177,6 +177,34 @@ def test_check_reports_what_differs(cluster):
         sandboxpods.delete_pod(sb, "default", "check-a", api=api)
 
 
+def test_a_second_pacific_interface_of_a_pod_is_refused_and_eth0_keeps_working(cluster):
+    """What a meta-plugin (Multus) does when Pacific is named twice: ADD again
+    for the running container as net1.  Refused with a CNI error that says
+    why; nothing of eth0 changes; DEL of net1 leaves eth0 alone."""
+    sb, api, ctl = cluster
+    pod = sandboxpods.add_pod(sb, "default", "twice", "node1", api=api)
+    peer = sandboxpods.add_pod(sb, "default", "twice-peer", "node2", api=api)
+    conf, bins = _conf(sb, "node1")
+    net1 = runtime.Attachment(pod.container_id, pod.netns_path, "net1",
+                              runtime.k8s_args(pod.namespace, pod.name, pod.uid, pod.container_id))
+    try:
+        with pytest.raises(runtime.CniCallError) as e:
+            runtime.exec_plugin(bins, "pacific", "ADD", conf, net1)
+        assert e.value.code == 7, e.value
+        assert "already has its Pacific interface eth0" in str(e.value), e.value
+        assert "second interface net1 is not supported" in str(e.value), e.value
+        links = sandboxpods.exec_pod(sb, "default", "twice", ["ip", "-o", "link", "show"],
+                                     capture_output=True, text=True).stdout
+        assert "net1" not in links
+        assert host_ifname(pod.container_id, "net1") not in ovs_ports(sb, "node1")
+        runtime.exec_plugin(bins, "pacific", "DEL", conf, net1)     # the runtime cleans up
+        assert host_ifname(pod.container_id, "eth0") in ovs_ports(sb, "node1")
+        assert ping(sb, "default", "twice-peer", pod.ip)
+    finally:
+        for n in ("twice", "twice-peer"):
+            sandboxpods.delete_pod(sb, "default", n, api=api)
+
+
 def test_gc_removes_attachments_not_listed(cluster):
     sb, api, ctl = cluster
     keep = sandboxpods.add_pod(sb, "default", "gc-keep", "node1", api=api)
