@@ -59,6 +59,30 @@ def selects_other_namespaces(policy: dict) -> bool:
                for rule in spec.get(direction) or [] for peer in (rule or {}).get(side) or [])
 
 
+def relabel_matters(policy: dict, ns: str, ns_labels: dict, before: dict, after: dict) -> bool:
+    """Does relabelling a pod of `ns` (labels `before` -> `after`) change
+    whether the policy selects it, as subject or as a peer?"""
+    def moved(sel) -> bool:
+        return selector_matches(sel, before) != selector_matches(sel, after)
+    m, spec = model.meta(policy), policy.get("spec") or {}
+    own = m.get("namespace") == ns
+    if own and moved(spec.get("podSelector") or {}):
+        return True
+    for direction, side in (("ingress", "from"), ("egress", "to")):
+        for rule in spec.get(direction) or []:
+            for peer in (rule or {}).get(side) or []:
+                if "podSelector" not in (peer or {}):
+                    continue                    # whole namespaces or ipBlock: labels of pods don't matter
+                if "namespaceSelector" in peer:
+                    if not selector_matches(peer["namespaceSelector"], ns_labels):
+                        continue
+                elif not own:
+                    continue
+                if moved(peer["podSelector"] or {}):
+                    return True
+    return False
+
+
 def pod_info(pod: dict) -> PodInfo | None:
     rec = contract.own_record(pod)
     if rec is None:
@@ -123,7 +147,19 @@ class PolicyFeature(Feature):
         if all(o is None or contract.own_record(o) is None for o in (old, new)):
             return ()       # no address before or after (pending, refused): in no policy
         self._changed()
-        return self._for_namespace(model.meta(new or old).get("namespace"))
+        ns = model.meta(new or old).get("namespace")
+        keys = self._for_namespace(ns)
+        if old is not None and new is not None and \
+                contract.own_record(old) == contract.own_record(new):
+            # only labels changed: only the policies where the pod's membership
+            # changes (a relabel under `podSelector: {}` changes nothing)
+            cache, before, after = self.ctl.informer("policies"), model.labels_of(old), \
+                model.labels_of(new)
+            ns_obj = self.ctl.informer("namespaces").get(ns)
+            ns_labels = model.labels_of(ns_obj) if ns_obj else {}
+            keys = [k for k in keys if (pol := cache.get(k)) is None
+                    or relabel_matters(pol, ns, ns_labels, before, after)]
+        return keys
 
     def _changed(self) -> None:
         with self._lock:

@@ -15,6 +15,11 @@ Semantics:
   `forget(key)` resets the failure count after a success.
 - `add_after(key, delay)`: re-add later (e.g. a periodic re-check).
 - `get()` blocks and returns a key, or None once the queue is shut down.
+- Fair between namespaces: keys "namespace/name" wait in one FIFO per
+  namespace, and `get()` takes from the namespaces in turn (round robin; keys
+  without a namespace share one turn).  One tenant with a thousand keys
+  waiting delays another tenant's key by one key per namespace, not by a
+  thousand (what Kubernetes' API Priority and Fairness does for requests).
 """
 
 from __future__ import annotations
@@ -30,6 +35,51 @@ from typing import Callable, Hashable
 log = logging.getLogger(__name__)
 
 
+def _flow(key: Hashable) -> str:
+    """The namespace of a "namespace/name" key ("" for any other key)."""
+    return key.split("/", 1)[0] if isinstance(key, str) and "/" in key else ""
+
+
+class _FairQueue:
+    """FIFO per namespace, served in turn."""
+
+    def __init__(self):
+        self._flows: dict[str, deque] = {}
+        self._turns: deque[str] = deque()     # namespaces with keys waiting, in turn
+        self._len = 0
+
+    def append(self, key: Hashable) -> None:
+        f = _flow(key)
+        q = self._flows.get(f)
+        if q is None:
+            q = self._flows[f] = deque()
+            self._turns.append(f)
+        q.append(key)
+        self._len += 1
+
+    def popleft(self) -> Hashable:
+        f = self._turns.popleft()
+        q = self._flows[f]
+        key = q.popleft()
+        if q:
+            self._turns.append(f)
+        else:
+            del self._flows[f]
+        self._len -= 1
+        return key
+
+    def clear(self) -> None:
+        self._flows.clear()
+        self._turns.clear()
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+
 class WorkQueue:
     def __init__(self, rate_limit_base: float = 0.005, rate_limit_max: float = 30.0,
                  name: str = "queue"):
@@ -37,7 +87,7 @@ class WorkQueue:
         self._base = rate_limit_base
         self._max = rate_limit_max
         self._cond = threading.Condition()
-        self._queue: deque[Hashable] = deque()
+        self._queue = _FairQueue()
         self._dirty: set[Hashable] = set()       # waiting to be processed
         self._processing: set[Hashable] = set()  # handed out, done() not called yet
         self._failures: dict[Hashable, int] = {}

@@ -158,3 +158,23 @@ def test_a_pod_event_wakes_only_the_policies_that_can_select_the_pod():
     assert sorted(feat._on_pod(running, allocated)) == ["x/own", "z/wide"]
     feat._on_policy(np({}, "z", "wide"), None)
     assert feat._on_pod(allocated, None) == ["x/own"]
+
+
+def test_a_relabel_wakes_only_the_policies_whose_selection_of_the_pod_changes():
+    before, after = {"app": "web", "role": "a"}, {"app": "web", "role": "b"}
+    ns_labels = {"team": "x"}
+    everyone = np({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]})
+    role_subject = np({"podSelector": {"matchLabels": {"role": "a"}}})
+    role_peer_other_ns = np({"podSelector": {}, "ingress": [{"from": [
+        {"namespaceSelector": {"matchLabels": {"team": "x"}},
+         "podSelector": {"matchLabels": {"role": "b"}}}]}]}, ns="y")
+    unmatched_ns = np({"podSelector": {}, "ingress": [{"from": [
+        {"namespaceSelector": {"matchLabels": {"team": "z"}},
+         "podSelector": {"matchLabels": {"role": "b"}}}]}]}, ns="y")
+    whole_namespaces = np({"podSelector": {}, "egress": [{"to": [{"namespaceSelector": {}}]}]},
+                          ns="y")
+    assert not policy.relabel_matters(everyone, "x", ns_labels, before, after)
+    assert policy.relabel_matters(role_subject, "x", ns_labels, before, after)
+    assert policy.relabel_matters(role_peer_other_ns, "x", ns_labels, before, after)
+    assert not policy.relabel_matters(unmatched_ns, "x", ns_labels, before, after)
+    assert not policy.relabel_matters(whole_namespaces, "x", ns_labels, before, after)

@@ -127,3 +127,16 @@ def test_pending_counts_waiting_and_delayed(n):
     q.add_after("later", 10)
     assert q.pending() == n + 1
     q.shutdown()
+
+
+def test_namespaces_take_turns_so_one_tenant_s_backlog_does_not_stall_another():
+    q = WorkQueue()
+    for i in range(1000):
+        q.add(f"churn/p{i}")
+    q.add("victim/p0")
+    q.add("cluster-wide")
+    got = [q.get(timeout=1) for _ in range(3)]
+    assert got == ["churn/p0", "victim/p0", "cluster-wide"]
+    # within a namespace, first in first out
+    assert [q.get(timeout=1) for _ in range(2)] == ["churn/p1", "churn/p2"]
+    assert len(q) == 997
