@@ -15,6 +15,7 @@ Older subnets win overlaps; when a subnet goes away, refused ones are retried.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import logging
 import threading
 
@@ -43,6 +44,27 @@ def subnet_ids(name: str) -> dict:
 _UNCHANGED = object()
 
 
+def infrastructure_clash(cidr: str, ctl) -> str | None:
+    """What infrastructure address (a node's, OVN central's, one of
+    --infrastructure-ips) lies in cidr, named; None if none does."""
+    net = ipaddress.ip_network(cidr)
+    for node in ctl.informer("nodes").list():
+        for a in (node.get("status") or {}).get("addresses") or []:
+            if a.get("type") in ("InternalIP", "ExternalIP") and _inside(a.get("address"), net):
+                return f"node {model.meta(node).get('name')}'s address {a['address']}"
+    for ip in sorted(ctl.cfg.reserved_ips):
+        if _inside(ip, net):
+            return f"the infrastructure address {ip}"
+    return None
+
+
+def _inside(ip, net) -> bool:
+    try:
+        return ipaddress.ip_address(ip) in net
+    except (TypeError, ValueError):
+        return False
+
+
 def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
     """A private Subnet's switch drops IPv4 to its addresses from anything but
     its own addresses, its allowSubnets and the nodes (join addresses); the
@@ -58,7 +80,7 @@ def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
 
 class SubnetFeature(Feature):
     name = "subnet"
-    informers = {"subnets": informers.SUBNETS, "ips": informers.IPS}
+    informers = {"subnets": informers.SUBNETS, "ips": informers.IPS, "nodes": informers.NODES}
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -166,6 +188,13 @@ class SubnetFeature(Feature):
             spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,))
         except SubnetSpecError as exc:
             self._refuse(obj, "InvalidSpec", str(exc))
+            return
+        clash = infrastructure_clash(spec.cidr, self.ctl)
+        if clash:
+            # pods with a node's or OVN central's address would take it over,
+            # and every node would treat the underlay as pod traffic
+            self._refuse(obj, "InfrastructureOverlap", f"spec.cidrBlock {spec.cidr} contains "
+                         f"{clash}: a Subnet cannot hold the cluster's infrastructure addresses")
             return
         with self._lock:
             old = self.applied.get(name)

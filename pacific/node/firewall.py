@@ -333,6 +333,23 @@ class HostFirewall:
     def kick(self, *_args) -> None:
         self._wake.set()
 
+    def _holds_infrastructure(self, cidr: str) -> bool:
+        """A Subnet containing a node's or OVN central's address (the controller
+        refuses such a Subnet; an older one may still show it applied): left
+        out of the pod sets, or the guards would drop the underlay itself, the
+        API server's answers included, and the node could not learn of the fix."""
+        net = ipaddress.ip_network(cidr)
+        infra = set(self.node_ips() if self.node_ips else ()) | set(self.central)
+        for ip in infra:
+            try:
+                if ipaddress.ip_address(ip) in net:
+                    log.warning("Subnet %s contains the infrastructure address %s: not "
+                                "treated as a pod network here", cidr, ip)
+                    return True
+            except ValueError:
+                continue
+        return False
+
     def wanted(self) -> dict[str, set[str]]:
         pods, nat = set(), set()
         for s in self.subnets.list():
@@ -343,6 +360,8 @@ class HostFirewall:
                 cidr = None          # not the controller's: ignored
             if cidr is None or ipaddress.ip_network(cidr).version != 4:
                 continue
+            if self._holds_infrastructure(cidr):
+                continue             # never: the underlay would count as pod traffic
             pods.add(cidr)
             if (s.get("spec") or {}).get("natOutgoing") is True:
                 nat.add(cidr)

@@ -9,9 +9,21 @@ tenant: namespaces are isolated by default).  Sections below, one per
 hole; each test names what it tries."""
 from __future__ import annotations
 
+import datetime
+import ipaddress
+import itertools
+import os
+import subprocess
+import sys
+import threading
+
 import pytest
 
 import attack_fixtures as af
+from controller_fixtures import wait_until
+from pacific import contract, names
+from pacific.controller import transit as _transit
+from pacific.controller.model import router_mac as _router_mac
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods
 
@@ -61,6 +73,11 @@ def programmed_everywhere(sb, text: str) -> bool:
     return all(text in chain for chain in services_chain(sb).values())
 
 
+def _utc_now() -> str:
+    """Now as a creationTimestamp is written (RFC 3339, whole seconds, UTC)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def service_events(admin, ns, name) -> str:
     return " | ".join(e.get("message") or "" for e in af.events_of(admin, ns, name))
 
@@ -99,6 +116,10 @@ def test_3_a_tenant_cannot_share_another_namespace_s_external_ip_on_another_port
                                         external_ips=["203.0.113.42"]), VIC)
     af.wait_until(lambda: programmed_everywhere(sb, "vic/shop 203.0.113.42"), 60,
                   what="the victim's external IP programmed")
+    # the victim's Service is older by its creationTimestamp (whole seconds;
+    # Services of one second are ordered by namespace/name, and "atk" < "vic")
+    created = r.get(admin, r.SERVICES, "shop", VIC)["metadata"]["creationTimestamp"]
+    af.wait_until(lambda: _utc_now() > created, 5, what="a second after the victim's Service")
     r.create(atk, r.SERVICES, service(ATK, "twin", [
         {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}], {"app": "none"},
         external_ips=["203.0.113.42"]), ATK)
@@ -309,15 +330,8 @@ def test_underlay_a_spoofed_pod_source_does_not_enter_a_node(env):
 # --- raw frames, ARP and IPv6 between tenants (issue 22: no frame of any kind
 # crosses isolated tenants).  Port security drops a pod's IPv6 and other
 # Ethernet types; tenant isolation drops ARP by its sender address ---
-import ipaddress  # noqa: E402
-import itertools  # noqa: E402
-import os  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 
-from controller_fixtures import wait_until  # noqa: E402
 
-from pacific import contract, names  # noqa: E402
 
 RAWFRAME = os.path.join(os.path.dirname(__file__), "rawframe.py")
 _tokens = itertools.count(1)
@@ -460,8 +474,6 @@ def test_ipv6_from_a_pod_reaches_no_pod_not_even_of_its_own_tenant(l2):
 
 # --- a MAC or address of the infrastructure asked for by a tenant's pod
 # (issue 22: infrastructure addresses and identities can never be claimed) ---
-from pacific.controller import transit as _transit  # noqa: E402
-from pacific.controller.model import router_mac as _router_mac  # noqa: E402
 
 
 def _refusal(sb, admin, atk, name, ann):
@@ -569,11 +581,6 @@ def test_8_mirror0_shows_the_tenant_s_mirrored_pod_and_never_another_pod_of_its_
     after the mirror is switched on (ICMP both ways, TCP, UDP): no frame of
     `quiet` (its IP or its MAC) reaches mirror0, while the traffic of `mir`
     with its own pod on node2 does."""
-    import subprocess
-    import threading
-
-    from pacific import contract
-
     sb, admin, atk = env
     made = [(VIC, "quiet"), (ATK, "mirpeer"), (ATK, "mir")]
     quiet = cnipods.add_pod(sb, VIC, "quiet", "node1", api=admin)

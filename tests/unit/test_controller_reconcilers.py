@@ -212,3 +212,20 @@ def test_a_pod_waits_for_its_namespaces_subnet_instead_of_taking_the_default(ctl
         ctl.feature("pod").reconcile("early/first")     # before the Subnet's reconcile
     drain(ctl)
     assert record(ctl, "first", "early").subnet == "early-net"
+
+
+def test_a_subnet_holding_a_node_s_address_is_refused(ctl):
+    """Pods would take the node's address, and every node's host firewall
+    would treat the underlay as pod traffic (it dropped the API server's
+    answers once)."""
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}, "status": {"addresses": [
+        {"type": "InternalIP", "address": "192.168.77.11"}]}})
+    ctl.kube.add(r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                             "metadata": {"name": "underlay"},
+                             "spec": {"cidrBlock": "192.168.77.0/24"}})
+    drain(ctl)
+    st = r.get(ctl.kube, r.SUBNETS, "underlay").get("status") or {}
+    (cond,) = [c for c in st.get("conditions") or [] if c["type"] == "Ready"]
+    assert cond["status"] == "False" and cond["reason"] == "InfrastructureOverlap"
+    assert "contains node node1's address 192.168.77.11" in cond["message"]
+    assert not st.get("cidrBlock")

@@ -120,3 +120,16 @@ def test_host_ports_from_the_flags():
                                               "--host-only-ports", ""])) == [9999]
     assert node_main.host_ports(p.parse_args(["--metrics-address", ""])) == [
         names.CONTROLLER_METRICS_PORT]
+
+
+def test_a_subnet_holding_a_node_or_central_address_is_no_pod_network_here():
+    """Else the underlay guard dropped the underlay itself, the API server's
+    answers included, and the node never learnt that the Subnet was gone."""
+    subnets = Cache([{"metadata": {"name": n}, "status": {"cidrBlock": c}, "spec": {}}
+                     for n, c in (("a", "10.16.0.0/16"), ("underlay", "192.168.77.0/24"),
+                                  ("central", "192.168.78.0/24"))])
+    fw = firewall.HostFirewall(subnets, Cache([]), "n1", service_cidr="10.96.0.0/12",
+                               ovn_remote="tcp:192.168.78.1:6642",
+                               node_ips=lambda: {"192.168.77.11"})
+    w = fw.wanted()
+    assert w["pod_cidrs"] == {"10.16.0.0/16"} and w["internal_cidrs"] == {"10.16.0.0/16"}
