@@ -73,13 +73,13 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pacific import contract, names  # noqa: E402
 from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
+from pacific.node.health import icmp_checksum  # noqa: E402
 from pacific.sandbox import cnipods, controllers  # noqa: E402
 from pacific.sandbox.cluster import Sandbox  # noqa: E402
 from pacific.sandbox.k8s.sandbox import kubeconfig_path  # noqa: E402
@@ -140,15 +140,6 @@ def raw_icmp_socket(netns_path: str) -> socket.socket:
     return out["sock"]
 
 
-def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    s = (s >> 16) + (s & 0xFFFF)
-    s += s >> 16
-    return ~s & 0xFFFF
-
-
 class Prober:
     """Echo requests to one target every PROBE_EVERY s; each with its own ICMP id.
     Keeps (send time, reply time) per probe of the current target."""
@@ -180,7 +171,7 @@ class Prober:
                 ident = n & 0xFFFF
                 hdr = struct.pack("!BBHHH", 8, 0, 0, ident, 1)
                 payload = b"pacific-fair"
-                pkt = struct.pack("!BBHHH", 8, 0, _checksum(hdr + payload), ident, 1) + payload
+                pkt = struct.pack("!BBHHH", 8, 0, icmp_checksum(hdr + payload), ident, 1) + payload
                 with self.lock:
                     if self.target != ip:
                         continue

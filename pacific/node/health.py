@@ -41,7 +41,8 @@ def lease_name(node: str) -> str:
     return f"{names.NODE_HEALTH_LEASE_PREFIX}{node}"
 
 
-def _checksum(data: bytes) -> int:
+def icmp_checksum(data: bytes) -> int:
+    """The Internet checksum (RFC 1071) of an ICMP message."""
     if len(data) % 2:
         data += b"\0"
     s = sum(struct.unpack(f"!{len(data) // 2}H", data))
@@ -60,7 +61,7 @@ def icmp_probe(addrs: list[str], timeout: float = 1.0) -> set[str]:
         for seq, addr in enumerate(addrs):
             head = struct.pack("!BBHHH", 8, 0, 0, ident, seq)
             body = b"pacific-health"
-            pkt = struct.pack("!BBHHH", 8, 0, _checksum(head + body), ident, seq) + body
+            pkt = struct.pack("!BBHHH", 8, 0, icmp_checksum(head + body), ident, seq) + body
             try:
                 s.sendto(pkt, (addr, 0))
             except OSError as e:
