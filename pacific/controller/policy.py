@@ -140,17 +140,17 @@ class PolicyFeature(Feature):
                 for p in self.ctl.informer("policies").list()]
 
     def _on_pod(self, old, new):
-        if old is not None and new is not None and (
-                model.labels_of(old) == model.labels_of(new)
-                and contract.own_record(old) == contract.own_record(new)):
-            return ()
-        if all(o is None or contract.own_record(o) is None for o in (old, new)):
+        rec_old = contract.own_record(old) if old is not None else None
+        rec_new = contract.own_record(new) if new is not None else None
+        if rec_old is None and rec_new is None:
             return ()       # no address before or after (pending, refused): in no policy
+        relabel = old is not None and new is not None and rec_old == rec_new
+        if relabel and model.labels_of(old) == model.labels_of(new):
+            return ()
         self._changed()
         ns = model.meta(new or old).get("namespace")
         keys = self._for_namespace(ns)
-        if old is not None and new is not None and \
-                contract.own_record(old) == contract.own_record(new):
+        if relabel:
             # only labels changed: only the policies where the pod's membership
             # changes (a relabel under `podSelector: {}` changes nothing)
             cache, before, after = self.ctl.informer("policies"), model.labels_of(old), \
