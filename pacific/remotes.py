@@ -11,18 +11,30 @@ from __future__ import annotations
 import ipaddress
 
 
-def endpoints(remote: str | None) -> list[tuple[str, int]]:
-    """(address, port) of every tcp:/ssl: member whose host is an IP address;
-    unix: members and host names are skipped (nothing to match on the wire)."""
+def members(remote: str | None) -> list[tuple[str, int | None]]:
+    """(host, port or None) of every tcp:/ssl: member, the host as written
+    (an address or a name, IPv6 without its brackets); unix: members are
+    skipped."""
     out = []
     for item in (remote or "").split(","):
         kind, _, rest = item.strip().partition(":")
         if kind not in ("tcp", "ssl") or not rest:
             continue
         host, _, port = rest.rpartition(":")
-        host = host.strip("[]")
+        if not host:
+            host, port = rest, ""
+        out.append((host.strip("[]"), int(port) if port.isdigit() else None))
+    return out
+
+
+def endpoints(remote: str | None) -> list[tuple[str, int]]:
+    """(address, port) of every tcp:/ssl: member whose host is an IP address;
+    unix: members and host names are skipped (nothing to match on the wire)."""
+    out = []
+    for host, port in members(remote):
         try:
-            out.append((str(ipaddress.ip_address(host)), int(port)))
+            if port is not None:
+                out.append((str(ipaddress.ip_address(host)), port))
         except ValueError:
             continue
     return out

@@ -61,7 +61,7 @@ import socket
 import subprocess
 import threading
 
-from pacific import names
+from pacific import names, remotes
 
 log = logging.getLogger(__name__)
 TABLE = "pacific"
@@ -276,16 +276,9 @@ def ovn_central(remote: str | None, resolve=socket.getaddrinfo) -> tuple[set[str
     and left out."""
     addrs: set[str] = set()
     ports: set[int] = set(names.OVN_CENTRAL_PORTS)
-    for member in (remote or "").split(","):
-        kind, _, rest = member.strip().partition(":")
-        if kind not in ("tcp", "ssl") or not rest:
-            continue
-        host, _, port = rest.rpartition(":")
-        if not host:
-            host, port = rest, ""
-        host = host.strip("[]")
-        if port.isdigit():
-            ports.add(int(port))
+    for host, port in remotes.members(remote):
+        if port is not None:
+            ports.add(port)
         try:
             ip = ipaddress.ip_address(host)
             if ip.version == 4:
@@ -333,13 +326,13 @@ class HostFirewall:
     def kick(self, *_args) -> None:
         self._wake.set()
 
-    def _holds_infrastructure(self, cidr: str) -> bool:
+    @staticmethod
+    def _holds_infrastructure(cidr: str, infra: set[str]) -> bool:
         """A Subnet containing a node's or OVN central's address (the controller
         refuses such a Subnet; an older one may still show it applied): left
         out of the pod sets, or the guards would drop the underlay itself, the
         API server's answers included, and the node could not learn of the fix."""
         net = ipaddress.ip_network(cidr)
-        infra = set(self.node_ips() if self.node_ips else ()) | set(self.central)
         for ip in infra:
             try:
                 if ipaddress.ip_address(ip) in net:
@@ -351,6 +344,8 @@ class HostFirewall:
         return False
 
     def wanted(self) -> dict[str, set[str]]:
+        node_ips = set(self.node_ips() if self.node_ips else ())
+        infra = node_ips | set(self.central)
         pods, nat = set(), set()
         for s in self.subnets.list():
             cidr = (s.get("status") or {}).get("cidrBlock")
@@ -360,7 +355,7 @@ class HostFirewall:
                 cidr = None          # not the controller's: ignored
             if cidr is None or ipaddress.ip_network(cidr).version != 4:
                 continue
-            if self._holds_infrastructure(cidr):
+            if self._holds_infrastructure(cidr, infra):
                 continue             # never: the underlay would count as pod traffic
             pods.add(cidr)
             if (s.get("spec") or {}).get("natOutgoing") is True:
@@ -368,7 +363,7 @@ class HostFirewall:
         join = self.join_cidr()
         cluster = set(pods) | {c for c in (join, self.service_cidr) if c}
         nodes = set()
-        for ip in (self.node_ips() if self.node_ips else ()):
+        for ip in node_ips:
             try:
                 if ipaddress.ip_address(ip).version == 4:
                     nodes.add(f"{ip}/32")
