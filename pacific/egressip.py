@@ -50,7 +50,7 @@ def opted_in(svc: dict) -> bool:
         ann.get(names.ANN_EGRESS_SNAT, "true").lower() != "false"
 
 
-def _slices_by_service(slices: list[dict]) -> dict[str, list[dict]]:
+def slices_by_service(slices: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
     for s in slices:
         m = s.get("metadata") or {}
@@ -92,7 +92,7 @@ def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_
             cur = first.get(fe.service)
             if cur is None or order.index(fe.ip) < order.index(cur):
                 first[fe.service] = fe.ip
-    by_service = _slices_by_service(slices)
+    by_service = slices_by_service(slices)
     taken: dict[str, str] = {}                # pod address -> the Service it leaves by
     out: dict[str, EgressIP] = {}
     notes: dict[str, list[str]] = {}

@@ -104,14 +104,11 @@ class EgressSnatFeature(Feature):
         cfg = self.ctl.cfg
         services = [s for s in self.ctl.informer("services").list() if egressip.opted_in(s)]
         keys = {r.object_key(s) for s in services}
-        by_service: dict[str, list[dict]] = {}
-        for s in self.ctl.informer("endpointslices").list():
-            svc = f"{model.meta(s).get('namespace')}/" \
-                  f"{(model.meta(s).get('labels') or {}).get(exposure.SERVICE_NAME_LABEL)}"
-            if svc in keys:
-                by_service.setdefault(svc, []).append(s)
         slices, ignored = [], {}
-        for svc, mine in by_service.items():
+        for svc, mine in egressip.slices_by_service(
+                self.ctl.informer("endpointslices").list()).items():
+            if svc not in keys:
+                continue
             # egress SNAT members are the Service's own namespace's pods, even
             # for a Service whose load-balancer endpoints are trusted
             kept, ignored[svc] = exposure.confine(mine, svc.split("/", 1)[0],

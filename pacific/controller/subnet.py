@@ -19,7 +19,7 @@ import ipaddress
 import logging
 import threading
 
-from pacific import names
+from pacific import exposure, names
 from pacific.controller import informers, model, rebuild, topology
 from pacific.controller.feature import Feature
 from pacific.controller.model import SubnetSpec, SubnetSpecError
@@ -49,9 +49,9 @@ def infrastructure_clash(cidr: str, ctl) -> str | None:
     --infrastructure-ips) lies in cidr, named; None if none does."""
     net = ipaddress.ip_network(cidr)
     for node in ctl.informer("nodes").list():
-        for a in (node.get("status") or {}).get("addresses") or []:
-            if a.get("type") in ("InternalIP", "ExternalIP") and _inside(a.get("address"), net):
-                return f"node {model.meta(node).get('name')}'s address {a['address']}"
+        for ip in sorted(exposure.node_addresses([node])):
+            if _inside(ip, net):
+                return f"node {model.meta(node).get('name')}'s address {ip}"
     for ip in sorted(ctl.cfg.reserved_ips):
         if _inside(ip, net):
             return f"the infrastructure address {ip}"
