@@ -234,6 +234,12 @@ def drain(ctl, rounds: int = 5) -> None:
             return
 
 
+def events(ctl, name: str, ns: str) -> list[str]:
+    """"Reason: message" of the Events the controller wrote about ns/name."""
+    return [f"{e['reason']}: {e['message']}" for e in ctl.kube.of(r.EVENTS)
+            if e["involvedObject"]["name"] == name and e["involvedObject"]["namespace"] == ns]
+
+
 def merge_patch(target, patch):
     """RFC 7386 JSON merge patch, as kube-apiserver applies
     application/merge-patch+json: objects merge, null deletes, the rest replaces."""

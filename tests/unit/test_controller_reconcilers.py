@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller_fakes import drain, make_controller
+from controller_fakes import drain, make_controller, events as fake_events
 from pacific import contract, names
 from pacific.controller import model, rebuild
 from pacific.kube import resources as r
@@ -29,8 +29,7 @@ def record(ctl, name, ns="default"):
 
 
 def events(ctl, name, ns="default") -> list[str]:
-    return [f"{e['reason']}: {e['message']}" for e in ctl.kube.of(r.EVENTS)
-            if e["involvedObject"]["name"] == name and e["involvedObject"]["namespace"] == ns]
+    return fake_events(ctl, name, ns)
 
 
 @pytest.fixture

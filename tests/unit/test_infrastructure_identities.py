@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller_fakes import drain, make_controller
+from controller_fakes import drain, make_controller, events as fake_events
 from pacific import contract, names
 from pacific.controller import model, transit
 from pacific.ipam import IPAM, errors
@@ -59,8 +59,7 @@ def refusal(ctl, name, ns="atk") -> str:
 
 
 def events(ctl, name, ns="atk") -> list[str]:
-    return [f"{e['reason']}: {e['message']}" for e in ctl.kube.of(r.EVENTS)
-            if e["involvedObject"]["name"] == name and e["involvedObject"]["namespace"] == ns]
+    return fake_events(ctl, name, ns)
 
 
 @pytest.fixture
