@@ -42,7 +42,7 @@ demo: setup
 # the image too: tests/e2e/test_deploy_mode.py runs Pacific from it (a no-op when
 # the archive is up to date with pacific/)
 test: setup image
-	.venv/bin/pytest -q -p no:cacheprovider tests/unit tests/e2e
+	.venv/bin/pytest -q -p no:cacheprovider --durations=30 tests/unit tests/e2e
 
 test-unit: setup
 	.venv/bin/pytest -q -p no:cacheprovider tests/unit

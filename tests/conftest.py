@@ -3,7 +3,7 @@
     def test_x(sandbox):             # session-wide 3-node sandbox (shared: clean up
         ...                          # the NB rows and test pods your test makes)
 
-    def test_y(sandbox_factory):     # private sandboxes, each down()ed afterwards
+    def test_y(sandbox_factory):     # private sandboxes, down()ed at the module's end
         sb = sandbox_factory(nodes=2)
 
 PACIFIC_KEEP_SANDBOXES=1 leaves them up after the session (to inspect a failure;
@@ -38,11 +38,9 @@ def unique_sandbox_name() -> str:
     return f"t{os.getpid()}{next(_counter)}"
 
 
-@pytest.fixture(scope="session")
-def sandbox_factory():
-    """Factory `make(nodes=3, services=(), **kw) -> Sandbox` (already up); every
-    sandbox it made is brought down at the end of the session, even on failure.
-    Call `sb.down()` yourself to free it earlier (down is idempotent)."""
+def _factory():
+    """Yields `make(nodes=3, services=(), **kw) -> Sandbox` (already up); brings
+    down every sandbox it made when resumed or closed."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -55,7 +53,13 @@ def sandbox_factory():
         sb.up(services=services)
         return sb
 
-    yield make
+    try:
+        yield make
+    finally:      # also when the caller's make() failed and it closes this generator
+        _down_all(made)
+
+
+def _down_all(made) -> None:
     if os.environ.get("PACIFIC_KEEP_SANDBOXES"):   # debugging: inspect after a failure
         logging.getLogger(__name__).warning("keeping sandboxes %s (PACIFIC_KEEP_SANDBOXES)",
                                             [sb.name for sb in made])
@@ -71,7 +75,20 @@ def sandbox_factory():
         raise errors[0]
 
 
+@pytest.fixture(scope="module")
+def sandbox_factory():
+    """Factory `make(nodes=3, services=(), **kw) -> Sandbox` (already up); every
+    sandbox it made is brought down at the end of the module, even on failure, so
+    that no module's daemons load the modules after it.  Call `sb.down()` yourself
+    to free it earlier (down is idempotent)."""
+    yield from _factory()
+
+
 @pytest.fixture(scope="session")
-def sandbox(sandbox_factory):
+def sandbox():
     """One 3-node sandbox (network plus DEFAULT_SERVICES) shared by the session."""
-    return sandbox_factory(nodes=3, services=None)
+    factory = _factory()
+    try:
+        yield next(factory)(nodes=3, services=None)
+    finally:
+        factory.close()
