@@ -153,6 +153,7 @@ SANDBOX_DEFAULT_NAME = "default"
 SANDBOX_NETNS_PREFIX = "pac"                  # netns pac-<name>-central|node<i>|ext
 SANDBOX_UNDERLAY_CIDR = "192.168.77.0/24"     # lives only inside the sandbox netns
 SANDBOX_UNDERLAY_MTU = 1500
+SANDBOX_UNDERLAY_BRIDGE = "br-ul"             # in pac-<name>-central: every node's underlay
 SANDBOX_PODS_ENV = "PACIFIC_SANDBOX_PODS"     # how a new sandbox runs pods: kubelet | runner
 SANDBOX_PODS_DEFAULT = "kubelet"
 SANDBOX_EXTERNAL_REMOTE_CIDR = "198.51.100.1/24"  # "internet" address of pac-<name>-ext

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-UNDERLAY_BRIDGE = "br-ul"
 PHYS_BRIDGE = "br-phy"
 ENCAP = "geneve"
 
@@ -32,13 +31,13 @@ def central_up(sb: "Sandbox") -> None:
     ns = sb.central_netns
     sb._record_netns(ns)
     netns.create(ns, forwarding=True)
-    run(["ip", "link", "add", UNDERLAY_BRIDGE, "mtu", str(sb.underlay_mtu), "type", "bridge"],
-        netns=ns)
+    run(["ip", "link", "add", names.SANDBOX_UNDERLAY_BRIDGE, "mtu", str(sb.underlay_mtu),
+         "type", "bridge"], netns=ns)
     run(["ip", "addr", "add", f"{sb.central_ip}/{sb.underlay_prefixlen}", "dev",
-         UNDERLAY_BRIDGE], netns=ns)
-    run(["ip", "link", "set", "dev", UNDERLAY_BRIDGE, "up"], netns=ns)
+         names.SANDBOX_UNDERLAY_BRIDGE], netns=ns)
+    run(["ip", "link", "set", "dev", names.SANDBOX_UNDERLAY_BRIDGE, "up"], netns=ns)
     # central's own TCP (OVSDB, API server) leaves br-ul with partial checksums
-    netns.tx_offload_off(ns, UNDERLAY_BRIDGE)
+    netns.tx_offload_off(ns, names.SANDBOX_UNDERLAY_BRIDGE)
     run(["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0"], netns=ns, check=False)
 
     d = sb.central_dir
@@ -68,7 +67,8 @@ def external_up(sb: "Sandbox") -> None:
     sb._record_netns(ns)
     netns.create(ns, forwarding=True)
     netns.veth("ext", sb.central_netns, "eth0", ns, sb.underlay_mtu)
-    run(["ip", "link", "set", "dev", "ext", "master", UNDERLAY_BRIDGE, "up"], netns=sb.central_netns)
+    run(["ip", "link", "set", "dev", "ext", "master", names.SANDBOX_UNDERLAY_BRIDGE, "up"],
+        netns=sb.central_netns)
     run(["ip", "addr", "add", f"{sb.external_ip}/{sb.underlay_prefixlen}", "dev", "eth0"], netns=ns)
     run(["ip", "link", "set", "dev", "eth0", "up"], netns=ns)
     netns.tx_offload_off(ns, "eth0")
@@ -84,7 +84,8 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
     netns.create(ns, forwarding=True)
     port = f"node{node.index}"
     netns.veth(port, sb.central_netns, "eth0", ns, node.underlay_mtu)
-    run(["ip", "link", "set", "dev", port, "master", UNDERLAY_BRIDGE, "up"], netns=sb.central_netns)
+    run(["ip", "link", "set", "dev", port, "master", names.SANDBOX_UNDERLAY_BRIDGE, "up"],
+        netns=sb.central_netns)
     run(["ip", "link", "set", "dev", "eth0", "up"], netns=ns)
 
     d = node.rundir

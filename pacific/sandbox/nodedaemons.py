@@ -44,6 +44,15 @@ def paths(node) -> NodePaths:
                      conf_dir=os.path.join(base, "net.d"), bin_dir=os.path.join(base, "bin"))
 
 
+def deploy_host_dirs(node) -> dict[str, str]:
+    """Host paths deploy/node.yaml mounts -> this node's directories (a kubelet node
+    of a --deploy sandbox binds them)."""
+    p = paths(node)
+    return {"/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
+            "/run/pacific": os.path.dirname(p.socket), "/etc/cni/net.d": p.conf_dir,
+            "/opt/cni/bin": p.bin_dir, names.OVN_TLS_DIR: os.path.join(node.rundir, "ovn-tls")}
+
+
 def tag(node) -> str:
     return f"{node.name}-pacific-node"
 

@@ -121,13 +121,12 @@ def _start_server(sb: "Sandbox", i: int, db: str) -> None:
 
 def central_up(sb: "Sandbox") -> None:
     """The members' namespaces, databases and northds (the underlay bridge is up)."""
-    from pacific.sandbox.bringup import UNDERLAY_BRIDGE
     for i in range(1, MEMBERS + 1):
         ns = member_netns(sb, i)
         sb._record_netns(ns)
         netns.create(ns)
         netns.veth(f"ovn{i}", sb.central_netns, "eth0", ns, sb.underlay_mtu)
-        run(["ip", "link", "set", "dev", f"ovn{i}", "master", UNDERLAY_BRIDGE, "up"],
+        run(["ip", "link", "set", "dev", f"ovn{i}", "master", names.SANDBOX_UNDERLAY_BRIDGE, "up"],
             netns=sb.central_netns)
         run(["ip", "addr", "add", f"{member_ip(sb, i)}/{sb.underlay_prefixlen}", "dev", "eth0"],
             netns=ns)

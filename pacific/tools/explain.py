@@ -10,11 +10,19 @@ load-balancing step from the NB Load_Balancer of its VIP (a Service).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pacific import names
 from pacific.controller.tenant import tenant_of
 from pacific.kube import resources as r
 from pacific.tools import traceparse as tp
 from pacific.ovn.query import Query
+
+
+@dataclass
+class Hop:
+    where: str                # "switch ovn-default (Subnet ovn-default)", ...
+    what: str                 # "NetworkPolicy y/deny-all ingress rule 0: drop"
 
 
 def port_name(port: str) -> str:
@@ -100,7 +108,6 @@ class Namer:
 
     def explain(self, sections: list[tp.Section], src, dst) -> tuple[list, str, bool, str | None]:
         """(hops, verdict, delivered?, the port it reached)."""
-        from pacific.tools.trace import Hop
         hops: list[Hop] = []
         service = None
         drop_words = None

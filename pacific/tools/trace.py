@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.tools import traceparse
-from pacific.ovn.query import Query
+from pacific.tools.explain import Hop, Namer
+from pacific.ovn.query import Query, ssl_argv
 
 PROTOCOLS = ("icmp", "tcp", "udp")
 SOURCE_PORT = 40000          # ephemeral port of the traced connection
@@ -133,12 +134,6 @@ def resolve(kube, ref: str, role: str, port: int | None = None) -> Endpoint:
 
 
 @dataclass
-class Hop:
-    where: str                # "switch ovn-default (Subnet ovn-default)", ...
-    what: str                 # "NetworkPolicy y/deny-all ingress rule 0: drop"
-
-
-@dataclass
 class Direction:
     title: str
     verdict: str
@@ -182,7 +177,6 @@ def microflow(src: Endpoint, dst_ip: str, dst_mac: str, proto: str, sport: int,
 
 def run_ovn_trace(sb_remote: str, switch: str, flow: str, ct: str, ovs: str | None = None,
                   timeout: float = 30.0) -> str:
-    from pacific.ovn.query import ssl_argv
     argv = ["ovn-trace", f"--db={sb_remote}", "--detailed", *ssl_argv(), *[f"--ct={ct}"] * 12]
     if ovs:
         argv.append(f"--ovs={ovs}")
@@ -212,7 +206,6 @@ def trace(kube, nb_remote: str, sb_remote: str, src_ref: str, dst_ref: str,
           global_namespaces=frozenset()) -> Result:
     """Trace the first packet from src to dst and, if it arrives at a pod or
     node of ours, the reply."""
-    from pacific.tools.explain import Namer
     if proto not in PROTOCOLS:
         raise TraceError(f"protocol {proto!r}: expected one of {', '.join(PROTOCOLS)}")
     if proto != "icmp" and not (port and 0 < port < 65536):

@@ -157,7 +157,7 @@ def test_deploy_points_the_manifests_at_the_local_image_and_node_dirs(tmp_path, 
     sb = Sandbox("unit", nodes=1, deploy=True)
     assert sb.kubelet, "--deploy runs on kubelet nodes"
     node = sb.nodes[0]
-    dirs = deploy.host_dirs(node)
+    dirs = nodedaemons.deploy_host_dirs(node)
     ds = next(d for d in docs if d["kind"] == "DaemonSet")
     host_paths = {v["hostPath"]["path"] for v in ds["spec"]["template"]["spec"]["volumes"]}
     # every hostPath of node.yaml is a node's own directory, but /var/run/netns

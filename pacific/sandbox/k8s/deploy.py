@@ -67,15 +67,6 @@ def image_name() -> str:
     return "localhost/pacific:latest"
 
 
-def host_dirs(node) -> dict[str, str]:
-    """Host paths deploy/node.yaml mounts -> this node's directories."""
-    from pacific.sandbox import nodedaemons
-    p = nodedaemons.paths(node)
-    return {"/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
-            "/run/pacific": os.path.dirname(p.socket), "/etc/cni/net.d": p.conf_dir,
-            "/opt/cni/bin": p.bin_dir, names.OVN_TLS_DIR: os.path.join(node.rundir, "ovn-tls")}
-
-
 def _import(sb: "Sandbox", path: str, name: str) -> None:
     from pacific.sandbox.k8s import kubelet
     for n in sb.nodes:

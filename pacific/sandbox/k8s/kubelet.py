@@ -200,8 +200,8 @@ def start_containerd(sb: "Sandbox", node, image_paths: dict) -> None:
     if sb.daemon_pid(containerd_tag(node)) is None:
         binds = {d: os.path.join(p.base, sub) for d, sub in PRIVATE_DIRS.items()}
         if getattr(sb, "deploy", False):     # deploy/node.yaml's hostPaths: this node's dirs
-            from pacific.sandbox.k8s import deploy
-            binds.update(deploy.host_dirs(node))
+            from pacific.sandbox import nodedaemons
+            binds.update(nodedaemons.deploy_host_dirs(node))
         hoststate.make_mountpoints(os.path.dirname(sb.dir), binds)
         mounts = " && ".join(f"mount --bind {src} {d}" for d, src in binds.items())
         # `/` shared in this namespace only (root's stays private): containerd refuses
