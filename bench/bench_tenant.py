@@ -33,7 +33,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from pacific import contract, names  # noqa: E402
-from pacific.controller.tenant import group_name, own_tenant  # noqa: E402
+from pacific.tenancy import group_name, own_tenant  # noqa: E402
 from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
 from pacific.sandbox import cnipods  # noqa: E402

@@ -97,7 +97,7 @@ def _run(fn):
 
 @_run
 def _join(args) -> None:
-    from pacific.controller.tenant import GLOBAL, is_own_tenant, tenant_of
+    from pacific.tenancy import GLOBAL, is_own_tenant, tenant_of
     api = _api(args)
     tenant, problem = tenant_of(_namespace(api, args.to), args.to, _globals(args))
     if problem:
@@ -139,13 +139,13 @@ def _isolate(args) -> None:
 
 @_run
 def _global(args) -> None:
-    from pacific.controller.tenant import GLOBAL
+    from pacific.tenancy import GLOBAL
     _set(_api(args), args.namespaces, GLOBAL)
 
 
 @_run
 def _list(args) -> None:
-    from pacific.controller.tenant import tenant_of
+    from pacific.tenancy import tenant_of
     from pacific.kube import resources as r
     api = _api(args)
     namespaces, _ = r.list_(api, r.NAMESPACES)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pacific import names
-from pacific.controller.tenant import tenant_of
 from pacific.kube import resources as r
 from pacific.tools import traceparse as tp
 from pacific.ovn.query import Query
+from pacific.tenancy import tenant_of
 
 
 @dataclass

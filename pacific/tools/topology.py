@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from pacific import contract, names
-from pacific.controller.tenant import GLOBAL, tenant_of
 from pacific.kube import resources as r
 from pacific.ovn.query import Query, as_list
+from pacific.tenancy import GLOBAL, tenant_of
 
 
 def _kind(row) -> str | None:

@@ -7,8 +7,8 @@ from controller_fakes import drain, make_controller
 from pacific import names
 from pacific.controller import model
 from pacific.controller.subnet import private_acls
-from pacific.controller.tenant import (GLOBAL, group_name, isolation_acls, isolation_frame_match,
-                                       isolation_match, own_tenant, tenant_of)
+from pacific.controller.tenant import isolation_acls, isolation_frame_match, isolation_match
+from pacific.tenancy import GLOBAL, group_name, own_tenant, tenant_of
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
