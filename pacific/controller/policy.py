@@ -83,8 +83,10 @@ def relabel_matters(policy: dict, ns: str, ns_labels: dict, before: dict, after:
     return False
 
 
-def pod_info(pod: dict) -> PodInfo | None:
-    rec = contract.own_record(pod)
+def pod_info(pod: dict, rec=None) -> PodInfo | None:
+    """What policies see of a pod (None without an address); `rec`: its record,
+    if already parsed."""
+    rec = rec if rec is not None else contract.own_record(pod)
     if rec is None:
         return None
     m = model.meta(pod)
@@ -104,9 +106,16 @@ class PolicyFeature(Feature):
         super().__init__(ctl)
         self._lock = threading.Lock()
         self._reported: dict[str, str] = {}
-        # the pods and namespace labels every policy is compiled against, built
-        # once per change of them, not per reconcile: 1,000 policies x 5,000 pods
-        # rebuilt it 1,000 times after a restart (100 s, most of the CPU)
+        # the pods and namespace labels every policy is compiled against, kept
+        # from the informers' events (namespace -> pod name -> PodInfo): a
+        # change re-reads one pod, never all (rebuilding from every pod, each
+        # record parsed again, on every relabel of any pod was most of the
+        # CPU under another tenant's churn).  A snapshot (World) is taken per
+        # change, replacing only the changed namespaces' lists.
+        self._pods: dict[str, dict[str, PodInfo]] = {}
+        self._lists: dict[str, list[PodInfo]] = {}
+        self._dirty: set[str] = set()
+        self._ns_labels: dict[str, dict] = {}
         self._gen = 0
         self._world_cache: tuple[int, World] | None = None
         # policy key -> does it select peers by namespaceSelector (then a pod of
@@ -147,8 +156,17 @@ class PolicyFeature(Feature):
         relabel = old is not None and new is not None and rec_old == rec_new
         if relabel and model.labels_of(old) == model.labels_of(new):
             return ()
-        self._changed()
-        ns = model.meta(new or old).get("namespace")
+        m = model.meta(new or old)
+        ns = m.get("namespace")
+        info = pod_info(new, rec_new) if new is not None else None
+        with self._lock:
+            pods = self._pods.setdefault(ns, {})
+            if info is None:
+                pods.pop(m.get("name"), None)
+            else:
+                pods[m.get("name")] = info
+            self._dirty.add(ns)
+            self._gen += 1
         keys = self._for_namespace(ns)
         if relabel:
             # only labels changed: only the policies where the pod's membership
@@ -161,14 +179,16 @@ class PolicyFeature(Feature):
                     or relabel_matters(pol, ns, ns_labels, before, after)]
         return keys
 
-    def _changed(self) -> None:
-        with self._lock:
-            self._gen += 1
-
     def _on_namespace(self, old, new):
         if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):
             return ()
-        self._changed()
+        name = model.meta(new or old)["name"]
+        with self._lock:
+            if new is None:
+                self._ns_labels.pop(name, None)
+            else:
+                self._ns_labels[name] = model.labels_of(new)
+            self._gen += 1
         return self._all()
 
     def resync_keys(self):
@@ -180,15 +200,19 @@ class PolicyFeature(Feature):
 
     def _world(self) -> World:
         with self._lock:
-            gen, cached = self._gen, self._world_cache
-        if cached is not None and cached[0] == gen:
-            return cached[1]
-        pods = [i for i in (pod_info(p) for p in self.ctl.informer("pods").list()) if i is not None]
-        world = World(pods, {model.meta(n)["name"]: model.labels_of(n)
-                             for n in self.ctl.informer("namespaces").list()})
-        with self._lock:   # a change during the build bumped gen: not cached as current
-            self._world_cache = (gen, world)
-        return world
+            if self._world_cache is not None and self._world_cache[0] == self._gen:
+                return self._world_cache[1]
+            for ns in self._dirty:
+                pods = self._pods.get(ns)
+                if pods:
+                    self._lists[ns] = list(pods.values())
+                else:
+                    self._lists.pop(ns, None)
+                    self._pods.pop(ns, None)
+            self._dirty.clear()
+            world = World.indexed(dict(self._lists), dict(self._ns_labels))
+            self._world_cache = (self._gen, world)
+            return world
 
     # -- a new pod's port joins the groups of the policies selecting it ---------------
     def port_builders(self, pod: dict, lsp: str) -> list:

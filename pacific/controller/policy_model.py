@@ -55,6 +55,17 @@ class World:
         for p in self.pods:
             self.by_namespace.setdefault(p.namespace, []).append(p)
 
+    @classmethod
+    def indexed(cls, by_namespace: dict[str, list[PodInfo]],
+                namespace_labels: dict[str, dict]) -> "World":
+        """A World of pods already grouped by namespace (the lists are not changed
+        afterwards: the policy feature keeps them, and replaces a namespace's list
+        when one of its pods changes)."""
+        world = cls.__new__(cls)
+        world.namespace_labels, world.by_namespace = namespace_labels, by_namespace
+        world.pods = [p for pods in by_namespace.values() for p in pods]
+        return world
+
     def in_namespace(self, namespace: str) -> list[PodInfo]:
         return self.by_namespace.get(namespace, [])
 

@@ -228,3 +228,38 @@ def test_a_subnet_holding_a_node_s_address_is_refused(ctl):
     assert cond["status"] == "False" and cond["reason"] == "InfrastructureOverlap"
     assert "contains node node1's address 192.168.77.11" in cond["message"]
     assert not st.get("cidrBlock")
+
+
+def test_policies_compile_against_the_pods_and_namespaces_their_events_said(ctl):
+    """The policy feature keeps what policies see from the informers' events
+    (one pod re-read per change): after adds, a relabel, a delete and a
+    namespace relabel it equals a World rebuilt from every pod."""
+    from pacific.controller.policy import pod_info
+    from pacific.controller.policy_model import World
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "shop", "labels": {"team": "a"}}})
+    for name, role in (("a", "db"), ("b", "web"), ("c", "web")):
+        ctl.kube.add(r.PODS, pod_body(name, "shop", labels={"role": role}), "shop")
+    ctl.kube.add(r.PODS, pod_body("d", ann={names.ANN_IP_ADDRESS: "10.99.0.9"}), "default")
+    drain(ctl)
+    policy = ctl.feature("policy")
+
+    def seen():
+        w = policy._world()
+        return ({(p.namespace, p.name, p.ip, tuple(sorted(p.labels.items()))) for p in w.pods},
+                w.namespace_labels)
+
+    def rebuilt():
+        pods = [i for i in (pod_info(p) for p in ctl.informer("pods").list()) if i is not None]
+        w = World(pods, {model.meta(n)["name"]: model.labels_of(n)
+                         for n in ctl.informer("namespaces").list()})
+        return ({(p.namespace, p.name, p.ip, tuple(sorted(p.labels.items()))) for p in w.pods},
+                w.namespace_labels)
+    assert {p[1] for p in seen()[0]} == {"a", "b", "c"}     # d was refused: no address
+    assert seen() == rebuilt()
+    r.patch_merge(ctl.kube, r.PODS, "b", {"metadata": {"labels": {"role": "db"}}}, "shop")
+    r.delete(ctl.kube, r.PODS, "c", "shop")
+    r.patch_merge(ctl.kube, r.NAMESPACES, "shop", {"metadata": {"labels": {"team": "b"}}})
+    drain(ctl)
+    assert seen() == rebuilt()
+    assert ("shop", "b") in {(p[0], p[1]) for p in seen()[0] if ("role", "db") in p[3]}
+    assert seen()[1]["shop"] == {"team": "b"}
