@@ -11,6 +11,14 @@ taken from the pods) and in the sandbox (2 cores shared by every daemon: what
 one burns delays another's BFD, ovn-controller's claim or a probe).
 
     .venv/bin/python bench/bench_idle.py [--seconds 30] [--settle 20] [--pod-runner]
+                                         [--gateway-nodes N]
+
+--gateway-nodes labels N nodes `pacific.io/egress-gateway: "true"` (the nodes
+that follow SB for egress SNAT).  To compare with another revision, run the
+daemons from its tree, from a directory outside this one (`python -m` looks
+in the current directory first): `cd /tmp && PYTHONPATH=/old/tree
+/work/main/.venv/bin/python /work/main/bench/bench_idle.py` (this script and
+the sandbox stay this tree's).
 """
 from __future__ import annotations
 
@@ -21,6 +29,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from pacific import names  # noqa: E402
+from pacific.kube import client  # noqa: E402
+from pacific.kube import resources as r  # noqa: E402
 from pacific.sandbox.cluster import Sandbox  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -76,17 +87,28 @@ def measure(marker: str, seconds: float) -> dict[str, float]:
     return {g: 100.0 * s / seconds for g, s in per.items()}      # % of one core
 
 
+def label_gateways(sb: Sandbox, count: int) -> None:
+    api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
+    for node in sb.nodes[:count]:
+        r.patch_merge(api, r.NODES, node.name, {"metadata": {"labels": {
+            names.LABEL_EGRESS_GATEWAY: "true"}}})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=30.0, help="measured interval")
     ap.add_argument("--settle", type=float, default=20.0, help="wait after up before measuring")
     ap.add_argument("--pod-runner", action="store_true", help="pod runners instead of kubelets")
+    ap.add_argument("--gateway-nodes", type=int, default=0,
+                    help="label this many nodes pacific.io/egress-gateway=true")
     args = ap.parse_args()
     sb = Sandbox(f"bi{os.getpid() % 10000}", nodes=3, kubelet=not args.pod_runner)
-    print(f"sandbox {sb.name}: 3 nodes, {'pod runners' if args.pod_runner else 'kubelets'}",
-          flush=True)
+    print(f"sandbox {sb.name}: 3 nodes, {'pod runners' if args.pod_runner else 'kubelets'}, "
+          f"{args.gateway_nodes} labelled egress gateway; daemons from "
+          f"{os.environ.get('PYTHONPATH') or 'this tree'}", flush=True)
     try:
         sb.up()
+        label_gateways(sb, args.gateway_nodes)
         time.sleep(args.settle)            # start-up work done (informers synced, images in)
         usage = measure(f"/pacific-sandbox/{sb.name}/", args.seconds)
     finally:

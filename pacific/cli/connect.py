@@ -44,10 +44,11 @@ def connect(args, need_sb: bool = True):
         args.kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
         args.nb, args.sb = args.nb or sb.nb_remote, args.sb or sb.sb_remote
     if args.ssl_key or args.ssl_cert or args.ssl_ca:
-        from pacific.ovn.query import QueryError, set_ssl
+        from pacific.ovn.base import configure_ssl
+        from pacific.ovn.errors import OvnError
         try:
-            set_ssl(args.ssl_key, args.ssl_cert, args.ssl_ca)
-        except QueryError as e:
+            configure_ssl(args.ssl_key, args.ssl_cert, args.ssl_ca)
+        except OvnError as e:
             raise SystemExit(f"error: {e}") from None
     elif "ssl:" in f"{args.nb},{args.sb}":
         raise SystemExit("error: an ssl: database needs --ssl-key, --ssl-cert and --ssl-ca")

@@ -30,6 +30,7 @@ from pacific.controller.transit import TransitNetworks
 from pacific.kube import resources as r
 from pacific.kube.informer import Informer
 from pacific.kube.workqueue import run_workers
+from pacific.ovn.sb import SbView, SouthboundWatch
 
 LOG = logging.getLogger(__name__)
 SYNC_TIMEOUT = 120.0
@@ -48,6 +49,7 @@ class Controller:
         self.ipam = metrics.MeteredIPAM()
         self.ipam_lock = threading.RLock()
         self.transit = TransitNetworks()   # the egress gateways' /24s (transit.py)
+        self.southbound: SouthboundWatch | None = None   # SB replica while run() runs
         self.writer = metrics.MeteredNBWriter(nb_api, max_batch=cfg.batch_max,
                                               max_delay=cfg.batch_delay, batch=cfg.batch)
         self.features: list[Feature] = [cls(self) for cls in (features or FEATURES)]
@@ -90,6 +92,12 @@ class Controller:
     def feature(self, name: str) -> Feature:
         return self._by_name[name]
 
+    def southbound_view(self) -> SbView | None:
+        """What SB says now (which chassis holds each gateway port), from the
+        controller's one replica of it; None without --sb-remote or before it
+        connected."""
+        return self.southbound.view() if self.southbound is not None else None
+
     def event(self, obj: dict, reason: str, message: str, type: str = "Warning") -> None:
         r.create_event(self.kube, obj, reason, message, type=type, component=names.CONTROLLER_NAME)
 
@@ -106,6 +114,8 @@ class Controller:
         self.writer.fence = lambda: not stop.is_set()
         self.writer.start()
         threads: list[threading.Thread] = []
+        if self.cfg.sb_remote and self.southbound is None:
+            self.southbound = SouthboundWatch(self.cfg.sb_remote).start()
         try:
             for inf in self.informers.values():
                 inf.start()
@@ -157,4 +167,7 @@ class Controller:
             for t in threads:
                 t.join(5)
             self.writer.stop()
+            if self.southbound is not None:
+                self.southbound.stop()
+                self.southbound = None
             LOG.info("controller stopped")

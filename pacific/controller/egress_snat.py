@@ -36,7 +36,6 @@ from pacific.controller.transit import transit
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 from pacific.ovn import gateway as gw
-from pacific.ovn.query import QueryError
 
 LOG = logging.getLogger(__name__)
 RULE = "egress-snat"
@@ -186,12 +185,10 @@ class EgressSnatFeature(Feature):
             self.ctl.event(svc, "EgressSNAT", text)
 
     def tick(self) -> None:
-        if not self.ctl.cfg.sb_remote:
+        view = self.ctl.southbound_view()
+        if view is None:
             return
-        try:
-            holders = gateway.gateway_holders(self.ctl.cfg.sb_remote)
-        except (QueryError, OSError):
-            return
+        holders = gateway.gateway_holders(view)
         changed, mono = [], time.monotonic()
         with self._lock:
             for name, chassis in holders.items():

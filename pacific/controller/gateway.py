@@ -23,8 +23,8 @@ of these rows, and a failover writes no per-pod row.  With no gateway node
 alive (or none that exists), the port is bound nowhere and the Subnet's
 outbound traffic is dropped, never leaked through another node.
 
-The controller reads which chassis holds each gateway from SB (`--sb-remote`,
-one select per status interval) into the Subnet's status
+The controller reads which chassis holds each gateway from its replica of SB
+(`--sb-remote`, pacific.ovn.sb, read every status interval) into the Subnet's status
 (`status.egressGateway`: nodes, active, since, lastFailover).  Once a node has
 held a gateway for SETTLE seconds, the group's priorities are rewritten so
 that it ranks first: a node that comes back does not take the traffic back
@@ -45,7 +45,7 @@ from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 from pacific.ovn import gateway as gw
-from pacific.ovn.query import Query, QueryError, as_list
+from pacific.ovn.sb import SbView
 
 LOG = logging.getLogger(__name__)
 RULE = "egress-gateway"
@@ -259,13 +259,10 @@ class GatewayFeature(Feature):
         first yet (priorities re-ranked: no flapping back).  Ranking only a
         settled holder keeps a burst of BFD flaps from turning into a burst of
         priority writes, each of which every chassis recomputes."""
-        if not self.ctl.cfg.sb_remote:
+        view = self.ctl.southbound_view()
+        if view is None:
             return
-        try:
-            holders = gateway_holders(self.ctl.cfg.sb_remote)
-        except (QueryError, OSError) as e:
-            LOG.debug("gateway holders not read from SB: %s", e)
-            return
+        holders = gateway_holders(view)
         now, mono, changed, rerank = _now(), time.monotonic(), [], []
         with self._lock:
             for subnet, chassis in holders.items():
@@ -293,17 +290,9 @@ class GatewayFeature(Feature):
             self.queue.add(subnet)
 
 
-def gateway_holders(sb_remote: str, timeout: float = 2.0) -> dict[str, str | None]:
+def gateway_holders(view: SbView) -> dict[str, str | None]:
     """Subnet -> the chassis (node) its gateway port is bound on now, or None:
     the chassisredirect ports `cr-lrp:egw:<subnet>` that ovn-controllers claim."""
     prefix = "cr-" + names.router_port_name(names.egress_switch_name(""))
-    with Query(sb_remote, "OVN_Southbound", timeout=timeout) as sb:
-        ports = sb.select("Port_Binding", ["logical_port", "chassis"],
-                          [["type", "==", "chassisredirect"]])
-        chassis = {c["_uuid"]: c["name"] for c in sb.select("Chassis", ["_uuid", "name"])}
-    out = {}
-    for p in ports:
-        if p["logical_port"].startswith(prefix):
-            held = as_list(p.get("chassis"))
-            out[p["logical_port"][len(prefix):]] = chassis.get(held[0]) if held else None
-    return out
+    return {port[len(prefix):]: chassis for port, chassis in view.holders.items()
+            if port.startswith(prefix)}

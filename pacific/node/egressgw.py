@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import threading
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pacific import contract, names
+from pacific.node.loop import Loop
 
 log = logging.getLogger(__name__)
 REPAIR = 5.0
@@ -69,39 +69,17 @@ def merged_mappings(current: str | None) -> str:
     return ",".join(pairs + [f"{names.EGRESS_PHYSNET}:{names.EGRESS_BRIDGE}"])
 
 
-class EgressGateway:
+class EgressGateway(Loop):
+    name = "egress-gateway"
+    expected = (RuntimeError, OSError, NetlinkError, ValueError)
+
     def __init__(self, ovs, subnets, node_name: str, datapath_type: str = "netdev",
                  repair: float = REPAIR, extra=None):
+        super().__init__()
         self.ovs, self.subnets, self.node_name = ovs, subnets, node_name
         self.extra = extra      # () -> {cidr: (host address, via)}: egress SNAT's endpoints
         self.datapath_type, self.repair = datapath_type, repair
-        self._wake, self._stop = threading.Event(), threading.Event()
-        self._thread: threading.Thread | None = None
         self._last: dict | None = None
-
-    def kick(self, *_args) -> None:
-        self._wake.set()
-
-    def start(self) -> "EgressGateway":
-        self._thread = threading.Thread(target=self._loop, name="egress-gateway", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread:
-            self._thread.join(5)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.converge()
-            except (RuntimeError, OSError, NetlinkError, ValueError) as e:
-                log.warning("egress gateway port not converged (retrying in %g s): %s",
-                            self.repair, e)
-            self._wake.wait(self.repair)
-            self._wake.clear()
 
     # -- OVS: the bridge, its port, the mapping ---------------------------------------
     def _ensure_bridge(self) -> None:

@@ -2,9 +2,12 @@
 `pacific.io/egress-gateway: "true"` (controller/egress_snat.py writes the
 gateway rows; pacific.egressip says which pods leave as which address).
 
-Every POLL seconds the node reads from SB which chassis holds each Service's
-gateway port (`cr-lrp:egw:svc:<ns>/<name>`) and the transit network of that
-port.  For the Services whose port this node holds, it:
+The node keeps a replica of the part of SB it needs (pacific.ovn.sb, one
+connection, only while it is labelled): which chassis holds each Service's
+gateway port (`cr-lrp:egw:svc:<ns>/<name>`), the transit network of that port
+and the members the controller admitted.  A change there, or of the Services,
+EndpointSlices or the node, wakes the loop at once.  For the Services whose
+port this node holds, it:
 
 * holds the external IP on its underlay interface (the one with the node's
   address), labelled `<ifname>:pe`, and announces it with gratuitous ARP when
@@ -35,44 +38,29 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pacific import egressip, names
-from pacific.ovn.query import Query, QueryError, as_list
+from pacific.node.loop import Loop
+from pacific.ovn.errors import OvnError
+from pacific.ovn.sb import SbView, SouthboundWatch
 
 log = logging.getLogger(__name__)
-POLL = 0.1          # s between SB reads: part of the failover time
-RECHECK = 5.0       # s between re-reads of the held addresses when nothing changed
+RECHECK = 5.0       # s between passes (and re-reads of the held addresses) when nothing changed
 LABEL_SUFFIX = ":pe"
 
 
-def gateways_in_sb(sb_remote: str, keys=(), timeout: float = 2.0
-                   ) -> tuple[dict[str, tuple[str | None, str]], dict[str, set[str]]]:
+def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str]],
+                                              dict[str, set[str]]]:
     """(Service key -> (the chassis holding its gateway port or None, the
     transit router address); Service key of `keys` -> the members the
     controller admitted: its address set, which names only pods of the
-    Service's own namespace), from SB."""
+    Service's own namespace), from the SB replica."""
     prefix = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX))
-    with Query(sb_remote, "OVN_Southbound", timeout=timeout) as sb:
-        ports = sb.select("Port_Binding", ["logical_port", "chassis", "mac", "type"],
-                          [["type", "==", "chassisredirect"]]) + \
-            sb.select("Port_Binding", ["logical_port", "chassis", "mac", "type"],
-                      [["type", "==", "patch"]])
-        chassis = {c["_uuid"]: c["name"] for c in sb.select("Chassis", ["_uuid", "name"])}
-        members = {}
-        for key in keys:
-            row = sb.one("Address_Set", ["addresses"],
-                         [["name", "==", egressip.address_set_name(key)]])
-            members[key] = set(as_list(row.get("addresses"))) if row else set()
-    holders, transits = {}, {}
-    for p in ports:
-        lp = p["logical_port"]
-        if p["type"] == "chassisredirect" and lp.startswith("cr-" + prefix):
-            held = as_list(p.get("chassis"))
-            holders[lp[len("cr-" + prefix):]] = chassis.get(held[0]) if held else None
-        elif lp.startswith(prefix):
-            for m in as_list(p.get("mac")):
-                parts = m.split()
-                if len(parts) > 1:
-                    transits[lp[len(prefix):]] = str(ipaddress.ip_interface(parts[1]).ip)
-    return {k: (holders.get(k), v) for k, v in transits.items()}, members
+    redirect = "cr-" + prefix
+    holders = {port[len(redirect):]: chassis for port, chassis in view.holders.items()
+               if port.startswith(redirect)}
+    members = {key: set(view.address_sets.get(egressip.address_set_name(key), ()))
+               for key in keys}
+    return {port[len(prefix):]: (holders.get(port[len(prefix):]), ip)
+            for port, ip in view.transits.items() if port.startswith(prefix)}, members
 
 
 def garp(ifname: str, mac: str, ip: str) -> None:
@@ -86,29 +74,37 @@ def garp(ifname: str, mac: str, ip: str) -> None:
         s.send(frame)
 
 
-class EgressSnat:
+class EgressSnat(Loop):
+    name, repair = "egress-snat", RECHECK
+    expected = (OvnError, OSError, NetlinkError, ValueError)
+
     def __init__(self, sb_remote: str, node_name: str, nodes, frontends, underlay_ip: str,
-                 on_change=lambda: None, poll: float = POLL):
+                 on_change=lambda: None):
+        super().__init__()
         self.sb_remote, self.node_name, self.nodes = sb_remote, node_name, nodes
-        self.frontends, self.underlay_ip, self.poll = frontends, underlay_ip, poll
+        self.frontends, self.underlay_ip = frontends, underlay_ip
         self.on_change = on_change
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._sb: SouthboundWatch | None = None     # while the node is labelled
         self._lock = threading.Lock()
         self._routes: dict[str, tuple[str, str]] = {}     # for egressgw: cidr -> (host, via)
         self._rules: list[tuple[str, list]] | None = None  # the snat chain, None: not known
         self._held: set[str] = set()
         self._checked = float("-inf")     # monotonic time _held was last read from the kernel
 
-    def start(self) -> "EgressSnat":
-        self._thread = threading.Thread(target=self._loop, name="egress-snat", daemon=True)
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(5)
+        super().stop()
+        self._watch(False)
+
+    def _watch(self, on: bool) -> SbView | None:
+        """Keep the SB replica while the node is labelled; what it says now."""
+        if on and self._sb is None:
+            self._sb = SouthboundWatch(self.sb_remote, address_sets=True)
+            self._sb.subscribe(self.kick)
+            self._sb.start()
+        elif not on and self._sb is not None:
+            self._sb.stop()
+            self._sb = None
+        return self._sb.view() if self._sb is not None else None
 
     # -- what the firewall and egressgw read ------------------------------------
     def rules(self) -> list[tuple[str, list]] | None:
@@ -125,22 +121,18 @@ class EgressSnat:
         return ((node.get("metadata") or {}).get("labels") or {}).get(
             names.LABEL_EGRESS_GATEWAY) == "true"
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.converge()
-            except (QueryError, OSError, NetlinkError, ValueError) as e:
-                log.warning("egress SNAT not converged (retrying): %s", e)
-            self._stop.wait(self.poll)
-
     def converge(self) -> None:
         if not self.frontends.synced():
             return
-        if self.labelled():
+        labelled = self.labelled()
+        view = self._watch(labelled)
+        if labelled and view is None:
+            return          # SB not read yet: keep what is held (the connection kicks)
+        if labelled:
             fe = self.frontends
             grants, _ = egressip.egress_ips(fe.services.list(), fe.slices.list(),
                                             fe.cluster_cidrs(), fe.node_ips(), fe.allowed)
-            sb, admitted = gateways_in_sb(self.sb_remote, sorted(grants))
+            sb, admitted = gateways(view, sorted(grants))
             # only the members the controller admitted (its own namespace's
             # pods): a hand-written EndpointSlice naming another tenant's pod
             # must not SNAT or re-route that pod's traffic here
@@ -167,7 +159,7 @@ class EgressSnat:
             self.on_change()
 
     def _hold(self, want: set[str]) -> None:
-        # a netlink dump every POLL on every node (labelled or not) cost each
+        # a netlink dump every pass on every node (labelled or not) cost each
         # pacific-node ~6 % of a core at idle: the kernel is read when the wanted
         # set changes, and every RECHECK seconds to repair what someone removed
         if want == self._held and time.monotonic() - self._checked < RECHECK:

@@ -59,9 +59,9 @@ import json
 import logging
 import socket
 import subprocess
-import threading
 
 from pacific import names, remotes
+from pacific.node.loop import Loop
 
 log = logging.getLogger(__name__)
 TABLE = "pacific"
@@ -296,7 +296,10 @@ def ovn_central(remote: str | None, resolve=socket.getaddrinfo) -> tuple[set[str
     return addrs, ports
 
 
-class HostFirewall:
+class HostFirewall(Loop):
+    name = "host-firewall"
+    expected = (FirewallError, OSError, subprocess.SubprocessError, ValueError)
+
     def __init__(self, subnets, nodes, node_name: str, service_cidr: str | None = None,
                  repair: float = REPAIR, frontends=None, snat=None,
                  ovn_remote: str | None = None, host_ports=(), node_ips=None):
@@ -308,10 +311,8 @@ class HostFirewall:
         self.node_ips = node_ips
         self.frontends = frontends      # pacific.node.frontends.ServiceFrontends, or None
         self.snat = snat                # pacific.node.egresssnat.EgressSnat, or None
+        super().__init__()
         self.service_cidr, self.repair = service_cidr, repair
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def join_cidr(self) -> str | None:
         """The join network, from the controller's record on this Node."""
@@ -322,9 +323,6 @@ class HostFirewall:
         except contract.ContractError:
             return None
         return str(ipaddress.ip_interface(rec.ip_cidr).network) if rec else None
-
-    def kick(self, *_args) -> None:
-        self._wake.set()
 
     @staticmethod
     def _holds_infrastructure(cidr: str, infra: set[str]) -> bool:
@@ -414,26 +412,6 @@ class HostFirewall:
         if cmds:
             nft(cmds)                     # one transaction: sets and chains together
         return "+".join(done) or "ok"
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.converge()
-            except (FirewallError, OSError, subprocess.SubprocessError, ValueError) as e:
-                log.warning("host firewall not converged (retrying in %g s): %s", self.repair, e)
-            self._wake.wait(self.repair)
-            self._wake.clear()
-
-    def start(self) -> "HostFirewall":
-        self._thread = threading.Thread(target=self._loop, name="host-firewall", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread:
-            self._thread.join(5)
 
     @staticmethod
     def remove() -> None:

@@ -25,13 +25,13 @@ import os
 import select
 import socket
 import struct
-import threading
 import time
 
 from pacific import names
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.node import metrics
+from pacific.node.loop import Loop
 
 log = logging.getLogger(__name__)
 MISSES = 2
@@ -81,14 +81,16 @@ def icmp_probe(addrs: list[str], timeout: float = 1.0) -> set[str]:
     return answered
 
 
-class HealthReporter:
+class HealthReporter(Loop):
+    name = "health"               # a report every `interval` s (self.repair)
+
     def __init__(self, api, ovs, node: str, readiness_check, interval: float = 10.0,
                  namespace: str = names.NODE_HEALTH_NAMESPACE):
+        super().__init__()
         self.api, self.ovs, self.node = api, ovs, node
         self.readiness_check, self.interval, self.namespace = readiness_check, interval, namespace
+        self.repair = interval
         self._misses: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def peers(self) -> dict[str, str]:
         """peer chassis -> its tunnel's remote_ip, from br-int's Geneve ports."""
@@ -142,20 +144,5 @@ class HealthReporter:
             log.warning("health report not written to Lease %s/%s: %s", self.namespace,
                         lease_name(self.node), e)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # noqa: BLE001 - a report must never stop the daemon
-                log.exception("health report failed")
-            self._stop.wait(self.interval)
-
-    def start(self) -> "HealthReporter":
-        self._thread = threading.Thread(target=self._loop, name="health", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(5)
+    def converge(self) -> None:
+        self.run_once()

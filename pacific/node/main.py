@@ -17,6 +17,7 @@ from pacific import daemonlog, exposure, names, remotes
 from pacific.node import bootstrap, settings
 from pacific.node.cnihandler import CniHandler
 from pacific.node.cniserver import CniServer
+from pacific.node.loop import wake_on
 from pacific.node.mgmtport import MgmtPort
 from pacific.node.plumbing import Plumber
 from pacific.node.podloop import PodLoop, ovs_attachments
@@ -175,6 +176,11 @@ class NodeDaemon:
         self.egresssnat = None  # pacific.node.egresssnat.EgressSnat (needs the firewall)
         self.metrics = None   # pacific.metrics.MetricsServer
 
+    def loops(self) -> list:
+        """The background loops, in start order (pacific.node.loop.Loop)."""
+        return [loop for loop in (self.mgmt, self.egressgw, self.firewall, self.egresssnat,
+                                  self.health) if loop is not None]
+
     def start_metrics(self) -> None:
         """/metrics, /healthz, /readyz first: liveness answers during start-up."""
         from pacific.metrics import MetricsServer, parse_address
@@ -235,16 +241,11 @@ class NodeDaemon:
         self.egressgw = EgressGateway(self.ovs, subnets, a.node_name,
                                       datapath_type=a.datapath_type or "system",
                                       extra=self.egresssnat.routes if self.egresssnat else None)
-        fw_kick = self.firewall.kick if self.firewall else (lambda *_: None)
-
-        def kick(*args):
-            self.mgmt.kick(*args)
-            self.egressgw.kick()
-            fw_kick()
+        # which informer wakes which of the background loops (pacific.node.loop)
         for inf in (nodes, subnets):
-            inf.on_add, inf.on_update, inf.on_delete = kick, kick, kick
-        for inf in extra:
-            inf.on_add, inf.on_update, inf.on_delete = fw_kick, fw_kick, fw_kick
+            wake_on(inf, [self.mgmt, self.egressgw, self.firewall, self.egresssnat])
+        for inf in extra:                  # Services, EndpointSlices, all Nodes
+            wake_on(inf, [self.firewall, self.egresssnat])
         self.pod_loop = PodLoop(pods, ovs_attachments(self.ovs, mtu),
                                 settings.build(a, self.ovs), resync=a.pod_resync).start()
         self.informers = [pods, nodes, subnets, *extra]
@@ -266,16 +267,12 @@ class NodeDaemon:
             if not inf.wait_synced(30):
                 log.warning("%s not listed within 30 s (API server reachable?); retrying "
                             "in the background", inf.res.plural)
-        self.mgmt.start()
-        self.egressgw.start()
-        if self.firewall:
-            self.firewall.start()
-        if self.egresssnat:
-            self.egresssnat.start()
         if a.health_interval > 0:
             from pacific.node.health import HealthReporter
             self.health = HealthReporter(api, self.ovs, a.node_name, readiness.check,
-                                         a.health_interval).start()
+                                         a.health_interval)
+        for loop in self.loops():
+            loop.start()
         log.info("pacific-node ready on %s: node %s, pod MTU %d, CNI socket %s",
                  a.ovs_remote, a.node_name, mtu, a.cni_socket)
 
@@ -288,8 +285,8 @@ class NodeDaemon:
             return None
         from pacific.node.egresssnat import EgressSnat
         if a.ovn_remote.startswith("ssl:") and a.ovn_ssl_key:
-            from pacific.ovn.query import set_ssl
-            set_ssl(a.ovn_ssl_key, a.ovn_ssl_cert, a.ovn_ssl_ca)
+            from pacific.ovn.base import configure_ssl
+            configure_ssl(a.ovn_ssl_key, a.ovn_ssl_cert, a.ovn_ssl_ca)
 
         def changed():
             if self.firewall:
@@ -329,16 +326,10 @@ class NodeDaemon:
         """Stop serving; pods and their ports are left as they are."""
         if self.server:
             self.server.stop()
-        if self.health:
-            self.health.stop()
-        if self.firewall:
-            self.firewall.stop()       # the table stays: pods keep their egress
-        if self.egresssnat:
-            self.egresssnat.stop()     # an external IP held stays held until another node
-        if self.egressgw:              # takes it: a restart cuts nothing
-            self.egressgw.stop()       # so do pegress0 and its routes: traffic keeps flowing
-        if self.mgmt:
-            self.mgmt.stop()
+        # what they built stays: the firewall's table (pods keep their egress), a
+        # held external IP (until another node takes it), pegress0 and its routes
+        for loop in reversed(self.loops()):
+            loop.stop()
         if self.pod_loop:
             self.pod_loop.stop()
         for inf in self.informers:

@@ -19,58 +19,33 @@ from pyroute2 import IPRoute
 
 from pacific import names
 from pacific.contract import ContractError, NodeRecord, subnet_cidr_in_effect
+from pacific.node.loop import Loop
 from pacific.ovn.base import Owner
 
 log = logging.getLogger(__name__)
 RT_PROTO_STATIC = 4
 
 
-class MgmtPort:
+class MgmtPort(Loop):
+    name = "mgmt-port"            # converges when kicked (Node and Subnet events)
+
     def __init__(self, ovs, node_name: str, nodes, subnets, mtu: int,
                  bridge: str = names.INTEGRATION_BRIDGE, ifname: str = names.MGMT_PORT,
                  service_cidr: str | None = None):
+        super().__init__()
         self.ovs, self.node_name, self.nodes, self.subnets = ovs, node_name, nodes, subnets
         self.service_cidr = service_cidr
         self.mtu, self.bridge, self.ifname = mtu, bridge, ifname
-        self._kick = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.converged = threading.Event()
 
-    def kick(self, *_args) -> None:
-        self._kick.set()
+    def converge(self) -> None:
+        if self.reconcile():
+            self.converged.set()
+        else:
+            self.converged.clear()
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="mgmt-port", daemon=True)
-        self._thread.start()
-        self.kick()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._kick.set()
-        if self._thread:
-            self._thread.join(5)
-
-    def _loop(self) -> None:
-        backoff = 0.5
-        while not self._stop.is_set():
-            self._kick.wait()
-            self._kick.clear()
-            if self._stop.is_set():
-                return
-            try:
-                if self.reconcile():
-                    self.converged.set()
-                else:
-                    self.converged.clear()
-                backoff = 0.5
-            except Exception as e:  # noqa: BLE001 - retry with backoff
-                log.warning("%s: reconcile failed (%s); retrying in %.1f s", self.ifname, e,
-                            backoff)
-                self.converged.clear()
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10)
-                self._kick.set()
+    def failed(self, error: Exception) -> None:
+        self.converged.clear()
 
     def reconcile(self) -> bool:
         """Converge ovn0; False if the node is not annotated yet."""

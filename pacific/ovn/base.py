@@ -103,20 +103,24 @@ def fetch_schema_helper(remote: str, schema: str, timeout: float):
 class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
     """IDL that feeds every row change to a RowEventHandler."""
 
-    def __init__(self, remote, helper, handler):
+    def __init__(self, remote, helper, handler, after_change=None):
         super().__init__(remote, helper)
         self.notify_handler = handler
         self.compactor = _Compactor()
+        self.after_change = after_change
 
     connected = False   # published by the connection thread, see run()
 
     def run(self):
         # the connection thread, under the connection lock: publish the
         # session state as a plain bool other threads read without the lock
+        seqno = self.change_seqno
         try:
             return super().run()
         finally:
             self.connected = self._session.is_connected()
+            if self.after_change is not None and self.change_seqno != seqno:
+                self.after_change(self)     # also after a reconnect's re-read
 
     def notify(self, event, row, updates=None):
         # the connection thread, under the connection lock (inside run())
@@ -547,6 +551,12 @@ def configure_ssl(private_key: str, certificate: str, ca_cert: str) -> None:
     _ssl.update(files)
 
 
+def ssl_files() -> dict[str, str]:
+    """What configure_ssl set: "private key", "certificate", "CA certificate"
+    -> path (empty before it ran)."""
+    return dict(_ssl)
+
+
 def uses_ssl(remote: str) -> bool:
     return any(r.strip().startswith("ssl:") for r in remote.split(","))
 
@@ -570,7 +580,13 @@ class ApiBase:
     def __init__(self, remote: str, timeout: float = DEFAULT_TIMEOUT,
                  tables: Iterable[str] | None = None,
                  created_by: str | None = None,
-                 monitor: Mapping[str, Iterable[str] | None] | None = None):
+                 monitor: Mapping[str, Iterable[str] | None] | None = None,
+                 conditions: Mapping[str, list] | None = None,
+                 after_change: Callable[[Any], None] | None = None):
+        """`conditions`: table -> OVSDB condition (clauses OR-ed) of the rows to
+        replicate, from the first monitor request on; `after_change(idl)`: called
+        in the connection thread, under its lock, after every run of the IDL
+        that changed the replica (a consistent moment to read it; must not block)."""
         self.remote = remote
         self.created_by = created_by
         self._conn = None
@@ -599,7 +615,9 @@ class ApiBase:
             helper.register_columns(table, columns)
         wanted = [t if c is None else f"{t}({len(c)} columns)" for t, c in plan.items()]
         self._handler = ovsdbapp_event.RowEventHandler()
-        idl = NotifyingIdl(remote, helper, self._handler)
+        idl = NotifyingIdl(remote, helper, self._handler, after_change)
+        for table, condition in (conditions or {}).items():
+            idl.cond_change(table, condition)     # sent with the first monitor request
         # no public API for the back-off: the IDL's private session (checked
         # by tests/unit/test_ovn_internals.py), before its thread starts
         idl._session.reconnect.set_backoff(MIN_BACKOFF_MS, MAX_BACKOFF_MS)

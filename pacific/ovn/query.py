@@ -1,5 +1,4 @@
-"""One-shot OVSDB reads: the day-two tools (trace, topology, diagnose), and the
-controller's look at SB (which chassis holds a centralized gateway).
+"""One-shot OVSDB reads, for the day-two tools (trace, topology, diagnose).
 
 The daemons keep IDL replicas (pacific.ovn); a command-line tool that asks a
 few questions once must not download a 100,000-port database first, so it
@@ -20,6 +19,8 @@ import os
 
 import ovs.jsonrpc
 import ovs.stream
+
+from pacific.ovn import base
 
 
 class QueryError(Exception):
@@ -43,28 +44,14 @@ def as_list(v) -> list:
     return v if isinstance(v, list) else [v]
 
 
-_ssl: dict[str, str] = {}
-
-
-def set_ssl(private_key: str | None, certificate: str | None, ca_cert: str | None) -> None:
-    """PKI files for ssl: remotes (all three; the server's certificate must be
-    signed by ca_cert).  Also passed to ovn-trace (ssl_argv)."""
-    for what, path in (("--ssl-key", private_key), ("--ssl-cert", certificate),
-                       ("--ssl-ca", ca_cert)):
-        if not path or not os.access(path, os.R_OK):
-            raise QueryError(f"{what} {path!r} is not a readable file")
-    ovs.stream.Stream.ssl_set_private_key_file(private_key)
-    ovs.stream.Stream.ssl_set_certificate_file(certificate)
-    ovs.stream.Stream.ssl_set_ca_cert_file(ca_cert)
-    _ssl.update(key=private_key, cert=certificate, ca=ca_cert)
-
-
 def ssl_argv() -> list[str]:
-    """ovn-trace / ovn-*ctl flags for the same PKI (none if not set)."""
-    if not _ssl:
+    """ovn-trace / ovn-*ctl flags for the PKI pacific.ovn.base.configure_ssl set
+    (none if not set)."""
+    pki = base.ssl_files()
+    if not pki:
         return []
-    return [f"--private-key={_ssl['key']}", f"--certificate={_ssl['cert']}",
-            f"--ca-cert={_ssl['ca']}"]
+    return [f"--private-key={pki['private key']}", f"--certificate={pki['certificate']}",
+            f"--ca-cert={pki['CA certificate']}"]
 
 
 class Query:

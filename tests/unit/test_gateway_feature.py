@@ -1,10 +1,14 @@
 """The centralized egress gateway feature on the controller fakes: when the
 group's priorities are re-ranked after the gateway moved."""
+from types import SimpleNamespace
+
 from controller_fakes import make_controller
+from pacific import names
 from pacific.controller import gateway
 from pacific.controller.gateway import GatewayFeature
 from pacific.kube import resources as r
 from pacific.ovn import gateway as gw
+from pacific.ovn.sb import SbView
 
 
 def test_a_holder_is_ranked_first_only_once_it_has_held_the_gateway_for_a_while(monkeypatch):
@@ -20,7 +24,8 @@ def test_a_holder_is_ranked_first_only_once_it_has_held_the_gateway_for_a_while(
     feature = next(f for f in ctl.features if isinstance(f, GatewayFeature))
     clock, holder = [1000.0], ["node1"]
     monkeypatch.setattr(gateway.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(gateway, "gateway_holders", lambda remote: {"c": holder[0]})
+    port = "cr-" + names.router_port_name(names.egress_switch_name("c"))
+    ctl.southbound = SimpleNamespace(view=lambda: SbView({port: holder[0]}, {}, {}))
     monkeypatch.setattr(feature, "_patch_status", lambda name, value: None)
 
     def step(node, seconds):

@@ -1,0 +1,90 @@
+"""The one shape of pacific-node's background parts (management port, egress
+gateway port, host firewall, egress SNAT, health report): a thread that calls
+`converge()`
+
+- once at start,
+- at once after every `kick()` (informer handlers and SB changes kick),
+- every `repair` seconds when nothing kicks (None: only when kicked), to put
+  back what someone changed by hand,
+- after a failed pass, again after a back-off that doubles from 0.5 s to 10 s
+  (never longer than `repair`) and starts over after a pass that worked; a
+  kick retries at once (what changed may be what it waited for), as it would
+  start a pass after one that worked.
+
+    class Firewall(Loop):
+        name, repair = "host-firewall", 5.0
+        expected = (OSError, FirewallError)    # logged without a traceback
+        def converge(self): ...
+
+Kicks that arrive while a pass runs make one more pass, not one each.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+BACKOFF_MIN, BACKOFF_MAX = 0.5, 10.0
+
+
+class Loop:
+    name = "loop"                      # the thread's name, and the logs'
+    repair: float | None = None        # s between passes when nothing kicks
+    expected: tuple[type[BaseException], ...] = ()   # failures that need no traceback
+
+    def __init__(self) -> None:
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def converge(self) -> None:
+        raise NotImplementedError
+
+    def failed(self, error: Exception) -> None:
+        """After a failed pass (before the back-off)."""
+
+    def kick(self, *_args) -> None:
+        self._wake.set()
+
+    def start(self):
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def _run(self) -> None:
+        backoff = BACKOFF_MIN
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.converge()
+                backoff = BACKOFF_MIN
+            except Exception as e:  # noqa: BLE001 - retried; a bug must not end the thread
+                log.warning("%s not converged (retrying in %.1f s): %s", self.name, backoff,
+                            e, exc_info=not isinstance(e, self.expected))
+                self.failed(e)
+                wait = backoff if self.repair is None else min(backoff, self.repair)
+                backoff = min(backoff * 2, BACKOFF_MAX)
+                self._wake.wait(wait)
+                continue
+            self._wake.wait(self.repair)
+
+
+def wake_on(informer, loops) -> None:
+    """Every add, update and delete `informer` sees kicks each of `loops` (None
+    entries skipped): the one subscription of a node informer (no I/O on the
+    informer's thread)."""
+    kicks = [loop.kick for loop in loops if loop is not None]
+
+    def kick_all(*_args) -> None:
+        for kick in kicks:
+            kick()
+    informer.on_add = informer.on_update = informer.on_delete = kick_all

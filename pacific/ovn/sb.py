@@ -1,0 +1,125 @@
+"""A narrow, long-lived replica of OVN Southbound, one per process, shared by
+the features that read it (which chassis holds each centralized gateway port,
+the transit address of a Service's gateway, the members the controller
+admitted to a Service's egress SNAT).
+
+    watch = SouthboundWatch(remote, address_sets=True).start()
+    watch.subscribe(loop.kick)          # called after every change: must not block
+    view = watch.view()                 # None until the first copy arrived
+    view.holders["cr-lrp:egw:default"]  # -> "node2" (or None: nobody holds it)
+
+One IDL connection (pacific.ovn.base) replicates only the chassisredirect and
+patch Port_Bindings (an OVSDB condition: never the pods' ports), the Chassis
+names and, when asked, the Address_Sets.  The ovs IDL reconnects by itself and
+re-reads; the view is rebuilt in the connection thread after each change, so a
+reader never sees a half-applied update.  Replaces polling SB with one-shot
+queries (pacific.ovn.query stays for the command-line tools).
+"""
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import logging
+import threading
+from typing import Callable
+
+from ovsdbapp.schema.ovn_southbound import impl_idl
+
+from pacific.ovn.base import DEFAULT_TIMEOUT, ApiBase
+from pacific.ovn.errors import OvnError
+
+LOG = logging.getLogger(__name__)
+RETRY = 1.0        # s between connection attempts while SB is not there
+
+
+@dataclasses.dataclass(frozen=True)
+class SbView:
+    holders: dict[str, str | None]      # chassisredirect port -> chassis name holding it
+    transits: dict[str, str]            # patch port -> its router address (mac column)
+    address_sets: dict[str, frozenset]  # name -> addresses (with address_sets=True)
+
+
+class _SouthboundAPI(ApiBase, impl_idl.OvnSbApiIdlImpl):
+    pass
+
+
+def _first(value):
+    return value[0] if value else None
+
+
+def build_view(tables, address_sets: bool) -> SbView:
+    """The view of the replica's `tables` (ovs IDL tables: .rows of Row objects)."""
+    chassis = {uuid: row.name for uuid, row in tables["Chassis"].rows.items()}
+    holders, transits = {}, {}
+    for row in tables["Port_Binding"].rows.values():
+        if row.type == "chassisredirect":
+            held = _first(row.chassis)
+            holders[row.logical_port] = chassis.get(held.uuid) if held is not None else None
+        elif row.type == "patch":
+            for mac in row.mac:
+                parts = mac.split()
+                if len(parts) > 1:
+                    transits[row.logical_port] = str(ipaddress.ip_interface(parts[1]).ip)
+    sets = ({row.name: frozenset(row.addresses) for row in tables["Address_Set"].rows.values()}
+            if address_sets else {})
+    return SbView(holders, transits, sets)
+
+
+class SouthboundWatch:
+    def __init__(self, remote: str, address_sets: bool = False,
+                 timeout: float = DEFAULT_TIMEOUT):
+        self.remote, self.address_sets, self.timeout = remote, address_sets, timeout
+        self._view: SbView | None = None
+        self._subscribers: list[Callable[[], None]] = []
+        self._api: _SouthboundAPI | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def subscribe(self, fn: Callable[[], None]) -> None:
+        """`fn()` after every change of the view (in the connection thread)."""
+        self._subscribers.append(fn)
+
+    def view(self) -> SbView | None:
+        return self._view
+
+    def start(self) -> "SouthboundWatch":
+        self._thread = threading.Thread(target=self._connect, name="sb-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.timeout + 5)
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
+    def _connect(self) -> None:
+        monitor = {"Port_Binding": ["logical_port", "type", "chassis", "mac"],
+                   "Chassis": ["name"]}
+        if self.address_sets:
+            monitor["Address_Set"] = ["name", "addresses"]
+        conditions = {"Port_Binding": [["type", "==", "chassisredirect"],
+                                       ["type", "==", "patch"]]}
+        while not self._stop.is_set():
+            try:
+                api = _SouthboundAPI(self.remote, timeout=self.timeout, monitor=monitor,
+                                     conditions=conditions, after_change=self._changed)
+            except OvnError as e:
+                LOG.warning("OVN Southbound %s not reachable (retrying): %s", self.remote, e)
+                self._stop.wait(RETRY)
+                continue
+            if self._stop.is_set():
+                api.close()
+            else:
+                self._api = api
+            return
+
+    def _changed(self, idl) -> None:
+        self._view = build_view(idl.tables, self.address_sets)
+        for fn in self._subscribers:
+            try:
+                fn()
+            except Exception:     # a subscriber's bug must not stop the replica
+                LOG.exception("southbound subscriber %r failed", fn)

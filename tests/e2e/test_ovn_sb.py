@@ -1,0 +1,135 @@
+"""pacific.ovn.sb against a real OVN Southbound ovsdb-server: the replica holds
+only the gateway-ish Port_Bindings, follows every change at once (no polling),
+and comes back right after the server was away, rows deleted meanwhile gone."""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from ovsdb_fixtures import OvsdbServer
+from pacific import egressip, names
+from pacific.node.egresssnat import gateways
+from pacific.ovn.sb import SouthboundWatch
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
+KEY = "shop/web"                                  # a Service with egress SNAT
+PORT = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX + KEY))
+
+
+def ops(*operations) -> str:
+    return json.dumps(["OVN_Southbound", *operations])
+
+
+def transact(target: list[str], *operations) -> list:
+    res = json.loads(subprocess.run([*target, ops(*operations)], check=True,
+                                    capture_output=True, text=True).stdout)
+    assert not [r for r in res if r and "error" in r], res
+    return res
+
+
+def chassis(name: str, ip: str) -> list[dict]:
+    return [{"op": "insert", "table": "Encap", "uuid-name": f"e{name}",
+             "row": {"type": "geneve", "ip": ip, "chassis_name": name}},
+            {"op": "insert", "table": "Chassis", "uuid-name": name,
+             "row": {"name": name, "hostname": name, "encaps": ["named-uuid", f"e{name}"]}}]
+
+
+def bind(client, port: str, chassis_name: str | None) -> dict:
+    """The operation that binds `port` to `chassis_name` (None: to nobody)."""
+    held = ["set", []] if chassis_name is None else ["uuid", chassis_uuid(client, chassis_name)]
+    return {"op": "update", "table": "Port_Binding", "where": [["logical_port", "==", port]],
+            "row": {"chassis": held}}
+
+
+def chassis_uuid(client, name: str) -> str:
+    res = transact(client, {"op": "select", "table": "Chassis", "columns": ["_uuid"],
+                            "where": [["name", "==", name]]})
+    return res[0]["rows"][0]["_uuid"][1]
+
+
+def wait(pred, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def sb(tmp_path):
+    srv = OvsdbServer(tmp_path / "sb", SB_SCHEMA).start()
+    client = ["ovsdb-client", "transact", srv.remote]
+    transact(client, *chassis("node1", "192.0.2.1"), *chassis("node2", "192.0.2.2"),
+             {"op": "insert", "table": "Datapath_Binding", "uuid-name": "dp",
+              "row": {"tunnel_key": 1}},
+             *[{"op": "insert", "table": "Port_Binding",
+                "row": {"logical_port": lp, "type": kind, "datapath": ["named-uuid", "dp"],
+                        "tunnel_key": i + 1, "mac": ["set", macs]}}
+               for i, (lp, kind, macs) in enumerate((
+                   ("cr-" + PORT, "chassisredirect", []),
+                   (PORT, "patch", ["0a:58:64:40:01:01 100.64.1.1/24"]),
+                   ("pod:shop/a", "", ["0a:58:0a:00:00:05 10.0.0.5"])))],
+             {"op": "insert", "table": "Address_Set",
+              "row": {"name": egressip.address_set_name(KEY),
+                      "addresses": ["set", ["10.0.0.5"]]}})
+    yield srv, client
+    srv.stop()
+
+
+def test_the_replica_follows_sb_and_holds_only_gateway_ports(sb):
+    srv, client = sb
+    changed = threading.Event()
+    watch = SouthboundWatch(srv.remote, address_sets=True, timeout=10)
+    watch.subscribe(changed.set)
+    watch.start()
+    try:
+        wait(lambda: watch.view() is not None, "the first copy")
+        assert gateways(watch.view(), [KEY]) == ({KEY: (None, "100.64.1.1")}, {KEY: {"10.0.0.5"}})
+        ports = {r.logical_port for r in watch._api.tables["Port_Binding"].rows.values()}
+        assert ports == {PORT, "cr-" + PORT}          # never the pods' ports
+        for holder in ("node1", "node2", None):
+            changed.clear()
+            transact(client, bind(client, "cr-" + PORT, holder))
+            assert changed.wait(5), f"no change seen for {holder}"
+            wait(lambda: gateways(watch.view())[0][KEY][0] == holder, f"holder {holder}")
+    finally:
+        watch.stop()
+    assert not [t for t in threading.enumerate() if t.name == "sb-watch"]
+
+
+def test_after_the_server_was_away_the_replica_is_current_again(sb):
+    srv, client = sb
+    watch = SouthboundWatch(srv.remote, address_sets=True, timeout=10).start()
+    try:
+        transact(client, bind(client, "cr-" + PORT, "node1"))
+        wait(lambda: watch.view() and gateways(watch.view())[0].get(KEY, (None,))[0] == "node1",
+             "node1 holds the gateway")
+        srv.kill9()
+        offline = ["ovsdb-tool", "transact", str(srv.db)]     # changed while it was away
+        transact(offline, {"op": "delete", "table": "Port_Binding",
+                           "where": [["logical_port", "==", PORT]]},
+                 {"op": "update", "table": "Address_Set", "where": [["name", "==",
+                  egressip.address_set_name(KEY)]], "row": {"addresses": ["set", []]}})
+        srv.start()
+        wait(lambda: PORT not in watch.view().transits, "the deleted port gone")
+        assert gateways(watch.view(), [KEY]) == ({}, {KEY: set()})
+        assert watch.view().holders == {"cr-" + PORT: "node1"}
+    finally:
+        watch.stop()
+
+
+def test_a_server_not_there_yet_is_waited_for(tmp_path):
+    srv = OvsdbServer(tmp_path / "late", SB_SCHEMA)
+    watch = SouthboundWatch(srv.remote, timeout=0.5).start()
+    try:
+        assert watch.view() is None
+        srv.start()
+        wait(lambda: watch.view() is not None, "the replica once the server is up", 20)
+        assert watch.view().holders == {}
+    finally:
+        watch.stop()
+        srv.stop()
