@@ -11,6 +11,7 @@ only, acting through the API server with impersonation (what
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import sys
 
@@ -143,6 +144,15 @@ def ovsdb_dbs(sb, netns: str, ip: str, port: int, timeout: float = 3.0) -> list 
     p = sb.exec(netns, [sys.executable, "-c", _OVSDB_LIST_DBS, ip, str(port), str(timeout)],
                 check=False, timeout=timeout + 10)
     return json.loads(p.stdout) if p.returncode == 0 else None
+
+
+def in_parallel(probes: dict) -> dict:
+    """label -> what each zero-argument probe returned, all run at once: a
+    blocked probe waits its whole timeout, so ten of them one after another
+    would wait ten times."""
+    with concurrent.futures.ThreadPoolExecutor(len(probes)) as pool:
+        running = {label: pool.submit(probe) for label, probe in probes.items()}
+        return {label: f.result() for label, f in running.items()}
 
 
 def tcp_connects(sb, netns: str, ip: str, port: int, timeout: float = 3.0) -> bool:

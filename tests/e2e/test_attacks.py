@@ -241,9 +241,12 @@ def test_ovsdb_a_tenant_pod_cannot_talk_to_nb_or_sb(env):
                                                     names.OVN_SB_PORT), n.name
         assert "OVN_Northbound" in af.ovsdb_dbs(sb, node.netns, sb.central_ip,
                                                 names.OVN_NB_PORT)
-        for port in (names.OVN_NB_PORT, names.OVN_SB_PORT):
-            assert af.ovsdb_dbs(sb, pod.netns, sb.central_ip, port) is None, port
-            assert not af.tcp_connects(sb, pod.netns, sb.central_ip, port), port
+        got = af.in_parallel({
+            (port, probe.__name__): lambda port=port, probe=probe: probe(
+                sb, pod.netns, sb.central_ip, port)
+            for port in (names.OVN_NB_PORT, names.OVN_SB_PORT)
+            for probe in (af.ovsdb_dbs, af.tcp_connects)})
+        assert not any(got.values()), {k: v for k, v in got.items() if v}
     finally:
         sb.exec(sb.central_netns, ["ip", "route", "del", f"{ip}/32"], check=False)
 
@@ -280,17 +283,22 @@ def test_metrics_a_tenant_pod_reaches_no_node_daemon_endpoint(env):
     there = af.tenant_pod(sb, atk, admin, ATK, "metrics-2", "node2")
     for n in sb.nodes:        # the default binding: loopback only, nothing for a pod
         assert af.http_status(sb, n.netns, "127.0.0.1", port) == 200, n.name
-        assert af.http_status(sb, here.netns, n.underlay_ip, port) is None, n.name
+    got = af.in_parallel({n.name: lambda n=n: af.http_status(sb, here.netns, n.underlay_ip, port)
+                          for n in sb.nodes})
+    assert not any(got.values()), got
     nodedaemons.restart(sb, node2, extra=("--metrics-address", f":{port}"))
     try:
         join_ip = contract.NodeRecord.of(r.get(admin, r.NODES, node2.name)).ip
         # the node itself and its neighbours on the underlay (a scraper) are served
         assert af.http_status(sb, node2.netns, node2.underlay_ip, port) == 200
         assert af.http_status(sb, sb.node("node1").netns, node2.underlay_ip, port) == 200
-        for pod, ip in ((there, node2.underlay_ip), (there, join_ip),    # its own node
-                        (here, node2.underlay_ip), (here, join_ip)):     # another node
-            assert af.http_status(sb, pod.netns, ip, port) is None, (pod.name, ip)
-            assert not af.tcp_connects(sb, pod.netns, ip, port), (pod.name, ip)
+        got = af.in_parallel({
+            (pod.name, ip, probe.__name__): lambda pod=pod, ip=ip, probe=probe: probe(
+                sb, pod.netns, ip, port)
+            for pod, ip in ((there, node2.underlay_ip), (there, join_ip),    # its own node
+                            (here, node2.underlay_ip), (here, join_ip))      # another node
+            for probe in (af.http_status, af.tcp_connects)})
+        assert not any(got.values()), {k: v for k, v in got.items() if v}
     finally:
         nodedaemons.restart(sb, node2)
 

@@ -17,8 +17,8 @@ import pytest
 
 from controller_fixtures import wait_until
 from gateway_fixtures import (OUTAGE_BOUND, Sample, ask_outside, bfd_up, cut_link,
-                              failover_sample, priorities, remove_gateway_subnet, restore_link,
-                              steady_gateway, undisturbed)
+                              failover_sample, flush_conntrack, priorities,
+                              remove_gateway_subnet, restore_link, steady_gateway, undisturbed)
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -58,11 +58,8 @@ def env(sandbox_factory):
     yield sb, api, pods
     server.kill()
     server.wait()
-    try:
-        r.delete(api, r.NAMESPACES, NS)
-        remove_gateway_subnet(sb, api, SUBNET)
-    finally:
-        sb.down()
+    r.delete(api, r.NAMESPACES, NS)
+    remove_gateway_subnet(sb, api, SUBNET)      # the sandbox goes at the module's end
 
 
 def test_pods_on_every_node_leave_through_the_active_gateway(env):
@@ -189,6 +186,10 @@ def test_subnets_made_together_each_get_their_own_transit_network(env):
                    what="every new gateway bound")
         transit = [status(api, n)["transit"] for n, _ in made]
         assert len(set(transit)) == len(made), transit
+        # the failovers of the tests before left half-open connections that OVS
+        # 3.1.0's conntrack aborts on a few seconds later (gateway_fixtures.
+        # flush_conntrack): a crash loop on node3 kept this pod from getting out
+        flush_conntrack(sb)
         for name, _ in made[:2]:
             netns = cnipods.add_pod(sb, name, "p", "node3", api=api).netns
             wait_until(lambda netns=netns: ask(sb, netns) in gateways, 30, interval=0.3,
