@@ -31,9 +31,10 @@ def _env(name: str, default=None):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pacific-controller",
-        description="Pacific controller: watches Kubernetes (Subnets, Nodes, Pods, StatefulSets), "
-                    "allocates pod and node addresses, programs the OVN Northbound database and "
-                    "writes the pod/node annotations the node daemon reads.  Every flag has an "
+        description="Pacific controller: watches Kubernetes (Pods, Namespaces, Nodes, Subnets, "
+                    "IPs, NetworkPolicies, Services, EndpointSlices, StatefulSets), allocates pod "
+                    "and node addresses, programs the OVN Northbound database and writes the "
+                    "pod/node annotations the node daemon reads.  Most flags have an "
                     "environment variable (in brackets).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"),
@@ -96,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     g = p.add_argument_group("performance")
     g.add_argument("--workers", type=int, default=int(_env("PACIFIC_WORKERS", "16")),
-                   help="pod reconcile workers (nodes and subnets get a quarter each) [PACIFIC_WORKERS]")
+                   help="pod reconcile workers (every other feature gets a quarter) [PACIFIC_WORKERS]")
     g.add_argument("--batch-max", type=int, default=int(_env("PACIFIC_BATCH_MAX", "500")),
                    help="most reconciles per NB transaction [PACIFIC_BATCH_MAX]")
     g.add_argument("--batch-delay-ms", type=float, default=float(_env("PACIFIC_BATCH_DELAY_MS", "1")),

@@ -7,7 +7,7 @@ from the leading `Controller` when Prometheus scrapes, so they cannot drift.
 | metric | type | labels |
 |---|---|---|
 | pacific_controller_is_leader | gauge | |
-| pacific_controller_reconciles_total | counter | kind (pod, node, subnet) |
+| pacific_controller_reconciles_total | counter | kind (the feature: pod, subnet, policy, service, ...) |
 | pacific_controller_reconcile_errors_total | counter | kind |
 | pacific_controller_reconcile_duration_seconds | histogram | kind |
 | pacific_controller_workqueue_depth | gauge | kind (keys waiting now or later) |
