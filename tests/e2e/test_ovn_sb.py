@@ -63,21 +63,23 @@ def wait(pred, what, timeout=10.0):
 def sb(tmp_path):
     srv = OvsdbServer(tmp_path / "sb", SB_SCHEMA).start()
     client = ["ovsdb-client", "transact", srv.remote]
-    transact(client, *chassis("node1", "192.0.2.1"), *chassis("node2", "192.0.2.2"),
-             {"op": "insert", "table": "Datapath_Binding", "uuid-name": "dp",
-              "row": {"tunnel_key": 1}},
-             *[{"op": "insert", "table": "Port_Binding",
-                "row": {"logical_port": lp, "type": kind, "datapath": ["named-uuid", "dp"],
-                        "tunnel_key": i + 1, "mac": ["set", macs]}}
-               for i, (lp, kind, macs) in enumerate((
-                   ("cr-" + PORT, "chassisredirect", []),
-                   (PORT, "patch", ["0a:58:64:40:01:01 100.64.1.1/24"]),
-                   ("pod:shop/a", "", ["0a:58:0a:00:00:05 10.0.0.5"])))],
-             {"op": "insert", "table": "Address_Set",
-              "row": {"name": egressip.address_set_name(KEY),
-                      "addresses": ["set", ["10.0.0.5"]]}})
-    yield srv, client
-    srv.stop()
+    try:
+        transact(client, *chassis("node1", "192.0.2.1"), *chassis("node2", "192.0.2.2"),
+                 {"op": "insert", "table": "Datapath_Binding", "uuid-name": "dp",
+                  "row": {"tunnel_key": 1}},
+                 *[{"op": "insert", "table": "Port_Binding",
+                    "row": {"logical_port": lp, "type": kind, "datapath": ["named-uuid", "dp"],
+                            "tunnel_key": i + 1, "mac": ["set", macs]}}
+                   for i, (lp, kind, macs) in enumerate((
+                       ("cr-" + PORT, "chassisredirect", []),
+                       (PORT, "patch", ["0a:58:64:40:01:01 100.64.1.1/24"]),
+                       ("pod:shop/a", "", ["0a:58:0a:00:00:05 10.0.0.5"])))],
+                 {"op": "insert", "table": "Address_Set",
+                  "row": {"name": egressip.address_set_name(KEY),
+                          "addresses": ["set", ["10.0.0.5"]]}})
+        yield srv, client
+    finally:      # also when the rows could not be written: no server left behind
+        srv.stop()
 
 
 def test_the_replica_follows_sb_and_holds_only_gateway_ports(sb):
