@@ -36,7 +36,7 @@ def address_set_name(key: str) -> str:
     writes it with only the Service's own namespace's pods (it knows every
     pod's address); gateway nodes read it back from SB, so a hand-written
     EndpointSlice cannot make them SNAT or route another tenant's pod."""
-    return "pacific_snat_" + hashlib.sha1(key.encode()).hexdigest()[:16]
+    return names.SNAT_ADDRESS_SET_PREFIX + hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
 def _key(svc: dict) -> str:

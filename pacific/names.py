@@ -210,6 +210,7 @@ PRIO_POLICY_SNAT_EGRESS = 29700         # a Service's endpoints leave with its e
 ANN_EGRESS_SNAT = "pacific.io/egress-snat"          # on a Service: "false" opts out
 LABEL_EGRESS_GATEWAY = "pacific.io/egress-gateway"  # on a Node: "true" may hold external IPs
 SNAT_GATEWAY_PREFIX = "svc:"            # egress_switch_name(SNAT_GATEWAY_PREFIX + "ns/name")
+SNAT_ADDRESS_SET_PREFIX = "pacific_snat_"  # + hash of "ns/name": a Service's egress SNAT members
 
 
 def egress_switch_name(subnet: str) -> str:

@@ -293,6 +293,4 @@ class GatewayFeature(Feature):
 def gateway_holders(view: SbView) -> dict[str, str | None]:
     """Subnet -> the chassis (node) its gateway port is bound on now, or None:
     the chassisredirect ports `cr-lrp:egw:<subnet>` that ovn-controllers claim."""
-    prefix = "cr-" + names.router_port_name(names.egress_switch_name(""))
-    return {port[len(prefix):]: chassis for port, chassis in view.holders.items()
-            if port.startswith(prefix)}
+    return view.held_under("cr-" + names.router_port_name(names.egress_switch_name("")))

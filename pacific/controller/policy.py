@@ -110,14 +110,13 @@ class PolicyFeature(Feature):
         # from the informers' events (namespace -> pod name -> PodInfo): a
         # change re-reads one pod, never all (rebuilding from every pod, each
         # record parsed again, on every relabel of any pod was most of the
-        # CPU under another tenant's churn).  A snapshot (World) is taken per
-        # change, replacing only the changed namespaces' lists.
+        # CPU under another tenant's churn).  A snapshot (World) is taken after
+        # a change (None: one is due), replacing only the changed namespaces' lists.
         self._pods: dict[str, dict[str, PodInfo]] = {}
         self._lists: dict[str, list[PodInfo]] = {}
         self._dirty: set[str] = set()
         self._ns_labels: dict[str, dict] = {}
-        self._gen = 0
-        self._world_cache: tuple[int, World] | None = None
+        self._world_cache: World | None = None
         # policy key -> does it select peers by namespaceSelector (then a pod of
         # any namespace may be its peer); else only pods of its own namespace
         # matter to it.  Kept from policy events, so a pod event wakes only the
@@ -166,7 +165,7 @@ class PolicyFeature(Feature):
             else:
                 pods[m.get("name")] = info
             self._dirty.add(ns)
-            self._gen += 1
+            self._world_cache = None
         keys = self._for_namespace(ns)
         if relabel:
             # only labels changed: only the policies where the pod's membership
@@ -188,7 +187,7 @@ class PolicyFeature(Feature):
                 self._ns_labels.pop(name, None)
             else:
                 self._ns_labels[name] = model.labels_of(new)
-            self._gen += 1
+            self._world_cache = None
         return self._all()
 
     def resync_keys(self):
@@ -200,8 +199,8 @@ class PolicyFeature(Feature):
 
     def _world(self) -> World:
         with self._lock:
-            if self._world_cache is not None and self._world_cache[0] == self._gen:
-                return self._world_cache[1]
+            if self._world_cache is not None:
+                return self._world_cache
             for ns in self._dirty:
                 pods = self._pods.get(ns)
                 if pods:
@@ -210,9 +209,8 @@ class PolicyFeature(Feature):
                     self._lists.pop(ns, None)
                     self._pods.pop(ns, None)
             self._dirty.clear()
-            world = World.indexed(dict(self._lists), dict(self._ns_labels))
-            self._world_cache = (self._gen, world)
-            return world
+            self._world_cache = World.indexed(dict(self._lists), dict(self._ns_labels))
+            return self._world_cache
 
     # -- a new pod's port joins the groups of the policies selecting it ---------------
     def port_builders(self, pod: dict, lsp: str) -> list:

@@ -54,13 +54,11 @@ def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str]],
     controller admitted: its address set, which names only pods of the
     Service's own namespace), from the SB replica."""
     prefix = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX))
-    redirect = "cr-" + prefix
-    holders = {port[len(redirect):]: chassis for port, chassis in view.holders.items()
-               if port.startswith(redirect)}
+    holders = view.held_under("cr-" + prefix)
     members = {key: set(view.address_sets.get(egressip.address_set_name(key), ()))
                for key in keys}
-    return {port[len(prefix):]: (holders.get(port[len(prefix):]), ip)
-            for port, ip in view.transits.items() if port.startswith(prefix)}, members
+    return {key: (holders.get(key), ip)
+            for key, ip in view.transits_under(prefix).items()}, members
 
 
 def garp(ifname: str, mac: str, ip: str) -> None:
@@ -98,7 +96,8 @@ class EgressSnat(Loop):
     def _watch(self, on: bool) -> SbView | None:
         """Keep the SB replica while the node is labelled; what it says now."""
         if on and self._sb is None:
-            self._sb = SouthboundWatch(self.sb_remote, address_sets=True)
+            self._sb = SouthboundWatch(self.sb_remote,
+                                       address_sets=names.SNAT_ADDRESS_SET_PREFIX)
             self._sb.subscribe(self.kick)
             self._sb.start()
         elif not on and self._sb is not None:

@@ -82,14 +82,13 @@ def icmp_probe(addrs: list[str], timeout: float = 1.0) -> set[str]:
 
 
 class HealthReporter(Loop):
-    name = "health"               # a report every `interval` s (self.repair)
+    name = "health"
 
     def __init__(self, api, ovs, node: str, readiness_check, interval: float = 10.0,
                  namespace: str = names.NODE_HEALTH_NAMESPACE):
         super().__init__()
         self.api, self.ovs, self.node = api, ovs, node
         self.readiness_check, self.interval, self.namespace = readiness_check, interval, namespace
-        self.repair = interval
         self._misses: dict[str, int] = {}
 
     def peers(self) -> dict[str, str]:
@@ -143,6 +142,10 @@ class HealthReporter(Loop):
         except (kerr.ApiError, OSError) as e:
             log.warning("health report not written to Lease %s/%s: %s", self.namespace,
                         lease_name(self.node), e)
+
+    @property
+    def repair(self) -> float:        # a report every interval
+        return self.interval
 
     def converge(self) -> None:
         self.run_once()

@@ -57,13 +57,11 @@ class Loop:
         if self._thread is not None:
             self._thread.join(5)
 
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def _run(self) -> None:
         backoff = BACKOFF_MIN
         while not self._stop.is_set():
             self._wake.clear()
+            wait = self.repair
             try:
                 self.converge()
                 backoff = BACKOFF_MIN
@@ -71,11 +69,9 @@ class Loop:
                 log.warning("%s not converged (retrying in %.1f s): %s", self.name, backoff,
                             e, exc_info=not isinstance(e, self.expected))
                 self.failed(e)
-                wait = backoff if self.repair is None else min(backoff, self.repair)
+                wait = backoff if wait is None else min(backoff, wait)
                 backoff = min(backoff * 2, BACKOFF_MAX)
-                self._wake.wait(wait)
-                continue
-            self._wake.wait(self.repair)
+            self._wake.wait(wait)
 
 
 def wake_on(informer, loops) -> None:

@@ -3,14 +3,17 @@ the features that read it (which chassis holds each centralized gateway port,
 the transit address of a Service's gateway, the members the controller
 admitted to a Service's egress SNAT).
 
-    watch = SouthboundWatch(remote, address_sets=True).start()
+    watch = SouthboundWatch(remote, address_sets="pacific_snat_").start()
     watch.subscribe(loop.kick)          # called after every change: must not block
     view = watch.view()                 # None until the first copy arrived
     view.holders["cr-lrp:egw:default"]  # -> "node2" (or None: nobody holds it)
+    view.held_under("cr-lrp:egw:")      # -> {"default": "node2", ...}
 
 One IDL connection (pacific.ovn.base) replicates only the chassisredirect and
 patch Port_Bindings (an OVSDB condition: never the pods' ports), the Chassis
-names and, when asked, the Address_Sets.  The ovs IDL reconnects by itself and
+names and, when asked, the Address_Sets (the view keeps only those whose name
+starts with the prefix asked for: every pod's address is in some set, and the
+view is rebuilt on every change).  The ovs IDL reconnects by itself and
 re-reads; the view is rebuilt in the connection thread after each change, so a
 reader never sees a half-applied update.  Replaces polling SB with one-shot
 queries (pacific.ovn.query stays for the command-line tools).
@@ -36,37 +39,46 @@ RETRY = 1.0        # s between connection attempts while SB is not there
 class SbView:
     holders: dict[str, str | None]      # chassisredirect port -> chassis name holding it
     transits: dict[str, str]            # patch port -> its router address (mac column)
-    address_sets: dict[str, frozenset]  # name -> addresses (with address_sets=True)
+    address_sets: dict[str, frozenset]  # name -> addresses (those the watch was asked for)
+
+    def held_under(self, prefix: str) -> dict[str, str | None]:
+        """The rest of each chassisredirect port's name after `prefix` -> its holder."""
+        return _under(self.holders, prefix)
+
+    def transits_under(self, prefix: str) -> dict[str, str]:
+        """The rest of each patch port's name after `prefix` -> its router address."""
+        return _under(self.transits, prefix)
+
+
+def _under(by_name: dict, prefix: str) -> dict:
+    return {name[len(prefix):]: v for name, v in by_name.items() if name.startswith(prefix)}
 
 
 class _SouthboundAPI(ApiBase, impl_idl.OvnSbApiIdlImpl):
     pass
 
 
-def _first(value):
-    return value[0] if value else None
-
-
-def build_view(tables, address_sets: bool) -> SbView:
-    """The view of the replica's `tables` (ovs IDL tables: .rows of Row objects)."""
+def build_view(tables, address_sets: str | None) -> SbView:
+    """The view of the replica's `tables` (ovs IDL tables: .rows of Row objects);
+    the Address_Sets whose name starts with `address_sets` (None: none)."""
     chassis = {uuid: row.name for uuid, row in tables["Chassis"].rows.items()}
     holders, transits = {}, {}
     for row in tables["Port_Binding"].rows.values():
         if row.type == "chassisredirect":
-            held = _first(row.chassis)
-            holders[row.logical_port] = chassis.get(held.uuid) if held is not None else None
+            holders[row.logical_port] = chassis.get(row.chassis[0].uuid) if row.chassis else None
         elif row.type == "patch":
             for mac in row.mac:
                 parts = mac.split()
                 if len(parts) > 1:
                     transits[row.logical_port] = str(ipaddress.ip_interface(parts[1]).ip)
-    sets = ({row.name: frozenset(row.addresses) for row in tables["Address_Set"].rows.values()}
-            if address_sets else {})
+    sets = ({} if address_sets is None else
+            {row.name: frozenset(row.addresses) for row in tables["Address_Set"].rows.values()
+             if row.name.startswith(address_sets)})
     return SbView(holders, transits, sets)
 
 
 class SouthboundWatch:
-    def __init__(self, remote: str, address_sets: bool = False,
+    def __init__(self, remote: str, address_sets: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT):
         self.remote, self.address_sets, self.timeout = remote, address_sets, timeout
         self._view: SbView | None = None
@@ -98,7 +110,7 @@ class SouthboundWatch:
     def _connect(self) -> None:
         monitor = {"Port_Binding": ["logical_port", "type", "chassis", "mac"],
                    "Chassis": ["name"]}
-        if self.address_sets:
+        if self.address_sets is not None:
             monitor["Address_Set"] = ["name", "addresses"]
         conditions = {"Port_Binding": [["type", "==", "chassisredirect"],
                                        ["type", "==", "patch"]]}

@@ -76,7 +76,9 @@ def sb(tmp_path):
                        ("pod:shop/a", "", ["0a:58:0a:00:00:05 10.0.0.5"])))],
                  {"op": "insert", "table": "Address_Set",
                   "row": {"name": egressip.address_set_name(KEY),
-                          "addresses": ["set", ["10.0.0.5"]]}})
+                          "addresses": ["set", ["10.0.0.5"]]}},
+                 {"op": "insert", "table": "Address_Set",       # a policy's: not asked for
+                  "row": {"name": "np_as_0123", "addresses": ["set", ["10.0.0.5"]]}})
         yield srv, client
     finally:      # also when the rows could not be written: no server left behind
         srv.stop()
@@ -85,12 +87,14 @@ def sb(tmp_path):
 def test_the_replica_follows_sb_and_holds_only_gateway_ports(sb):
     srv, client = sb
     changed = threading.Event()
-    watch = SouthboundWatch(srv.remote, address_sets=True, timeout=10)
+    watch = SouthboundWatch(srv.remote, address_sets=names.SNAT_ADDRESS_SET_PREFIX,
+                            timeout=10)
     watch.subscribe(changed.set)
     watch.start()
     try:
         wait(lambda: watch.view() is not None, "the first copy")
         assert gateways(watch.view(), [KEY]) == ({KEY: (None, "100.64.1.1")}, {KEY: {"10.0.0.5"}})
+        assert set(watch.view().address_sets) == {egressip.address_set_name(KEY)}
         ports = {r.logical_port for r in watch._api.tables["Port_Binding"].rows.values()}
         assert ports == {PORT, "cr-" + PORT}          # never the pods' ports
         for holder in ("node1", "node2", None):
@@ -105,7 +109,8 @@ def test_the_replica_follows_sb_and_holds_only_gateway_ports(sb):
 
 def test_after_the_server_was_away_the_replica_is_current_again(sb):
     srv, client = sb
-    watch = SouthboundWatch(srv.remote, address_sets=True, timeout=10).start()
+    watch = SouthboundWatch(srv.remote, address_sets=names.SNAT_ADDRESS_SET_PREFIX,
+                            timeout=10).start()
     try:
         transact(client, bind(client, "cr-" + PORT, "node1"))
         wait(lambda: watch.view() and gateways(watch.view())[0].get(KEY, (None,))[0] == "node1",
