@@ -7,15 +7,22 @@ APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl graphviz \
 	containerd runc busybox-static util-linux
 
-.PHONY: setup system kubernetes demo test test-unit test-e2e bench down clean image
+.PHONY: setup system kubernetes ovs demo test test-unit test-e2e bench down clean image
 
-setup: system .venv/.installed kubernetes
+setup: system .venv/.installed kubernetes ovs
 
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl v1.20.2
 # built offline from Debian's source package, etcd from Debian: once per machine
 # (cached under /var/cache/pacific/kubernetes; about 4 minutes the first time)
 kubernetes:
 	@hack/build-kubernetes.sh
+
+# Open vSwitch 4.0 and OVN 26.03 built offline from Debian's source packages, with the
+# C JSON parser for Python: once per machine (cached under /var/cache/pacific/ovs;
+# about 5 minutes the first time).  The sandbox and the tests run them; Debian 12's
+# packages (OVS 3.1, OVN 23.03) stay installed: `pacific sandbox up --ovs-prefix /usr`
+ovs: system
+	@hack/build-ovs-ovn.sh
 
 system:
 	@missing=""; for p in $(APT_PKGS); do \

@@ -34,10 +34,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pacific import names  # noqa: E402
+from pacific import names, ovsinstall  # noqa: E402
 from pacific.ovn import NorthboundAPI, Owner  # noqa: E402
+from pacific.sandbox.daemons import default_install  # noqa: E402
 
-NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
+ovsinstall.activate(default_install())
+NB_SCHEMA = ovsinstall.from_env().schema("ovn-nb")
 SWITCH = "bench"
 
 

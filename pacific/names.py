@@ -149,6 +149,8 @@ CNI_PLUGIN_MODULE = "pacific_cni"    # (imported, so Python caches its bytecode)
 # --- Sandbox (single-machine cluster network, pacific.sandbox) ----------------
 SANDBOX_DIR = "/run/pacific-sandbox"          # parent of <name>/ state dirs
 SANDBOX_DIR_ENV = "PACIFIC_SANDBOX_DIR"       # overrides SANDBOX_DIR
+# OVS/OVN built by hack/build-ovs-ovn.sh (a link to the pinned versions' prefix)
+OVS_BUILD_CURRENT = "/var/cache/pacific/ovs/current"
 SANDBOX_DEFAULT_NAME = "default"
 SANDBOX_NETNS_PREFIX = "pac"                  # netns pac-<name>-central|node<i>|ext
 SANDBOX_UNDERLAY_CIDR = "192.168.77.0/24"     # lives only inside the sandbox netns

@@ -8,8 +8,9 @@
 
 PACIFIC_KEEP_SANDBOXES=1 leaves them up after the session (to inspect a failure;
 `pacific sandbox down --name NAME` removes each).  Sandbox names are unique per test run (`t<pid><n>`), so runs and other sandboxes
-on the machine never collide.  End-to-end tests need root and the Debian OVS/OVN
-packages; without them they are skipped with the reason.
+on the machine never collide.  End-to-end tests need root and OVS/OVN (`make setup`:
+the build of hack/build-ovs-ovn.sh, Debian's packages for the module that proves
+they still work); without them they are skipped with the reason.
 """
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ import os
 import shutil
 
 import pytest
+
+from pacific import ovsinstall
+from pacific.sandbox.daemons import default_install
+
+# the OVS/OVN of hack/build-ovs-ovn.sh (or $PACIFIC_OVS_PREFIX): its programs first
+# on PATH for the whole session, before any module looks up a schema or a program;
+# a module whose sandbox runs another one (ovs_prefix=...) gets it back at its end
+SESSION_OVS = default_install()
+ovsinstall.activate(SESSION_OVS)
 
 _counter = itertools.count(1)
 _REQUIRED = ("ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovs-vsctl",
@@ -56,7 +66,10 @@ def _factory():
     try:
         yield make
     finally:      # also when the caller's make() failed and it closes this generator
-        _down_all(made)
+        try:
+            _down_all(made)
+        finally:
+            ovsinstall.activate(SESSION_OVS)
 
 
 def _down_all(made) -> None:

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from pacific import names
+from pacific import names, ovsinstall
 from pacific.cli import sandbox_kube, sandbox_pods
 
 _NAME_HELP = (f"sandbox name (default {names.SANDBOX_DEFAULT_NAME!r}); lower-case letters and "
@@ -29,9 +29,10 @@ Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.S
 Needs root."""
 
 
-def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None):
+def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None, ovs_prefix=None):
     from pacific.sandbox.cluster import Sandbox
-    return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet, deploy=deploy)
+    return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet, deploy=deploy,
+                   ovs_prefix=ovs_prefix)
 
 
 def errors_to_exit(fn):
@@ -50,7 +51,7 @@ def errors_to_exit(fn):
 @errors_to_exit
 def cmd_up(args) -> int:
     sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet,
-                  deploy=args.deploy or None)
+                  deploy=args.deploy or None, ovs_prefix=args.ovs_prefix)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -151,6 +152,11 @@ def register(sub):
                     "(`make image` first) and deploy/'s manifests instead of sandbox processes")
     # neither: an existing sandbox keeps its mode, a new one follows
     # $PACIFIC_SANDBOX_PODS (kubelet or runner, default names.SANDBOX_PODS_DEFAULT)
+    up.add_argument("--ovs-prefix", metavar="DIR",
+                    help="the Open vSwitch / OVN installation to run: /usr for Debian's "
+                    f"packages (default: ${ovsinstall.PREFIX_ENV}, else the build of "
+                    f"hack/build-ovs-ovn.sh under {names.OVS_BUILD_CURRENT} when there is "
+                    "one, else /usr; an existing sandbox keeps its own)")
     up.add_argument("--timeout", type=float, default=60, metavar="S",
                     help="seconds to wait for chassis and tunnels (default 60)")
     up.set_defaults(func=cmd_up)

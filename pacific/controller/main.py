@@ -288,6 +288,7 @@ def main(argv=None) -> int:
             retry_interval=METRICS_RETRY)
     LOG.info("pacific-controller %s starting (NB %s, API %s, leader election %s)", args.identity,
              cfg.nb_remote, kube.configuration.host, "on" if args.leader_elect else "off")
+    LOG.info("%s", nb.capabilities().describe())
     try:
         if args.leader_elect:
             if not run_leader_elected(cfg, args, kube, nb, shutdown, health):

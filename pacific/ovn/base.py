@@ -594,6 +594,7 @@ class ApiBase:
         check_ssl(remote)
         helper = fetch_schema_helper(remote, self.schema, timeout)
         available = helper.schema_json["tables"]
+        self.server_schema = helper.schema_json   # as the server sent it (capabilities)
         # table -> columns (None: all); `monitor` replaces TABLES
         plan: dict[str, list[str] | None] = (
             {t: None for t in self.TABLES} if monitor is None

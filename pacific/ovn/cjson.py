@@ -27,6 +27,8 @@ import os
 import sys
 import threading
 
+from pacific import ovsinstall
+
 LOG = logging.getLogger(__name__)
 
 ENV_SWITCH = "PACIFIC_OVS_C_JSON"
@@ -59,10 +61,13 @@ def _probe(module) -> bool:
     return p.is_done() and p.finish() == ovs.json.from_string(_PROBE)
 
 
-def enable(dirs=SYSTEM_DIRS) -> str:
-    """Make the ovs IDL use a C JSON parser if one can be found; returns the
-    parser in use, "C" or "PYTHON"."""
+def enable(dirs=None) -> str:
+    """Make the ovs IDL use a C JSON parser if one can be found (first in the OVS
+    installation named by $PACIFIC_OVS_PREFIX, then in Debian's); returns the parser
+    in use, "C" or "PYTHON"."""
     global _state
+    if dirs is None:
+        dirs = tuple(dict.fromkeys((ovsinstall.from_env().python_dir, *SYSTEM_DIRS)))
     with _lock:
         if _state is not None:
             return _state

@@ -57,6 +57,8 @@ from typing import Iterable, Mapping, Sequence
 from ovsdbapp.schema.ovn_northbound import impl_idl
 
 from pacific.ovn import ensure
+from pacific.ovn.capabilities import Capabilities
+from pacific.ovn.capabilities import from_schema as capabilities_of
 from pacific.ovn.base import DEFAULT_TIMEOUT, ApiBase, Owner, owner_ids
 from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
                                 OvnTransactionError)
@@ -129,6 +131,10 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
                  monitor: Mapping[str, Iterable[str] | None] | None = None):
         super().__init__(remote, timeout=timeout, tables=tables,
                          created_by=created_by, monitor=monitor)
+
+    def capabilities(self) -> Capabilities:
+        """What this server's OVN can do (pacific.ovn.capabilities)."""
+        return capabilities_of(self.server_schema)
 
     # --- switches and routers -------------------------------------------------
     # Built on pacific.ovn.ensure: create-or-update, and rows created earlier

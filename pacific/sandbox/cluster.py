@@ -21,8 +21,8 @@ import subprocess
 import time
 from typing import Callable, Iterable, Sequence
 
-from pacific import names
-from pacific.sandbox import bringup, netns, pods
+from pacific import names, ovsinstall
+from pacific.sandbox import bringup, daemons, netns, pods
 from pacific.sandbox.daemons import Started
 from pacific.sandbox.node import SandboxNode
 from pacific.sandbox.proc import (SandboxError, alive, netns_argv, read_pidfile, run,
@@ -56,7 +56,8 @@ class Sandbox:
 
     def __init__(self, name: str = names.SANDBOX_DEFAULT_NAME, nodes: int | None = None,
                  underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None,
-                 kubelet: bool | None = None, deploy: bool | None = None):
+                 kubelet: bool | None = None, deploy: bool | None = None,
+                 ovs_prefix: str | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -78,6 +79,12 @@ class Sandbox:
         # (pacific.sandbox.k8s.deploy) instead of as sandbox processes
         self.deploy = bool(saved.get("deploy")) if deploy is None else deploy
         self.kubelet = bool(kubelet) or self.deploy
+        # which OVS/OVN runs the sandbox: the one it was built with, else the
+        # default (hack/build-ovs-ovn.sh's, or Debian's); its programs go first on
+        # PATH so every command and daemon started from here uses the same one
+        self.ovs = ovsinstall.Install(ovs_prefix or saved.get("ovs_prefix")
+                                      or daemons.default_install().prefix)
+        ovsinstall.activate(self.ovs)
         if not 1 <= nodes <= MAX_NODES:
             raise SandboxError(f"nodes must be between 1 and {MAX_NODES}, got {nodes}")
         if underlay_mtu < 1280:
@@ -155,7 +162,8 @@ class Sandbox:
             if saved.get("ready") and (saved.get("nodes") != len(self.nodes)
                                        or bool(saved.get("ha")) != self.ha
                                        or bool(saved.get("kubelet")) != self.kubelet
-                                       or bool(saved.get("deploy")) != self.deploy):
+                                       or bool(saved.get("deploy")) != self.deploy
+                                       or saved.get("ovs_prefix") != self.ovs.prefix):
                 log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
                          saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
                          " (ha)" if self.ha else "")
@@ -169,7 +177,8 @@ class Sandbox:
         os.makedirs(self.dir, exist_ok=True)
         with self.state.update() as st:
             st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
-                      kubelet=self.kubelet, deploy=self.deploy, ready=False)
+                      kubelet=self.kubelet, deploy=self.deploy, ovs_prefix=self.ovs.prefix,
+                      ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
@@ -210,7 +219,8 @@ class Sandbox:
         st = self.state.read()
         if not st.get("ready") or st.get("nodes") != len(self.nodes) \
                 or bool(st.get("ha")) != self.ha or bool(st.get("kubelet")) != self.kubelet \
-                or bool(st.get("deploy")) != self.deploy:
+                or bool(st.get("deploy")) != self.deploy \
+                or st.get("ovs_prefix") != self.ovs.prefix:
             return False
         return (all(alive(d["pid"], d["start"]) for d in st["daemons"].values()
                     if d.get("kind") == "ovs")

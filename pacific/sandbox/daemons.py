@@ -11,11 +11,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from pacific import names, ovsinstall
 from pacific.sandbox.proc import SandboxError, read_pidfile, run, start_time
 
-OVN_NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
-OVN_SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
-OVS_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+
+def default_install() -> ovsinstall.Install:
+    """The OVS/OVN a new sandbox runs: $PACIFIC_OVS_PREFIX if set (/usr: Debian's
+    packages), else hack/build-ovs-ovn.sh's build when there is one, else Debian's."""
+    chosen = os.environ.get(ovsinstall.PREFIX_ENV)
+    if chosen:
+        return ovsinstall.Install(chosen)
+    # the versioned directory, not the link: a sandbox keeps the build it started with
+    built = ovsinstall.Install(os.path.realpath(names.OVS_BUILD_CURRENT))
+    return built if built.usable() else ovsinstall.Install(ovsinstall.SYSTEM_PREFIX)
+
+
+def schema(db: str) -> str:
+    """Schema file of "vswitch", "ovn-nb" or "ovn-sb" of the active installation."""
+    return ovsinstall.from_env().schema(db)
 
 
 @dataclass

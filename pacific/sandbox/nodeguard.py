@@ -3,10 +3,9 @@
     python -m pacific.sandbox.nodeguard --sandbox NAME --node node1
 
 The sandbox runs ovs-vswitchd with `--monitor`, so a crash is followed by a
-restart, as systemd does on a real node.  Debian 12's Open vSwitch 3.1.0 does
-crash in its userspace conntrack under stateful ACLs (`conntrack.c:1063:
-assertion conn->conn_type == CT_CONN_TYPE_DEFAULT failed in
-conn_update_state()`; the kernel datapath has no such code path).  With the
+restart, as systemd does on a real node (Debian 12's Open vSwitch 3.1.0 aborts
+in its userspace conntrack after gateway failovers; the OVS the suite runs by
+default does not, docs/decisions/0029, and the tests fail on any crash).  With the
 userspace datapath the node's address lives on br-phy's tap device, which goes
 with the process: this guard notices the tap without its address, restores the
 address, the default route and the tunnel neighbour cache (what

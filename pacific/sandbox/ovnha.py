@@ -36,7 +36,6 @@ log = logging.getLogger(__name__)
 MEMBERS = 3
 RAFT_PORTS = {"nb": 6643, "sb": 6644}
 CLIENT_PORTS = {"nb": names.OVN_NB_PORT, "sb": names.OVN_SB_PORT}
-SCHEMAS = {"nb": daemons.OVN_NB_SCHEMA, "sb": daemons.OVN_SB_SCHEMA}
 DB_NAMES = {"nb": "OVN_Northbound", "sb": "OVN_Southbound"}
 NORTHD_MEMBERS = (1, 2)
 
@@ -98,7 +97,7 @@ def _create_file(sb: "Sandbox", i: int, db: str) -> None:
         os.unlink(path)
     local = f"ssl:{member_ip(sb, i)}:{RAFT_PORTS[db]}"
     if i == 1 and not _others_alive(sb, i, db):
-        run(["ovsdb-tool", "create-cluster", path, SCHEMAS[db], local])
+        run(["ovsdb-tool", "create-cluster", path, daemons.schema(f"ovn-{db}"), local])
     else:
         others = [f"ssl:{member_ip(sb, j)}:{RAFT_PORTS[db]}" for j in range(1, MEMBERS + 1)
                   if j != i]

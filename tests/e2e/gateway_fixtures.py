@@ -99,25 +99,11 @@ class Sample:
         return f"outage {self.outage:.2f} s; after the fault:\n{failover_timeline(sb, self.since)}"
 
 
-def flush_conntrack(sb) -> None:
-    """Empty every node's userspace conntrack before a sample: the connections a
-    previous failover left half-open (SYN_SENT through the dead gateway) are
-    what OVS 3.1.0 aborts on a few seconds later (docs/egress.md, "Known
-    limits"), and such a crash inside the next sample's outage spoils it.  A
-    node whose ovs-vswitchd is restarting has an empty table already."""
-    for node in sb.nodes:
-        try:
-            node.appctl("dpctl/flush-conntrack")
-        except Exception:    # noqa: BLE001 - restarting: nothing to flush
-            pass
-
-
 def failover_sample(sb, netns: str, dest: str, port: int, fault, old, new,
                     seconds: float = 8) -> Sample:
     """Probe dest:port from the pod's netns for `seconds`, 1.5 s of them before
     calling fault(); `old(who)` / `new(who)` say whether an answer (the source
     address the outside saw) came the old way / the new way."""
-    flush_conntrack(sb)
     watch = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, NETCHECK, "watch",
                               "tcp", dest, str(port), str(seconds), "0.02", "0.2"],
                              stdout=subprocess.PIPE, text=True)
@@ -142,21 +128,14 @@ def failover_sample(sb, netns: str, dest: str, port: int, fault, old, new,
                   vswitchd_crashes(sb, first_new + 0.001))
 
 
-def undisturbed(take, repair, tries: int = 4) -> Sample:
-    """take() -> Sample; a sample during which some node's ovs-vswitchd crashed
-    (and was restarted) measured that restart, not the failover: repair() and
-    take another, up to `tries` in all."""
-    for attempt in range(1, tries + 1):
-        sample = take()
-        if sample.later:
-            print(f"after the failover (not in the outage): {'; '.join(sample.later)}")
-        if not sample.crashes:
-            return sample
-        print(f"failover sample {attempt} disturbed by an ovs-vswitchd crash "
-              f"({sample.outage * 1000:.0f} ms): {'; '.join(sample.crashes)}")
-        if attempt < tries:
-            repair()
-    raise AssertionError(f"{tries} failover samples in a row disturbed by ovs-vswitchd crashes")
+def crash_free(sample: Sample) -> Sample:
+    """The sample, after checking that no node's ovs-vswitchd crashed while it was
+    taken or after it (an abort restarted by --monitor measures the restart, not
+    the failover, and is a bug of its own: none is expected of the OVS the suite
+    runs, see docs/decisions/0029)."""
+    crashes = sample.crashes + sample.later
+    assert not crashes, f"ovs-vswitchd crashed around the failover: {'; '.join(crashes)}"
+    return sample
 
 
 def _stamp(line: str) -> float | None:

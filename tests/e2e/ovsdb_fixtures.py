@@ -19,8 +19,11 @@ import subprocess
 import time
 from pathlib import Path
 
-NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
-VSWITCH_SCHEMA = "/usr/share/openvswitch/vswitch.ovsschema"
+from pacific import ovsinstall
+
+NB_SCHEMA = ovsinstall.from_env().schema("ovn-nb")     # of the installation conftest chose
+SB_SCHEMA = ovsinstall.from_env().schema("ovn-sb")
+VSWITCH_SCHEMA = ovsinstall.from_env().schema("vswitch")
 
 
 class OvsdbServer:

@@ -15,7 +15,7 @@ import pytest
 
 from controller_fixtures import wait_until
 from gateway_fixtures import (OUTAGE_BOUND, bfd_up, cut_link, failover_sample, priorities,
-                              remove_gateway_subnet, restore_link, undisturbed)
+                              remove_gateway_subnet, restore_link, crash_free)
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -117,7 +117,7 @@ def test_the_holder_fails_over_within_a_second(env):
                                lambda: cut_link(sb, cut[-1]), old=lambda who: who.endswith(EXT_IP),
                                new=lambda who: who.endswith(EXT_IP))
     try:
-        s = undisturbed(take, lambda: restore_link(sb, cut[-1]))
+        s = crash_free(take())
         old = cut[-1]
         new = "node2" if old == "node1" else "node1"
         print(f"egress SNAT failover outage: {s.outage * 1000:.0f} ms")
@@ -149,8 +149,7 @@ def test_a_newer_service_over_the_same_pods_and_the_opt_out(env):
                        and f"of the older Service {NS}/snat-web" in e.get("message", "")
                        for e in items)
         wait_until(event, 20, what="the Event on the newer Service")
-        # still the oldest one's address (waited for: the pods' node may be restarting
-        # its ovs-vswitchd after the failover test, see gateway_fixtures.vswitchd_crashes)
+        # still the oldest one's address
         wait_until(lambda: source_seen_outside(sb, pods["s3"]) == EXT_IP, 15,
                    what=f"s3 still leaving as {EXT_IP}")
     finally:

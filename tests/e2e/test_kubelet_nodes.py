@@ -5,7 +5,10 @@ A Deployment's pods run under the kubelets on both nodes and talk across them;
 `kubectl exec`, `kubectl logs` and `kubectl run` reach the kubelets through the
 API server; `pacific sandbox pod add/exec/delete` keep working; `down` leaves
 no process, mount, cgroup, network namespace or file and puts back the host
-sysctls the kubelets change."""
+sysctls the kubelets change.
+
+This module runs on Debian 12's Open vSwitch 3.1 and OVN 23.03 (`--ovs-prefix /usr`),
+the rest of the suite on the build of hack/build-ovs-ovn.sh: Pacific supports both."""
 from __future__ import annotations
 
 import os
@@ -16,10 +19,10 @@ import pytest
 
 from controller_fixtures import wait_until
 
-from pacific import contract
+from pacific import contract, ovsinstall
 from pacific.kube import client
 from pacific.kube import resources as r
-from pacific.sandbox import cnipods
+from pacific.sandbox import cnipods, controllers
 from pacific.sandbox import netns as sbnetns
 from pacific.sandbox.k8s import bins, hoststate, images, kubelet
 from pacific.sandbox.k8s import sandbox as k8s
@@ -73,9 +76,23 @@ def running(api, ns, selector):
 def kl(sandbox_factory):
     _skip()
     before = {k: hoststate.read_sysctl(k) for k in hoststate.SYSCTLS}
-    sb = sandbox_factory(nodes=2, services=None, kubelet=True)
+    sb = sandbox_factory(nodes=2, services=None, kubelet=True,
+                         ovs_prefix=ovsinstall.SYSTEM_PREFIX)
     yield sb, client.load(k8s.kubeconfig_path(sb)), before
     sb.down()
+
+
+def test_the_sandbox_runs_debian_12s_ovs_and_ovn_and_the_controller_says_what_it_uses(kl):
+    sb, _api, _ = kl
+    for n in sb.nodes:
+        assert sb.node(n).appctl("version").startswith("ovs-vswitchd (Open vSwitch) 3.1.")
+    out = subprocess.run([os.path.join(ovsinstall.SYSTEM_PREFIX, "bin", "ovn-nbctl"),
+                          "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("ovn-nbctl 23.03.")
+    path = os.path.join(sb.dir, "services", f"{controllers.controller_tag(1)}.log")
+    log = wait_until(lambda: (t := open(path).read()) and "OVN northbound schema" in t and t,
+                     30, what="the controller's capability line")
+    assert "ACL tiers no (tenant isolation and NetworkPolicy by priority bands)" in log
 
 
 def test_nodes_are_kubelets_on_their_underlay_address(kl):

@@ -24,11 +24,8 @@ from pacific.sandbox import cnipods as sandboxpods
 sys.path.insert(0, os.path.dirname(__file__))
 import netcheck  # noqa: E402
 
-# The matrix once degraded after ten or so cases: Debian 12's ovs-vswitchd 3.1.0
-# can crash in its userspace conntrack under stateful ACLs (an assertion in
-# conn_update_state()), and the sandbox did not restart it.  It runs with
-# --monitor now and pacific.sandbox.nodeguard restores the node's underlay
-# (about 2 s without traffic on that node); check() re-probes for 15 s.
+# check() waits up to 15 s for the matrix to converge (the controller and
+# ovn-controller apply a policy change asynchronously), probing every pair each round.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 # (sandbox, namespace, pod) -> the pod's network namespace (a kubelet names it cni-<uuid>)

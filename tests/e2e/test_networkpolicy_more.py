@@ -16,11 +16,8 @@ from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
 from test_networkpolicy import ALL_IN_X, NETCHECK, apply, every, pol, probe
 
-# The matrix once degraded after ten or so cases: Debian 12's ovs-vswitchd 3.1.0
-# can crash in its userspace conntrack under stateful ACLs (an assertion in
-# conn_update_state()), and the sandbox did not restart it.  It runs with
-# --monitor now and pacific.sandbox.nodeguard restores the node's underlay
-# (about 2 s without traffic on that node); check() re-probes for 15 s.
+# check() waits up to 15 s for the matrix to converge (the controller and
+# ovn-controller apply a policy change asynchronously), probing every pair each round.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 

@@ -3,10 +3,13 @@ for ovs-vswitchd) becomes ovn-installed and up, observed through IDL events."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from pacific import names
+from pacific import names, ovsinstall
 from pacific.ovn import NorthboundAPI, OvsAPI, Owner
+from pacific.sandbox.daemons import default_install
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -42,3 +45,24 @@ def test_bound_port_becomes_ovn_installed_and_up(sandbox_factory):
         ovs.close()
         nb.close()
         sb.down()
+
+
+def test_the_sandbox_runs_the_built_ovs_and_ovn_and_sees_acl_tiers(sandbox_factory):
+    """A new sandbox runs hack/build-ovs-ovn.sh's OVS and OVN (make setup), every
+    daemon of it, and Pacific reads ACL tiers from that OVN's schema."""
+    built = default_install()
+    if built.prefix == ovsinstall.SYSTEM_PREFIX:
+        pytest.skip("no OVS/OVN build (make setup builds it)")
+    sb = sandbox_factory(nodes=1)
+    node = sb.nodes[0]
+    assert sb.ovs == built
+    assert node.appctl("version").startswith("ovs-vswitchd (Open vSwitch) 4.0.")
+    for daemon, pidfile in (("ovn-northd", os.path.join(sb.central_dir, "northd.pid")),
+                            ("ovn-controller", os.path.join(node.rundir, "ovn-controller.pid"))):
+        pid = open(pidfile).read().strip()
+        assert os.readlink(f"/proc/{pid}/exe") == built.program(daemon), daemon
+    nb = NorthboundAPI(sb.nb_remote, timeout=20)
+    try:
+        assert nb.capabilities().acl_tier
+    finally:
+        nb.close()

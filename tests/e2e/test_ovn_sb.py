@@ -10,13 +10,12 @@ import time
 
 import pytest
 
-from ovsdb_fixtures import OvsdbServer
+from ovsdb_fixtures import SB_SCHEMA, OvsdbServer
 from pacific import egressip, names
 from pacific.node.egresssnat import gateways
 from pacific.ovn.sb import SouthboundWatch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
-SB_SCHEMA = "/usr/share/ovn/ovn-sb.ovsschema"
 KEY = "shop/web"                                  # a Service with egress SNAT
 PORT = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX + KEY))
 

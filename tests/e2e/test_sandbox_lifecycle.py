@@ -187,8 +187,9 @@ def test_services_hook_runs_after_the_network_is_ready(sandbox_factory):
 
 
 def test_a_crashed_ovs_vswitchd_comes_back_with_the_underlay(sandbox_factory):
-    """ovs-vswitchd 3.1.0's userspace conntrack can abort; the sandbox restarts it
-    (--monitor) and the node guard restores the underlay on its new tap device."""
+    """An aborted ovs-vswitchd (as Debian 12's 3.1.0 does in its userspace
+    conntrack) is restarted by --monitor, as systemd would, and the node guard
+    restores the underlay on its new tap device."""
     sb = sandbox_factory(nodes=2)
     a, b = pod_pair(sb)
     assert a.ping(b.ip, wait=10)

@@ -28,9 +28,10 @@ from ovs.db import idl as ovs_idl
 from ovs.db import types as ovs_types
 from ovsdbapp.backend.ovs_idl import rowview
 
+from pacific import ovsinstall
 from pacific.ovn import base, ensure
 
-NB_SCHEMA = "/usr/share/ovn/ovn-nb.ovsschema"
+NB_SCHEMA = ovsinstall.from_env().schema("ovn-nb")
 
 
 @pytest.fixture
