@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from pacific import contract, names
+from pacific import contract, names, ovsinstall
 from pacific.sandbox import cniruntime as runtime
 from pacific.kube import client as kclient
 from pacific.kube import resources as kr
@@ -47,6 +47,7 @@ from pacific.ovn.nb import NorthboundAPI
 from pacific.sandbox import services
 from pacific.sandbox.k8s.sandbox import kubeconfig_path
 from pacific.sandbox.cluster import Sandbox
+from pacific.sandbox.daemons import default_install
 
 REF_BIN = "/usr/lib/cni"
 SWITCH, CIDR, GW = "bench-cni", "10.78.0.0/16", "10.78.0.1"
@@ -218,13 +219,27 @@ def main() -> int:
     ap.add_argument("--bursts", type=int, default=3, help="bursts of 20 per plugin")
     ap.add_argument("--keep", action="store_true", help="leave the sandbox up")
     ap.add_argument("--json", help="also write the raw figures (seconds) to this file")
+    ap.add_argument("--ovs-prefix", action="append", metavar="DIR",
+                    help="run on this OVS/OVN installation (repeatable: one run each, in "
+                    "order; default: the sandbox's default, and Debian's /usr as well when "
+                    "that is another one)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     for tool in ("bridge", "host-local"):
         if not os.access(os.path.join(REF_BIN, tool), os.X_OK):
             print(f"missing {REF_BIN}/{tool} (Debian containernetworking-plugins)")
             return 1
-    sb = Sandbox("benchcni", nodes=1)
+    prefixes = args.ovs_prefix or list(dict.fromkeys(
+        [default_install().prefix, ovsinstall.SYSTEM_PREFIX]))
+    for prefix in prefixes:
+        run(args, prefix)
+    return 0
+
+
+def run(args, ovs_prefix: str) -> None:
+    sb = Sandbox("benchcni", nodes=1, ovs_prefix=ovs_prefix)
+    version = sb.exec(None, [sb.ovs.program("ovs-vswitchd"), "--version"]).stdout.split()[3]
+    print(f"\n## Open vSwitch {version} ({ovs_prefix})", flush=True)
     tmp = tempfile.mkdtemp(prefix="bench-cni-")
     try:
         sb.down()  # the bench's own sandbox: start from scratch (e.g. after --keep)
@@ -260,14 +275,13 @@ def main() -> int:
                 starts.setdefault(label, []).extend(b.exec_time(argv, 15))
         report(args, res, steps, starts)
         if args.json:
-            with open(args.json, "w") as f:
+            with open(args.json.replace(".json", f"-ovs{version}.json"), "w") as f:
                 json.dump({"results": res, "daemon_steps_ms": steps,
                            "exec_s": starts}, f)
     finally:
         if not args.keep:
             sb.down()
         subprocess.run(["rm", "-rf", tmp], check=False)
-    return 0
 
 
 def report(args, res, steps, starts) -> None:
