@@ -25,8 +25,12 @@ _STEP = re.compile(r"^\s*(\d+)\. (\S+) \(([^)]*)\): (.*), priority (\d+), uuid (
 _OUTPUT = re.compile(r'/\* output to "([^"]*)", type "([^"]*)" \*/')
 _BACKENDS = re.compile(r"ct_lb(?:_mark)?\(backends=([^);]*)")
 
-ACL_STAGES = ("ls_in_acl", "ls_out_acl", "ls_in_acl_after_lb")
-DROP_ACTIONS = ("drop;",)
+# OVN before 23.09 runs an ACL's action in its stage (`drop;`); later OVN evaluates
+# the ACLs in *_acl_eval, which only sets a verdict bit (reg8[16] allow, reg8[17]
+# drop, reg8[18] reject), and *_acl_action acts on it with flows of its own
+ACL_STAGES = ("ls_in_acl", "ls_out_acl", "ls_in_acl_after_lb",
+              "ls_in_acl_eval", "ls_out_acl_eval", "ls_in_acl_after_lb_eval")
+_EVAL_DROPS = ("reg8[17] = 1;", "reg8[18] = 1;")
 
 
 @dataclass
@@ -44,7 +48,10 @@ class Step:
 
     @property
     def drops(self) -> bool:
-        return any(a.startswith("drop;") or a.startswith("reject") for a in self.actions)
+        if any(a.startswith("drop;") or a.startswith("reject") for a in self.actions):
+            return True
+        return self.stage.endswith("_acl_eval") and any(a.startswith(_EVAL_DROPS)
+                                                        for a in self.actions)
 
     @property
     def backends(self) -> list[str]:

@@ -91,7 +91,9 @@ def test_the_replica_follows_sb_and_holds_only_gateway_ports(sb):
     watch.subscribe(changed.set)
     watch.start()
     try:
-        wait(lambda: watch.view() is not None, "the first copy")
+        # the first copy arrives inside the connection's constructor: _api, read
+        # below, is set when that returns
+        wait(lambda: watch.view() is not None and watch._api is not None, "the first copy")
         assert gateways(watch.view(), [KEY]) == ({KEY: (None, "100.64.1.1")}, {KEY: {"10.0.0.5"}})
         assert set(watch.view().address_sets) == {egressip.address_set_name(KEY)}
         ports = {r.logical_port for r in watch._api.tables["Port_Binding"].rows.values()}

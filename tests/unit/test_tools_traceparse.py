@@ -1,5 +1,5 @@
-"""ovn-trace --detailed output (captured from the sandbox's OVN 23.03) parsed
-into sections and steps, and how each trace ended."""
+"""ovn-trace --detailed output (captured from the sandbox's OVN 23.03 and 26.03)
+parsed into sections and steps, and how each trace ended."""
 from __future__ import annotations
 
 import pathlib
@@ -26,6 +26,20 @@ def test_a_service_trace_is_delivered_through_the_load_balancer():
     assert lb[0].priority == 120 and lb[0].uuid == "f18cdfbe" and lb[0].table == 12
     out = tp.outcome(sections)
     assert out.delivered_to == "pod:a/p2" and out.dropped_at is None
+
+
+def test_an_acl_drop_of_ovn_26_is_its_eval_step_not_the_action_stage():
+    """OVN >= 23.09: the ACL's flow in ls_out_acl_eval only sets the drop bit;
+    ls_out_acl_action drops without a `drop;` the trace shows."""
+    sections = load("ovn-trace-tenant-drop-2603.txt")
+    out = tp.outcome(sections)
+    assert out.delivered_to is None
+    st = out.dropped_at
+    assert st.is_acl and st.drops and st.stage == "ls_out_acl_eval"
+    assert (st.table, st.priority, st.uuid) == (6, 4000, "22c90144")
+    assert "ip4.src == $pacific_isolated_ip4" in st.match
+    allowed = [s for sec in sections for s in sec.steps if s.stage == "ls_in_acl_eval"]
+    assert allowed and not allowed[0].drops       # the default flow decides nothing
 
 
 def test_an_acl_drop_is_the_outcome_with_its_step():
