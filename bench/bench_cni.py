@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
+import nb_commands  # noqa: E402  (the NB rows the bench sets up by hand)
 from pacific import contract, names, ovsinstall
 from pacific.sandbox import cniruntime as runtime
 from pacific.kube import client as kclient
@@ -77,7 +79,7 @@ class Bench:
         self.node = sb.nodes[0]
         self.api = kclient.load(kubeconfig_path(sb))
         self.nb = NorthboundAPI(sb.nb_remote, created_by="bench-cni")
-        self.nb.commit(self.nb.add_switch(SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
+        self.nb.commit(nb_commands.add_switch(self.nb, SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
         self.net = ipaddress.ip_network(CIDR)
         self.n = 10
         p = launch.paths(self.node)
@@ -108,7 +110,7 @@ class Bench:
                 ip = str(self.net[self.n])
                 mac = "0a:58:%02x:%02x:%02x:%02x" % tuple(ipaddress.ip_address(ip).packed)
                 lsp = names.pod_lsp_name("bench", name)
-                cmds.append(self.nb.add_switch_port(
+                cmds.append(nb_commands.add_switch_port(self.nb,
                     SWITCH, lsp, owner=Owner(names.OWNER_KIND_POD, f"bench/{name}"),
                     addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
                 pod = kr.create(self.api, kr.PODS, {

@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "e2e"))
 
+import nb_commands  # noqa: E402
 from pacific import names, ovsinstall  # noqa: E402
 from pacific.ovn import NorthboundAPI, Owner  # noqa: E402
 from pacific.sandbox.daemons import default_install  # noqa: E402
@@ -113,14 +115,14 @@ def run_pacific(n: int, batch: int) -> float:
     with Server() as srv:
         nb = NorthboundAPI(srv.remote, timeout=120)
         try:
-            nb.commit(nb.add_switch(SWITCH, owner=Owner(
+            nb.commit(nb_commands.add_switch(nb, SWITCH, owner=Owner(
                 names.OWNER_KIND_SUBNET, SWITCH)))
             t0 = time.perf_counter()
             for start in range(0, n, batch):
                 with nb.transaction() as txn:
                     for i in range(start, min(start + batch, n)):
                         name, addr, owner = port(i)
-                        txn.add(nb.add_switch_port(
+                        txn.add(nb_commands.add_switch_port(nb,
                             SWITCH, name, addresses=[addr],
                             port_security=[addr],
                             owner=Owner(names.OWNER_KIND_POD, owner)))

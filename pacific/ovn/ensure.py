@@ -14,9 +14,8 @@ converge an existing row to the desired one.  These commands "make it so":
     txn.add(EnsureAddressSet(api, "as_ns", ext))
     txn.add(AddressSetAddAddresses(api, "as_ns", ["10.16.0.5"]))
 
-``NorthboundAPI.add_switch`` / ``add_router`` / ``add_switch_port`` /
-``add_router_port`` are built on them (adding owner stamping), and the
-controller uses them directly through its NB writer.
+The controller uses them through its NB writer, with the owner's ids
+(``pacific.ovn.base.owner_ids``) as ``external_ids``.
 
 Each is an ovsdbapp ``BaseCommand``.  Rows created in a transaction are
 remembered on the transaction object so later commands find them by name.
@@ -190,14 +189,6 @@ def address_set_addresses(api, name: str) -> set[str] | None:
             return set(api.lookup(AS, name).addresses)
         except idlutils.RowNotFound:
             return None
-
-
-def owned_rows(api, table: str, kind: str, owner_kind_key: str) -> list:
-    """Rows of `table` whose external_ids[owner_kind_key] == kind (IDL read,
-    under the connection lock; RowViews)."""
-    with api.ovsdb_connection.lock:
-        return [rowview.RowView(r) for r in api.tables[table].rows.values()
-                if r.external_ids.get(owner_kind_key) == kind]
 
 
 def _ids(row) -> dict:

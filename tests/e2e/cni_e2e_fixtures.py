@@ -13,6 +13,7 @@ import itertools
 import logging
 import threading
 
+import nb_commands
 from pacific import contract, names
 from pacific.kube import resources as kr
 from pacific.kube.informer import Informer
@@ -33,7 +34,8 @@ class FakeController:
     def __init__(self, sb, api, hold: set | None = None):
         self.sb, self.api = sb, api
         self.nb = NorthboundAPI(sb.nb_remote, created_by="cni-test-fake-controller")
-        self.nb.commit(self.nb.add_switch(SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
+        self.nb.commit(nb_commands.add_switch(self.nb, SWITCH,
+                                              owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
         self.net = ipaddress.ip_network(CIDR)
         self._next = itertools.count(10)
         self._mu = threading.Lock()
@@ -62,7 +64,7 @@ class FakeController:
             self.allocated[key] = ip
         mac = "0a:58:%02x:%02x:%02x:%02x" % tuple(ipaddress.ip_address(ip).packed)
         lsp = names.pod_lsp_name(ns, name)
-        self.nb.commit(self.nb.add_switch_port(
+        self.nb.commit(nb_commands.add_switch_port(self.nb,
             SWITCH, lsp, owner=Owner(names.OWNER_KIND_POD, key),
             addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
         rec = contract.PodRecord(uid=pod["metadata"]["uid"], port=lsp, ip=ip, mac=mac, cidr=CIDR,
@@ -76,12 +78,12 @@ class FakeController:
         the cluster router; the node management ports sit on the join switch."""
         owner = Owner(names.OWNER_KIND_CLUSTER, ROUTER)
         with self.nb.transaction() as txn:
-            txn.add(self.nb.add_router(ROUTER, owner=owner))
-            txn.add(self.nb.add_switch(JOIN, owner=owner))
-            for c in self.nb.link_router_switch(ROUTER, SWITCH, "0a:58:0a:4d:00:01",
+            txn.add(nb_commands.add_router(self.nb, ROUTER, owner=owner))
+            txn.add(nb_commands.add_switch(self.nb, JOIN, owner=owner))
+            for c in nb_commands.link_router_switch(self.nb, ROUTER, SWITCH, "0a:58:0a:4d:00:01",
                                                 f"{GATEWAY}/16", owner=owner):
                 txn.add(c)
-            for c in self.nb.link_router_switch(ROUTER, JOIN, "0a:58:64:40:00:01",
+            for c in nb_commands.link_router_switch(self.nb, ROUTER, JOIN, "0a:58:64:40:00:01",
                                                 f"{JOIN_GW}/16", owner=owner):
                 txn.add(c)
 
@@ -91,7 +93,7 @@ class FakeController:
         ip = f"100.64.0.{index + 1}"
         mac = f"0a:58:64:40:00:{index + 1:02x}"
         lsp = names.node_lsp_name(node)
-        self.nb.commit(self.nb.add_switch_port(
+        self.nb.commit(nb_commands.add_switch_port(self.nb,
             JOIN, lsp, owner=Owner(names.OWNER_KIND_NODE, node),
             addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
         ann = contract.NodeRecord(ip_cidr=f"{ip}/16", mac=mac, gateway=JOIN_GW, port=lsp).annotations()

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 
+import nb_commands
 from pacific import names
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
@@ -88,7 +89,7 @@ def test_random_mac_is_unicast_and_locally_administered():
 def node(sandbox_factory):
     sb = sandbox_factory(nodes=1)
     nb = NorthboundAPI(sb.nb_remote, created_by="test-plumbing")
-    nb.commit(nb.add_switch(SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
+    nb.commit(nb_commands.add_switch(nb, SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
     ovs = OvsAPI(sb.nodes[0].ovs_remote, created_by="pacific-node")
     assert ovs.wait_for_row("Bridge", lambda r: r.name == names.INTEGRATION_BRIDGE, 30)
     node_ns = Netns(f"/run/netns/{sb.nodes[0].netns}")
@@ -107,7 +108,7 @@ def make_pod(sb, nb) -> PodAttachment:
     ip = str(ipaddress.ip_network(CIDR)[n])
     mac = "0a:58:%02x:%02x:%02x:%02x" % tuple(ipaddress.ip_address(ip).packed)
     lsp = f"plumb-{n}"
-    nb.commit(nb.add_switch_port(SWITCH, lsp, owner=Owner(names.OWNER_KIND_POD, f"t/{lsp}"),
+    nb.commit(nb_commands.add_switch_port(nb, SWITCH, lsp, owner=Owner(names.OWNER_KIND_POD, f"t/{lsp}"),
                                  addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
     ns = f"{sb.netns_prefix}plumb{n}"
     subprocess.run(["ip", "netns", "add", ns], check=True)

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from controller_fixtures import ControlPlane, wait_until
+import nb_commands
 from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.ovn import Owner
@@ -232,7 +233,7 @@ def test_restart_rebuilds_and_cleans_stale(cp):
         r.delete(cp.kube, r.PODS, f"p{i}", "default", grace_period=0)
     for i in range(20, 30):
         make_pod(cp, f"p{i}")
-    cp.nb.commit(cp.nb.add_switch_port(names.DEFAULT_SUBNET, "ghost.default",
+    cp.nb.commit(nb_commands.add_switch_port(cp.nb, names.DEFAULT_SUBNET, "ghost.default",
                                        owner=Owner(names.OWNER_KIND_POD, "default/ghost"),
                                        addresses=["0a:58:0a:10:ff:01 10.16.255.1"]))
     cp.start_controller("c2")

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
+import nb_commands
 from pacific import names
 from pacific.ovn import (NorthboundAPI, OvnConnectionError, OvnTimeoutError,
                          OvnTransactionError, Owner)
@@ -47,29 +48,29 @@ def owned_by(row, owner: Owner) -> bool:
 
 def topology(nb):
     """Commands for one of every object kind (one transaction)."""
-    lsp = nb.add_switch_port(SW, "web-0.default", owner=POD,
+    lsp = nb_commands.add_switch_port(nb, SW, "web-0.default", owner=POD,
                              addresses=["0a:00:00:10:00:05 10.16.0.5"],
                              port_security=["0a:00:00:10:00:05 10.16.0.5"])
     return [
-        nb.add_router(LR, owner=CLUSTER),
-        nb.add_switch(SW, owner=SUBNET, other_config={"subnet": "10.16.0.0/16"}),
-        *nb.link_router_switch(LR, SW, "0a:00:00:10:00:01", "10.16.0.1/16",
+        nb_commands.add_router(nb, LR, owner=CLUSTER),
+        nb_commands.add_switch(nb, SW, owner=SUBNET, other_config={"subnet": "10.16.0.0/16"}),
+        *nb_commands.link_router_switch(nb, LR, SW, "0a:00:00:10:00:01", "10.16.0.1/16",
                                owner=SUBNET),
         lsp,
-        nb.add_address_set("as-default", ["10.16.0.5"], owner=SUBNET),
-        nb.add_port_group("pg-default", [lsp], owner=SUBNET),
-        nb.add_acl(SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
+        nb_commands.add_address_set(nb, "as-default", ["10.16.0.5"], owner=SUBNET),
+        nb_commands.add_port_group(nb, "pg-default", [lsp], owner=SUBNET),
+        nb_commands.add_acl(nb, SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
                    "allow-related", owner=SUBNET),
-        nb.add_acl("pg-default", "from-lport", names.PRIO_ACL_ISOLATION_DROP,
+        nb_commands.add_acl(nb, "pg-default", "from-lport", names.PRIO_ACL_ISOLATION_DROP,
                    "ip4", "drop", owner=SUBNET, port_group=True),
-        nb.add_load_balancer("svc-web", "10.96.0.10:80", ["10.16.0.5:8080"],
+        nb_commands.add_load_balancer(nb, "svc-web", "10.96.0.10:80", ["10.16.0.5:8080"],
                              owner=SUBNET),
-        nb.add_nat(LR, "snat", "172.31.0.5", "10.16.0.0/16", owner=SUBNET),
-        nb.add_static_route(LR, "10.17.0.0/16", "100.64.0.2", owner=SUBNET),
-        nb.add_policy(LR, names.PRIO_POLICY_DISTRIBUTED_EGRESS,
+        nb_commands.add_nat(nb, LR, "snat", "172.31.0.5", "10.16.0.0/16", owner=SUBNET),
+        nb_commands.add_static_route(nb, LR, "10.17.0.0/16", "100.64.0.2", owner=SUBNET),
+        nb_commands.add_policy(nb, LR, names.PRIO_POLICY_DISTRIBUTED_EGRESS,
                       "ip4.src == 10.16.0.5", "reroute",
                       nexthops=["100.64.0.2"], owner=SUBNET),
-        nb.add_qos(SW, "from-lport", 100, 'inport == "web-0.default"',
+        nb_commands.add_qos(nb, SW, "from-lport", 100, 'inport == "web-0.default"',
                    rate=1000, owner=POD),
     ]
 
@@ -105,16 +106,16 @@ def test_rerun_is_idempotent_and_updates(nb):
     assert {t: len(nb.tables[t].rows) for t in KINDS} == before
     # updates through the same helpers
     nb.commit(
-        nb.add_switch_port(SW, "web-0.default", owner=POD,
+        nb_commands.add_switch_port(nb, SW, "web-0.default", owner=POD,
                            addresses=["0a:00:00:10:00:06 10.16.0.6"]),
-        nb.add_address_set("as-default", ["10.16.0.6", "10.16.0.7"],
+        nb_commands.add_address_set(nb, "as-default", ["10.16.0.6", "10.16.0.7"],
                            owner=SUBNET),
-        nb.add_load_balancer("svc-web", "10.96.0.10:80",
+        nb_commands.add_load_balancer(nb, "svc-web", "10.96.0.10:80",
                              ["10.16.0.6:8080", "10.16.0.7:8080"], owner=SUBNET),
-        nb.add_acl(SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
+        nb_commands.add_acl(nb, SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
                    "allow", owner=SUBNET),
-        nb.add_static_route(LR, "10.17.0.0/16", "100.64.0.3", owner=SUBNET),
-        nb.add_qos(SW, "from-lport", 100, 'inport == "web-0.default"',
+        nb_commands.add_static_route(nb, LR, "10.17.0.0/16", "100.64.0.3", owner=SUBNET),
+        nb_commands.add_qos(nb, SW, "from-lport", 100, 'inport == "web-0.default"',
                    rate=2000, owner=POD),
     )
     assert nb.lookup("Logical_Switch_Port", "web-0.default").addresses == [
@@ -141,7 +142,7 @@ def test_delete_owned_removes_root_and_child_rows(nb):
         assert n == KINDS[table][1], table
         assert nb.rows_owned(table) == [], table
     # keep= spares live owners: only the stale pod port goes
-    nb.commit(nb.add_switch_port(SW, "web-1.default", owner=Owner(
+    nb.commit(nb_commands.add_switch_port(nb, SW, "web-1.default", owner=Owner(
         names.OWNER_KIND_POD, "default/web-1")))
     nb.commit(nb.delete_owned(
         "Logical_Switch_Port", names.OWNER_KIND_POD,
@@ -156,13 +157,13 @@ def test_delete_owned_removes_root_and_child_rows(nb):
 
 
 def test_batch_of_1000_ports_in_one_transaction(nb):
-    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    nb.commit(nb_commands.add_switch(nb, SW, owner=SUBNET))
     t0 = time.monotonic()
     with nb.transaction() as txn:
         for i in range(1000):
             ip = f"10.16.{i // 250}.{i % 250 + 2}"
             mac = f"0a:00:00:10:{i // 250:02x}:{i % 250 + 2:02x}"
-            txn.add(nb.add_switch_port(
+            txn.add(nb_commands.add_switch_port(nb,
                 SW, f"p{i}.bulk", owner=Owner(names.OWNER_KIND_POD, f"bulk/p{i}"),
                 addresses=[f"{mac} {ip}"], port_security=[f"{mac} {ip}"]))
     elapsed = time.monotonic() - t0
@@ -174,10 +175,10 @@ def test_batch_of_1000_ports_in_one_transaction(nb):
 
 
 def test_failed_command_raises_named_error_and_commits_nothing(nb):
-    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    nb.commit(nb_commands.add_switch(nb, SW, owner=SUBNET))
     with pytest.raises(OvnTransactionError) as e:
-        nb.commit(nb.add_switch_port(SW, "ok.default", owner=POD),
-                  nb.add_switch_port("no-such-switch", "x.default", owner=POD))
+        nb.commit(nb_commands.add_switch_port(nb, SW, "ok.default", owner=POD),
+                  nb_commands.add_switch_port(nb, "no-such-switch", "x.default", owner=POD))
     err = e.value
     assert "no-such-switch" in err.failed_command
     assert "Cannot find Logical_Switch" in err.detail
@@ -191,7 +192,7 @@ def nbdb_remote_in(err, nb) -> bool:
 
 
 def test_server_side_error_carries_ovsdb_text(nb):
-    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    nb.commit(nb_commands.add_switch(nb, SW, owner=SUBNET))
     # two address sets of one name violate the schema index: ovsdb-server refuses
     with pytest.raises(OvnTransactionError) as e:
         nb.commit(nb.db_create("Address_Set", name="dup"),
@@ -200,11 +201,11 @@ def test_server_side_error_carries_ovsdb_text(nb):
     assert "constraint violation" in e.value.detail
     assert e.value.failed_command is None
     # the connection still works afterwards
-    nb.commit(nb.add_switch_port(SW, "after.default", owner=POD))
+    nb.commit(nb_commands.add_switch_port(nb, SW, "after.default", owner=POD))
 
 
 def test_reconnect_after_kill9_and_restart(nbdb, nb):
-    nb.commit(nb.add_switch(SW, owner=SUBNET))
+    nb.commit(nb_commands.add_switch(nb, SW, owner=SUBNET))
     nbdb.kill9()
     deadline = time.monotonic() + 5
     while nb.is_connected() and time.monotonic() < deadline:
@@ -216,7 +217,7 @@ def test_reconnect_after_kill9_and_restart(nbdb, nb):
 
     def writer():
         try:
-            nb.commit(nb.add_switch_port(SW, "during.default", owner=POD))
+            nb.commit(nb_commands.add_switch_port(nb, SW, "during.default", owner=POD))
             result["ok"] = True
         except Exception as ex:  # reported below
             result["error"] = ex
@@ -228,7 +229,7 @@ def test_reconnect_after_kill9_and_restart(nbdb, nb):
     t.join(15)
     assert result == {"ok": True}
     # the cache was re-read: old rows present, new commands work
-    nb.commit(nb.add_switch_port(SW, "after.default", owner=POD))
+    nb.commit(nb_commands.add_switch_port(nb, SW, "after.default", owner=POD))
     assert {p.name for p in nb.lookup("Logical_Switch", SW).ports} == {
         "during.default", "after.default"}
 
@@ -240,7 +241,7 @@ def test_transaction_while_server_down_raises_timeout(tmp_path):
         srv.kill9()
         t0 = time.monotonic()
         with pytest.raises(OvnTimeoutError) as e:
-            api.commit(api.add_switch(SW, owner=SUBNET))
+            api.commit(nb_commands.add_switch(api, SW, owner=SUBNET))
         assert time.monotonic() - t0 < 10
         assert srv.remote in str(e.value)
         assert "not committed within 1.5s" in str(e.value)
@@ -257,8 +258,8 @@ def test_two_apis_on_two_databases_stay_separate(tmp_path):
         a = NorthboundAPI(a_srv.remote, timeout=10)
         b = NorthboundAPI(b_srv.remote, timeout=10)
         assert a.ovsdb_connection is not b.ovsdb_connection
-        a.commit(a.add_switch("only-a", owner=SUBNET))
-        b.commit(b.add_switch("only-b", owner=SUBNET))
+        a.commit(nb_commands.add_switch(a, "only-a", owner=SUBNET))
+        b.commit(nb_commands.add_switch(b, "only-b", owner=SUBNET))
         assert [r.name for r in a.rows_owned("Logical_Switch")] == ["only-a"]
         assert [r.name for r in b.rows_owned("Logical_Switch")] == ["only-b"]
         # a third API on a's database sees a's data through its own connection
@@ -284,8 +285,8 @@ def test_connect_to_missing_server_raises_connection_error(tmp_path):
 
 
 def test_wait_for_row_wakes_on_change_from_another_client(nbdb, nb):
-    nb.commit(nb.add_switch(SW, owner=SUBNET),
-              nb.add_switch_port(SW, "web-0.default", owner=POD))
+    nb.commit(nb_commands.add_switch(nb, SW, owner=SUBNET),
+              nb_commands.add_switch_port(nb, SW, "web-0.default", owner=POD))
     other = NorthboundAPI(nbdb.remote, timeout=10)
     try:
         timer = threading.Timer(0.2, lambda: other.commit(
@@ -308,15 +309,15 @@ def test_wait_for_row_wakes_on_change_from_another_client(nbdb, nb):
 # --- create-or-update (pacific.ovn.ensure under the add_* helpers) -----------
 
 def test_router_port_mac_and_networks_change_in_place(nb):
-    nb.commit(nb.add_router(LR, owner=CLUSTER), nb.add_switch(SW, owner=SUBNET),
-              *nb.link_router_switch(LR, SW, "0A:00:00:10:00:01", "10.16.0.1/16",
+    nb.commit(nb_commands.add_router(nb, LR, owner=CLUSTER), nb_commands.add_switch(nb, SW, owner=SUBNET),
+              *nb_commands.link_router_switch(nb, LR, SW, "0A:00:00:10:00:01", "10.16.0.1/16",
                                      owner=SUBNET))
     rp = names.router_port_name(SW)
     before = nb.lookup("Logical_Router_Port", rp)
     assert before.mac == "0a:00:00:10:00:01"          # normalized like ovn-nbctl
     # a changed gateway: same row, new mac and networks (ovsdbapp's
     # lrp_add(may_exist=True) raised "exists with different mac" here)
-    [res] = nb.commit(nb.add_router_port(LR, rp, "0a:00:00:10:00:fe",
+    [res] = nb.commit(nb_commands.add_router_port(nb, LR, rp, "0a:00:00:10:00:fe",
                                          ["10.16.0.254/16", "fd00::1/64"], owner=SUBNET))
     after = nb.lookup("Logical_Router_Port", rp)
     assert after.uuid == before.uuid == res.uuid
@@ -329,8 +330,8 @@ def test_router_port_mac_and_networks_change_in_place(nb):
 
 def test_switch_port_update_moves_and_keeps_unmanaged_columns(nb):
     a, b = "10.16.0.5", "10.16.0.6"
-    nb.commit(nb.add_switch(SW, owner=SUBNET), nb.add_switch("other", owner=SUBNET),
-              nb.add_switch_port(SW, "web-0.default", owner=POD,
+    nb.commit(nb_commands.add_switch(nb, SW, owner=SUBNET), nb_commands.add_switch(nb, "other", owner=SUBNET),
+              nb_commands.add_switch_port(nb, SW, "web-0.default", owner=POD,
                                  addresses=[f"0a:00:00:10:00:05 {a}"],
                                  port_security=[f"0a:00:00:10:00:05 {a}"],
                                  extra_ids={"keep": "me"}))
@@ -338,7 +339,7 @@ def test_switch_port_update_moves_and_keeps_unmanaged_columns(nb):
     # new addresses; port_security not passed: kept; owner ids re-stamped,
     # other external_ids kept (merged, as before)
     other_pod = Owner(names.OWNER_KIND_POD, "default/web-0b")
-    nb.commit(nb.add_switch_port(SW, "web-0.default", owner=other_pod,
+    nb.commit(nb_commands.add_switch_port(nb, SW, "web-0.default", owner=other_pod,
                                  addresses=[f"0a:00:00:10:00:06 {b}"]))
     p = nb.lookup("Logical_Switch_Port", "web-0.default")
     assert p.uuid == uuid
@@ -346,12 +347,12 @@ def test_switch_port_update_moves_and_keeps_unmanaged_columns(nb):
     assert p.port_security == [f"0a:00:00:10:00:05 {a}"]
     assert owned_by(p, other_pod) and p.external_ids["keep"] == "me"
     # the same port name on another switch: moved, not duplicated
-    nb.commit(nb.add_switch_port("other", "web-0.default", owner=POD, type="", options={}))
+    nb.commit(nb_commands.add_switch_port(nb, "other", "web-0.default", owner=POD, type="", options={}))
     assert [x.name for x in nb.lookup("Logical_Switch", "other").ports] == ["web-0.default"]
     assert list(nb.lookup("Logical_Switch", SW).ports) == []
     assert nb.lookup("Logical_Switch_Port", "web-0.default").uuid == uuid
     # explicit external_ids replace the map (owner ids still on top)
-    nb.commit(nb.add_switch_port("other", "web-0.default", owner=POD,
+    nb.commit(nb_commands.add_switch_port(nb, "other", "web-0.default", owner=POD,
                                  external_ids={"only": "this"}))
     assert nb.lookup("Logical_Switch_Port", "web-0.default").external_ids == {
         "only": "this", **POD.external_ids(), names.EXT_CREATED_BY: "test"}
@@ -362,18 +363,18 @@ def test_same_transaction_create_then_reference(nb):
     (a switch and its ports, a router and its port, then ovsdbapp commands on
     them); rerunning the same batch changes nothing."""
     def batch():
-        return [nb.add_router(LR, owner=CLUSTER),
-                nb.add_switch(SW, owner=SUBNET, other_config={"subnet": "10.16.0.0/16"}),
-                *nb.link_router_switch(LR, SW, "0a:00:00:10:00:01", "10.16.0.1/16",
+        return [nb_commands.add_router(nb, LR, owner=CLUSTER),
+                nb_commands.add_switch(nb, SW, owner=SUBNET, other_config={"subnet": "10.16.0.0/16"}),
+                *nb_commands.link_router_switch(nb, LR, SW, "0a:00:00:10:00:01", "10.16.0.1/16",
                                        owner=SUBNET),
-                nb.add_switch_port(SW, "web-0.default", owner=POD,
+                nb_commands.add_switch_port(nb, SW, "web-0.default", owner=POD,
                                    addresses=["0a:00:00:10:00:05 10.16.0.5"]),
                 # same port again in the same transaction: converges, no second row
-                nb.add_switch_port(SW, "web-0.default", owner=POD,
+                nb_commands.add_switch_port(nb, SW, "web-0.default", owner=POD,
                                    addresses=["0a:00:00:10:00:07 10.16.0.7"]),
-                nb.add_acl(SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
+                nb_commands.add_acl(nb, SW, "to-lport", names.PRIO_ACL_DEFAULT_ALLOW, "ip4",
                            "allow-related", owner=SUBNET),
-                nb.add_static_route(LR, "10.17.0.0/16", "100.64.0.2", owner=SUBNET)]
+                nb_commands.add_static_route(nb, LR, "10.17.0.0/16", "100.64.0.2", owner=SUBNET)]
     results = nb.commit(*batch())
     assert [r.name for r in results[:5]] == [
         LR, SW, names.router_port_name(SW), names.switch_router_port_name(SW),
@@ -415,7 +416,7 @@ def test_port_is_reads_under_the_connection_lock(nb):
 
 
 def test_wait_for_row_raises_a_broken_predicate(nb):
-    nb.commit(nb.add_switch("s1", owner=SUBNET))
+    nb.commit(nb_commands.add_switch(nb, "s1", owner=SUBNET))
     with pytest.raises(KeyError):
         nb.wait_for_row("Logical_Switch", lambda r: r.external_ids["missing"] == "x", 0.1)
     # the watcher was removed: a later wait works

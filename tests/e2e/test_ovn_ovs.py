@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ovsdb_fixtures import NB_SCHEMA, VSWITCH_SCHEMA, OvsdbServer
+import nb_commands
 from pacific import names
 from pacific.ovn import NorthboundAPI, OvnTransactionError, OvsAPI, Owner
 
@@ -133,7 +134,7 @@ def test_nb_and_ovs_apis_in_one_process_keep_their_own_connection(tmp_path,
         assert "Logical_Switch" in nb.tables and "Logical_Switch" not in ovs.tables
         assert "Bridge" in ovs.tables and "Bridge" not in nb.tables
         ovs.commit(ovs.add_br(BR))
-        nb.commit(nb.add_switch("s1", owner=POD))
+        nb.commit(nb_commands.add_switch(nb, "s1", owner=POD))
         assert ovs.list_br().execute(check_error=True) == [BR]
         assert [r.name for r in nb.rows_owned("Logical_Switch")] == ["s1"]
     finally:

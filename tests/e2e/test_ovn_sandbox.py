@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+import nb_commands
 from pacific import names, ovsinstall
 from pacific.ovn import NorthboundAPI, OvsAPI, Owner
 from pacific.sandbox.daemons import default_install
@@ -22,8 +23,8 @@ def test_bound_port_becomes_ovn_installed_and_up(sandbox_factory):
     lsp = "probe.ovn-test"
     owner = Owner(names.OWNER_KIND_POD, "ovn-test/probe")
     try:
-        nb.commit(nb.add_switch("t-ovn-ls", owner=owner),
-                  nb.add_switch_port("t-ovn-ls", lsp, owner=owner,
+        nb.commit(nb_commands.add_switch(nb, "t-ovn-ls", owner=owner),
+                  nb_commands.add_switch_port(nb, "t-ovn-ls", lsp, owner=owner,
                                      addresses=["0a:00:47:00:00:05 10.71.0.5"]))
         # an internal port lives in the node's namespace (vswitchd runs there);
         # the commit returns once ovs-vswitchd applied it (cur_cfg)

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import nb_commands
 from pacific import names
 from pacific.ovn.nb import NorthboundAPI, Owner
 
@@ -64,15 +65,15 @@ def net(sandbox_factory):
     try:
         cluster = Owner(names.OWNER_KIND_CLUSTER, ROUTER)
         with nb.transaction() as txn:
-            txn.add(nb.add_router(ROUTER, owner=cluster))
+            txn.add(nb_commands.add_router(nb, ROUTER, owner=cluster))
             for ls, (gw, mac) in SWITCHES.items():
                 owner = Owner(names.OWNER_KIND_SUBNET, ls)
-                txn.add(nb.add_switch(ls, owner=owner))
-                for cmd in nb.link_router_switch(ROUTER, ls, mac, gw, owner=owner):
+                txn.add(nb_commands.add_switch(nb, ls, owner=owner))
+                for cmd in nb_commands.link_router_switch(nb, ROUTER, ls, mac, gw, owner=owner):
                     txn.add(cmd)
             for pod, (_node, ls, cidr, mac) in PODS.items():
                 addr = f"{mac} {cidr.split('/')[0]}"
-                txn.add(nb.add_switch_port(ls, f"{pod}.test", addresses=[addr],
+                txn.add(nb_commands.add_switch_port(nb, ls, f"{pod}.test", addresses=[addr],
                                            port_security=[addr],
                                            owner=Owner(names.OWNER_KIND_POD, f"test/{pod}")))
     finally:
