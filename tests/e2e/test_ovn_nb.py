@@ -306,6 +306,51 @@ def test_wait_for_row_wakes_on_change_from_another_client(nbdb, nb):
         other.close()
 
 
+def test_rows_owned_follows_owner_changes_made_by_another_client(nbdb, nb):
+    """rows_owned reads the owner index kept from row events: a row whose owner
+    another client changes moves to its new owner, a deleted row leaves, a row
+    without owner ids is nobody's; the table is never scanned for it."""
+    other_pod = Owner(names.OWNER_KIND_POD, "default/web-1")
+    nb.commit(nb_commands.add_switch(nb, SW, owner=SUBNET),
+              *[nb_commands.add_switch_port(nb, SW, f"p{i}.default", owner=POD)
+                for i in range(3)],
+              nb_commands.add_switch_port(nb, SW, "q.default", owner=other_pod))
+    nb.commit(nb.ls_add("unowned"))
+
+    def owned(kind=None, owner=None):
+        return sorted(r.name for r in nb.rows_owned("Logical_Switch_Port", kind, owner))
+    assert owned(names.OWNER_KIND_POD, POD.name) == ["p0.default", "p1.default", "p2.default"]
+    assert owned(names.OWNER_KIND_POD, other_pod.name) == ["q.default"]
+    assert owned(names.OWNER_KIND_SUBNET) == []
+    assert [r.name for r in nb.rows_owned("Logical_Switch")] == [SW]
+    other = NorthboundAPI(nbdb.remote, timeout=10)
+    try:
+        other.commit(other.lsp_del("p0.default"))
+        other.commit(other.db_set("Logical_Switch_Port", "p1.default", (
+            "external_ids", {names.EXT_OWNER: other_pod.name})))
+        other.commit(other.db_remove("Logical_Switch_Port", "p2.default", "external_ids",
+                                     names.EXT_OWNER_KIND))
+        # one server, updates in order: the last change seen means all are
+        assert nb.wait_for_row("Logical_Switch_Port", lambda r: r.name == "p2.default" and
+                               names.EXT_OWNER_KIND not in r.external_ids, 5)
+        assert nb.lookup("Logical_Switch_Port", "p0.default", default=None) is None
+    finally:
+        other.close()
+    assert owned(names.OWNER_KIND_POD, POD.name) == []
+    assert owned(names.OWNER_KIND_POD, other_pod.name) == ["p1.default", "q.default"]
+    assert owned() == ["p1.default", "q.default"]
+    # a reconnect re-reads the rows: the index still answers the same
+    nbdb.kill9()
+    nbdb.start()
+    assert nb.wait_for_row("Logical_Switch_Port", lambda r: r.name == "q.default", 10)
+    nb.commit(nb_commands.add_switch_port(nb, SW, "r.default", owner=POD))
+    assert owned(names.OWNER_KIND_POD, POD.name) == ["r.default"]
+    assert owned(names.OWNER_KIND_POD, other_pod.name) == ["p1.default", "q.default"]
+    with nb.ovsdb_connection.lock:     # what rows_owned read: the index, one row
+        assert len(nb.idl.owners.uuids("Logical_Switch_Port", names.OWNER_KIND_POD,
+                                       POD.name)) == 1
+
+
 # --- create-or-update (pacific.ovn.ensure under the add_* helpers) -----------
 
 def test_router_port_mac_and_networks_change_in_place(nb):
