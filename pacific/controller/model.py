@@ -206,6 +206,19 @@ def _same_except(a: dict, b: dict, meta_keys: tuple[str, ...]) -> bool:
             == {k: v for k, v in meta(b).items() if k not in meta_keys})
 
 
+def with_annotations(obj: dict, patch: dict) -> dict:
+    """`obj` as a merge patch of its annotations would leave it (None removes)."""
+    m = dict(meta(obj))
+    ann = dict(m.get("annotations") or {})
+    for k, v in patch.items():
+        if v is None:
+            ann.pop(k, None)
+        else:
+            ann[k] = v
+    m["annotations"] = ann
+    return {**obj, "metadata": m}
+
+
 def same_for_allocation(a: dict, b: dict) -> bool:
     """Equal in everything the pod reconciler reads (labels and the resource
     version aside)."""

@@ -81,6 +81,11 @@ class PodFeature(Feature):
         # StatefulSet event finds its pods without scanning every IP object
         self._sts_pods: dict[tuple[str, str], set[str]] = {}
         self._legacy_ports: dict[str, list[str]] = {}   # pod key -> ports named before
+        # the reconciler's own writes, until their watch events come back: an event
+        # that brings exactly what it wrote needs no reconcile (it would find all
+        # in place).  Recorded before the write: the event can arrive first.
+        self._own_records: dict[str, dict] = {}     # pod key -> annotations patched
+        self._own_ips: dict[str, dict] = {}         # IP object name -> spec written
 
     def workers(self, cfg) -> int:
         return cfg.workers
@@ -105,23 +110,47 @@ class PodFeature(Feature):
         return {"pods": self._on_pod, "ips": self._on_ip, "statefulsets": self._on_sts,
                 "namespaces": self._on_namespace}
 
-    @staticmethod
-    def _on_pod(old, new):
+    def _on_pod(self, old, new):
         # an update of nothing the allocation reads (labels, status, other
         # annotations...) needs no reconcile; features that select on labels
         # subscribe to the same informer with their own filter
-        if old is not None and new is not None and model.same_for_allocation(old, new):
-            return ()
         m = model.meta(new or old)
-        return (model.pod_key(m.get("namespace", "default"), m.get("name", "")),)
+        key = model.pod_key(m.get("namespace", "default"), m.get("name", ""))
+        if old is not None and new is not None:
+            with self._lock:
+                wrote = self._own_records.get(key)
+            if wrote is not None and model.same_for_allocation(
+                    model.with_annotations(old, wrote), new):
+                with self._lock:        # the record this reconciler just wrote
+                    self._own_records.pop(key, None)
+                return ()
+            if model.same_for_allocation(old, new):
+                return ()
+        if new is None:
+            with self._lock:
+                self._own_records.pop(key, None)
+        return (key,)
 
     def _on_ip(self, old, new):
         keys = []
+        own = False
+        if new is not None:
+            name = model.meta(new).get("name")
+            with self._lock:
+                own = self._own_ips.get(name) == new.get("spec")
+                if own:       # the object this reconciler just created or patched
+                    self._own_ips.pop(name, None)
+        elif old is not None:
+            with self._lock:
+                self._own_ips.pop(model.meta(old).get("name"), None)
         for obj, present in ((old, False), (new, True)):
             spec = (obj or {}).get("spec") or {}
             if not (spec.get("namespace") and spec.get("pod")):
                 continue
-            keys.append(model.pod_key(spec["namespace"], spec["pod"]))
+            key = model.pod_key(spec["namespace"], spec["pod"])
+            if not own or key != model.pod_key((new["spec"] or {}).get("namespace", ""),
+                                               (new["spec"] or {}).get("pod", "")):
+                keys.append(key)
             if spec.get("ownerKind") == names.OWNER_KIND_STATEFULSET and spec.get("ownerName"):
                 idx = (spec["namespace"], spec["ownerName"])
                 with self._lock:
@@ -307,11 +336,18 @@ class PodFeature(Feature):
             LOG.warning("%s", msg)
             metrics.refused("ForeignAllocationRecord")
             self.ctl.event(pod, "ForeignAllocationRecord", msg)
+        wrote = rec.annotations()
+        with self._lock:
+            self._own_records[key] = wrote
         try:
-            r.patch_merge(self.ctl.kube, r.PODS, m["name"], {"metadata": {"annotations": rec.annotations()}},
+            r.patch_merge(self.ctl.kube, r.PODS, m["name"], {"metadata": {"annotations": wrote}},
                           m["namespace"])
-        except kerr.NotFound:
-            return  # deleted meanwhile: the delete event brings us back
+        except Exception as exc:
+            with self._lock:
+                self._own_records.pop(key, None)
+            if isinstance(exc, kerr.NotFound):
+                return  # deleted meanwhile: the delete event brings us back
+            raise
         if not foreign or legacy_only:
             LOG.info("pod %s: %s mac %s on %s (node %s)", key, rec.ip, rec.mac, rec.subnet, node)
 
@@ -320,17 +356,26 @@ class PodFeature(Feature):
         body = model.ip_object(ns, name, alloc.subnet, alloc.ip, alloc.mac, node, sts)
         obj_name = body["metadata"]["name"]
         cur = ctl.informer("ips").get(obj_name)
-        if cur is None:
-            try:
-                r.create(ctl.kube, r.IPS, body)
-                return
-            except kerr.AlreadyExists:
-                cur = r.get(ctl.kube, r.IPS, obj_name)
-                if cur is None:
-                    raise
-        if (cur.get("spec") or {}) != body["spec"]:
-            r.patch_merge(ctl.kube, r.IPS, obj_name, {"spec": body["spec"],
-                                                      "metadata": {"labels": body["metadata"]["labels"]}})
+        if cur is not None and (cur.get("spec") or {}) == body["spec"]:
+            return
+        with self._lock:
+            self._own_ips[obj_name] = body["spec"]
+        try:
+            if cur is None:
+                try:
+                    r.create(ctl.kube, r.IPS, body)
+                    return
+                except kerr.AlreadyExists:
+                    cur = r.get(ctl.kube, r.IPS, obj_name)
+                    if cur is None:
+                        raise
+            if (cur.get("spec") or {}) != body["spec"]:
+                r.patch_merge(ctl.kube, r.IPS, obj_name, {
+                    "spec": body["spec"], "metadata": {"labels": body["metadata"]["labels"]}})
+        except Exception:
+            with self._lock:
+                self._own_ips.pop(obj_name, None)
+            raise
 
     def _refuse(self, key: str, pod: dict, reason: str, message: str) -> None:
         ns, name = key.split("/", 1)

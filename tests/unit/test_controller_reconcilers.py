@@ -117,6 +117,34 @@ def test_a_label_change_does_not_requeue_the_pod_reconciler(ctl):
     assert ctl.informer("pods").get("default/lab")["metadata"]["labels"] == {"app": "b"}
 
 
+def test_the_pod_reconciler_is_not_woken_by_its_own_writes(ctl):
+    """Its IP object and its record come back as watch events (here before the
+    write returns, as a watch may): exactly what it wrote needs no second run;
+    someone else's change does."""
+    feat = ctl.feature("pod")
+    runs = []
+    real = feat.reconcile
+    feat.reconcile = lambda key: (runs.append(key), real(key))[1]
+    ctl.kube.add(r.PODS, pod_body("once"), "default")
+    drain(ctl)
+    assert runs == ["default/once"]
+    rec = record(ctl, "once")
+    assert rec is not None
+    assert r.get(ctl.kube, r.IPS, model.ip_object_name("default", "once")) is not None
+    # another writer removes the record: woken, and it writes it back
+    r.patch_merge(ctl.kube, r.PODS, "once", {"metadata": {"annotations": {
+        names.ANN_ALLOCATION: None}}}, "default")
+    drain(ctl)
+    assert runs == ["default/once"] * 2 and record(ctl, "once") == rec
+    # another writer edits the IP object: woken, and its spec is put back
+    ip = model.ip_object_name("default", "once")
+    r.patch_merge(ctl.kube, r.IPS, ip, {"spec": {"nodeName": "elsewhere"}})
+    drain(ctl)
+    assert runs == ["default/once"] * 3
+    assert r.get(ctl.kube, r.IPS, ip)["spec"]["nodeName"] == "node1"
+    assert feat._own_records == {} and feat._own_ips == {}
+
+
 def test_a_pod_refused_for_a_missing_subnet_is_retried_when_it_appears(ctl):
     ctl.kube.add(r.PODS, pod_body("early", ann={names.ANN_LOGICAL_SWITCH: "blue"}), "default")
     drain(ctl)
