@@ -24,7 +24,7 @@ import time
 from pacific import names
 from pacific.controller import metrics, topology
 from pacific.controller.config import Config
-from pacific.controller.feature import Feature, merge_informer_specs
+from pacific.controller.feature import Feature, merge_informer_specs, wire_uses
 from pacific.controller.lagprobe import LagProbe
 from pacific.controller.transit import TransitNetworks
 from pacific.kube import resources as r
@@ -54,6 +54,7 @@ class Controller:
                                               max_delay=cfg.batch_delay, batch=cfg.batch)
         self.features: list[Feature] = [cls(self) for cls in (features or FEATURES)]
         self._by_name = {f.name: f for f in self.features}
+        wire_uses(self.features)
         specs = merge_informer_specs(self.features)
         subscribers: dict[str, list] = {name: [] for name in specs}
         for f in self.features:

@@ -46,6 +46,10 @@ class InformerSpec:
 class Feature:
     name = ""
     informers: dict[str, InformerSpec] = {}
+    # the other features this one calls, attribute -> feature name: the controller
+    # sets each attribute once every feature exists (`wire_uses`), so a feature
+    # reads `self.subnets.spec(...)`, never looks another up by a string at run time
+    uses: dict[str, str] = {}
 
     def __init__(self, ctl):
         self.ctl = ctl
@@ -89,6 +93,18 @@ class Feature:
                 self.queue.add(k)
                 n += 1
         return n
+
+
+def wire_uses(features: list[Feature]) -> None:
+    """Set every feature's `uses` attributes to the features they name; a name
+    that is not among `features` is an error at start, not at the first event."""
+    by_name = {f.name: f for f in features}
+    for f in features:
+        for attr, dep in f.uses.items():
+            if dep not in by_name:
+                raise ValueError(f"feature {f.name} uses feature {dep!r}, which is not "
+                                 f"in the controller's features ({', '.join(by_name)})")
+            setattr(f, attr, by_name[dep])
 
 
 def merge_informer_specs(features: list[Feature]) -> dict[str, InformerSpec]:

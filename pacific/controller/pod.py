@@ -72,6 +72,7 @@ class PodFeature(Feature):
     name = "pod"
     informers = {"pods": informers.PODS, "ips": informers.IPS, "namespaces": informers.NAMESPACES,
                  "statefulsets": informers.STATEFULSETS, "subnets": informers.SUBNETS}
+    uses = {"subnets": "subnet"}       # a pod's Subnet: its spec, binding, usage
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -190,7 +191,7 @@ class PodFeature(Feature):
     def before_workers(self, stop: threading.Event, timeout: float = 30.0) -> None:
         """Let every Subnet get its switch (or its refusal) before pods are
         reconciled, so a big restart does not park thousands of pods in retry."""
-        subnets = self.ctl.feature("subnet")
+        subnets = self.subnets
         deadline = time.monotonic() + timeout
         while not stop.is_set() and time.monotonic() < deadline:
             names_ = [model.meta(s).get("name") for s in self.ctl.informer("subnets").list()]
@@ -229,7 +230,7 @@ class PodFeature(Feature):
         ctl = self.ctl
         key = model.pod_key(ns, name)
         ann = model.annotations(pod)
-        subnets = ctl.feature("subnet")
+        subnets = self.subnets
         ns_obj = ctl.informer("namespaces").get(ns)
         subnet, why = model.choose_subnet(pod, ns_obj, subnets.namespace_binding(),
                                           subnets.default_name())
@@ -440,6 +441,6 @@ class PodFeature(Feature):
             if alloc is not None:
                 ctl.ipam.release(key)
         if alloc is not None:
-            ctl.feature("subnet").mark_dirty(alloc.subnet)
+            self.subnets.mark_dirty(alloc.subnet)
             LOG.info("pod %s gone: released %s in %s", key, alloc.ip, alloc.subnet)
             self.requeue_refused(released=True)

@@ -81,6 +81,7 @@ def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
 class SubnetFeature(Feature):
     name = "subnet"
     informers = {"subnets": informers.SUBNETS, "ips": informers.IPS, "nodes": informers.NODES}
+    uses = {"pods": "pod"}             # pods refused for a missing Subnet are retried
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -232,7 +233,7 @@ class SubnetFeature(Feature):
         self._set_status(obj, True, "Applied", f"logical switch {name} on {names.CLUSTER_ROUTER}, "
                          f"gateway {spec.gateway}", gateway=spec.gateway, cidr=spec.cidr)
         if old is None or was_refused:
-            ctl.feature("pod").requeue_refused()
+            self.pods.requeue_refused()
 
     # -- pieces ------------------------------------------------------------------
     def _usage(self, name: str) -> tuple[int, int]:

@@ -10,6 +10,7 @@ import pytest
 from controller_fakes import drain, make_controller, events as fake_events
 from pacific import contract, names
 from pacific.controller import model, rebuild
+from pacific.controller.feature import Feature, wire_uses
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -291,3 +292,14 @@ def test_policies_compile_against_the_pods_and_namespaces_their_events_said(ctl)
     assert seen() == rebuilt()
     assert ("shop", "b") in {(p[0], p[1]) for p in seen()[0] if ("role", "db") in p[3]}
     assert seen()[1]["shop"] == {"team": "b"}
+
+
+def test_features_reach_each_other_through_declared_uses(ctl):
+    pods, subnets = ctl.feature("pod"), ctl.feature("subnet")
+    assert pods.subnets is subnets and subnets.pods is pods
+
+    class Lonely(Feature):
+        name = "lonely"
+        uses = {"helper": "nowhere"}
+    with pytest.raises(ValueError, match="feature lonely uses feature 'nowhere', which is not"):
+        wire_uses([Lonely(ctl)])
