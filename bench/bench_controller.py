@@ -182,7 +182,7 @@ def rebuild_time(workdir: Path, n: int) -> tuple[float, float]:
         ipam.add_subnet(names.DEFAULT_SUBNET, BIG_CIDR)
         for ip in inf.list():
             s = ip["spec"]
-            ipam.restore(s["subnet"], model.pod_key(s["namespace"], s["pod"]), s["ipAddress"], s["macAddress"])
+            ipam.restore(s["subnet"], model.object_key(s["namespace"], s["pod"]), s["ipAddress"], s["macAddress"])
         t2 = time.perf_counter()
         inf.stop()
         assert ipam.usage(names.DEFAULT_SUBNET)[0] == n

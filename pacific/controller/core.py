@@ -1,6 +1,6 @@
 """The controller: informers -> feature queues -> reconcilers -> NB / API writes.
 
-    ctl = Controller(cfg, kube_api, nb_api)       # features.FEATURES by default
+    ctl = Controller(cfg, kube_api, nb_api)       # registry.FEATURES by default
     ctl.run(stop_event)                           # blocks until stop_event is set
 
 One `Controller` is one term of leadership.  It is a wiring of features
@@ -22,7 +22,7 @@ from typing import Callable
 import time
 
 from pacific import names
-from pacific.controller import metrics, topology
+from pacific.controller import cluster_router, metrics
 from pacific.controller.config import Config
 from pacific.controller.feature import Feature, merge_informer_specs, wire_uses
 from pacific.controller.lagprobe import LagProbe
@@ -42,7 +42,7 @@ class NBUnavailable(RuntimeError):
 
 class Controller:
     def __init__(self, cfg: Config, kube_api, nb_api, features=None):
-        from pacific.controller.features import FEATURES
+        from pacific.controller.registry import FEATURES
         self.cfg = cfg
         self.kube = kube_api
         self.nb = nb_api
@@ -128,7 +128,7 @@ class Controller:
                 if stop.is_set():
                     return
             LOG.info("caches synced in %.2fs", time.monotonic() - t0)
-            topology.ensure(self)
+            cluster_router.ensure(self)
             for f in self.features:
                 f.prepare()
             self.resync()

@@ -11,7 +11,7 @@ A feature is one module (subnet.py, node.py, pod.py; NetworkPolicy, Services
         def reconcile(self, key): ...
         def resync_keys(self): ...                        # caches + owned NB rows
 
-and one line in `features.FEATURES`.  The controller creates each informer
+and one line in `registry.FEATURES`.  The controller creates each informer
 once (features that name the same informer share it; their specs must agree),
 fans every event out to the handlers that subscribed, and runs the features in
 list order: `prepare()` (rebuild in-memory state after the caches synced),

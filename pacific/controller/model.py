@@ -30,8 +30,9 @@ def labels_of(obj: dict) -> dict:
     return meta(obj).get("labels") or {}
 
 
-def pod_key(namespace: str, name: str) -> str:
-    """Work-queue / informer key of a pod, also the IPAM owner key of its address."""
+def object_key(namespace: str, name: str) -> str:
+    """Work-queue / informer key of a namespaced object (pod, NetworkPolicy, ...);
+    for a pod also the IPAM owner key of its address."""
     return f"{namespace}/{name}"
 
 

@@ -43,7 +43,7 @@ def pod_ids(namespace: str, name: str, subnet: str) -> dict:
     """external_ids of a pod's port: its owner (namespace/name) says everything
     else (the subnet is the port's switch); 100,000 ports are held in the
     controller's NB replica, so every key costs (~0.2 KB a port each)."""
-    return {names.EXT_OWNER_KIND: names.OWNER_KIND_POD, names.EXT_OWNER: model.pod_key(namespace, name),
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_POD, names.EXT_OWNER: model.object_key(namespace, name),
             names.EXT_CREATED_BY: names.CONTROLLER_NAME}
 
 
@@ -116,7 +116,7 @@ class PodFeature(Feature):
         # annotations...) needs no reconcile; features that select on labels
         # subscribe to the same informer with their own filter
         m = model.meta(new or old)
-        key = model.pod_key(m.get("namespace", "default"), m.get("name", ""))
+        key = model.object_key(m.get("namespace", "default"), m.get("name", ""))
         if old is not None and new is not None:
             with self._lock:
                 wrote = self._own_records.get(key)
@@ -148,8 +148,8 @@ class PodFeature(Feature):
             spec = (obj or {}).get("spec") or {}
             if not (spec.get("namespace") and spec.get("pod")):
                 continue
-            key = model.pod_key(spec["namespace"], spec["pod"])
-            if not own or key != model.pod_key((new["spec"] or {}).get("namespace", ""),
+            key = model.object_key(spec["namespace"], spec["pod"])
+            if not own or key != model.object_key((new["spec"] or {}).get("namespace", ""),
                                                (new["spec"] or {}).get("pod", "")):
                 keys.append(key)
             if spec.get("ownerKind") == names.OWNER_KIND_STATEFULSET and spec.get("ownerName"):
@@ -165,7 +165,7 @@ class PodFeature(Feature):
         m = model.meta(new or old)
         with self._lock:
             pods = list(self._sts_pods.get((m.get("namespace"), m.get("name")), ()))
-        return [model.pod_key(m.get("namespace"), p) for p in pods]
+        return [model.object_key(m.get("namespace"), p) for p in pods]
 
     def _on_namespace(self, old, new):
         """A namespace's subnet annotation changed: its refused pods try again
@@ -201,11 +201,11 @@ class PodFeature(Feature):
         LOG.warning("subnets not all settled after %.0fs; starting pod workers anyway", timeout)
 
     def resync_keys(self):
-        keys = {model.pod_key(model.meta(p).get("namespace"), model.meta(p)["name"])
+        keys = {model.object_key(model.meta(p).get("namespace"), model.meta(p)["name"])
                 for p in self.ctl.informer("pods").list()}
         for ip in self.ctl.informer("ips").list():
             spec = ip.get("spec") or {}
-            keys.add(model.pod_key(spec.get("namespace"), spec.get("pod")))
+            keys.add(model.object_key(spec.get("namespace"), spec.get("pod")))
         for row in self.ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_POD):
             keys.add(row.external_ids.get(names.EXT_OWNER))
         return [k for k in keys if k and "/" in k and not k.startswith("None/")]
@@ -228,7 +228,7 @@ class PodFeature(Feature):
     # -- allocation path ------------------------------------------------------------
     def _ensure(self, ns: str, name: str, pod: dict) -> None:
         ctl = self.ctl
-        key = model.pod_key(ns, name)
+        key = model.object_key(ns, name)
         ann = model.annotations(pod)
         subnets = self.subnets
         ns_obj = ctl.informer("namespaces").get(ns)
@@ -319,7 +319,7 @@ class PodFeature(Feature):
         """The controller's record on the pod, replacing (with a Warning Event) any
         record it did not write: a copy from another pod, an edit, legacy keys."""
         m = model.meta(pod)
-        key = model.pod_key(m["namespace"], m["name"])
+        key = model.object_key(m["namespace"], m["name"])
         ann = model.annotations(pod)
         foreign = contract.foreign_record_keys(pod, rec)
         if not foreign and names.ANN_ALLOCATION in ann and names.ANN_ALLOCATION_ERROR not in ann:
@@ -414,11 +414,11 @@ class PodFeature(Feature):
                     ref = (sts, int(suffix))
         if ref is None:
             return False
-        return model.statefulset_keeps(self.ctl.informer("statefulsets").get(model.pod_key(ns, ref[0])), ref[1])
+        return model.statefulset_keeps(self.ctl.informer("statefulsets").get(model.object_key(ns, ref[0])), ref[1])
 
     def _release(self, ns: str, name: str, pod: dict | None) -> None:
         ctl = self.ctl
-        key = model.pod_key(ns, name)
+        key = model.object_key(ns, name)
         with self._lock:
             self._refused.pop(key, None)
         lsp = names.pod_lsp_name(ns, name)

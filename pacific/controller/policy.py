@@ -129,7 +129,7 @@ class PolicyFeature(Feature):
 
     def _on_policy(self, old, new):
         m = model.meta(new or old)
-        key = model.pod_key(m.get("namespace"), m.get("name"))
+        key = model.object_key(m.get("namespace"), m.get("name"))
         with self._lock:
             if new is None:
                 self._wide.pop(key, None)
@@ -144,7 +144,7 @@ class PolicyFeature(Feature):
             return [k for k, wide in self._wide.items() if wide or k.startswith(prefix)]
 
     def _all(self) -> list[str]:
-        return [model.pod_key(model.meta(p).get("namespace"), model.meta(p)["name"])
+        return [model.object_key(model.meta(p).get("namespace"), model.meta(p)["name"])
                 for p in self.ctl.informer("policies").list()]
 
     def _on_pod(self, old, new):
@@ -222,7 +222,7 @@ class PolicyFeature(Feature):
                 continue
             sel = (pol.get("spec") or {}).get("podSelector")
             if selector_matches({} if sel is None else sel, model.labels_of(pod)):
-                key = model.pod_key(pm["namespace"], pm["name"])
+                key = model.object_key(pm["namespace"], pm["name"])
                 pg = group_name(key)
                 out += [lambda api, pg=pg, key=key: ensure.EnsurePortGroup(api, pg, policy_ids(key)),
                         lambda api, pg=pg: ensure.PortGroupAddPorts(api, pg, [lsp])]

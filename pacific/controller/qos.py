@@ -114,23 +114,23 @@ class QosFeature(Feature):
     def _on_pod(self, old, new):
         if new is None:
             with self._lock:
-                self._reported.pop(model.pod_key(model.meta(old)["namespace"],
+                self._reported.pop(model.object_key(model.meta(old)["namespace"],
                                                  model.meta(old)["name"]), None)
             return ()
         if old is not None and self._relevant(old) == self._relevant(new):
             return ()
         m = model.meta(new)
-        return (model.pod_key(m.get("namespace"), m.get("name")),)
+        return (model.object_key(m.get("namespace"), m.get("name")),)
 
     def _on_namespace(self, old, new):
         if old is None or new is None or self._relevant(old) == self._relevant(new):
             return ()   # a new namespace has no pods yet; a deleted one loses them
         ns = model.meta(new).get("name")
-        return [model.pod_key(ns, model.meta(p)["name"]) for p in self.ctl.informer("pods").list()
+        return [model.object_key(ns, model.meta(p)["name"]) for p in self.ctl.informer("pods").list()
                 if model.meta(p).get("namespace") == ns]
 
     def resync_keys(self):
-        return [model.pod_key(model.meta(p).get("namespace"), model.meta(p)["name"])
+        return [model.object_key(model.meta(p).get("namespace"), model.meta(p)["name"])
                 for p in self.ctl.informer("pods").list()]
 
     def reconcile(self, key: str) -> None:

@@ -101,7 +101,7 @@ def restore_pod_addresses(ctl) -> dict:
                           "its address %s is not held", model.meta(ip).get("name"), spec.get("ipAddress"))
                 continue
             try:
-                ctl.ipam.restore(spec.get("subnet"), model.pod_key(spec.get("namespace"), spec.get("pod")),
+                ctl.ipam.restore(spec.get("subnet"), model.object_key(spec.get("namespace"), spec.get("pod")),
                                  spec.get("ipAddress"), spec.get("macAddress"))
                 stats["ips"] += 1
             except ipam_errors.IPAMError as exc:

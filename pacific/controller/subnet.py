@@ -20,7 +20,7 @@ import logging
 import threading
 
 from pacific import exposure, names
-from pacific.controller import informers, model, rebuild, topology
+from pacific.controller import cluster_router, informers, model, rebuild
 from pacific.controller.feature import Feature
 from pacific.controller.model import SubnetSpec, SubnetSpecError
 from pacific.ipam import errors as ipam_errors
@@ -220,7 +220,7 @@ class SubnetFeature(Feature):
         acls = private_acls(spec, ctl.cfg.join_cidr)
         ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids),
                         lambda api: lb.AttachLoadBalancerGroup(api, name, names.LB_GROUP),
-                        *topology.router_link_builders(name, spec.gateway, spec.prefixlen, ids),
+                        *cluster_router.router_link_builders(name, spec.gateway, spec.prefixlen, ids),
                         lambda api: acl.EnsureACLs(api, name, acls, table=ensure.LS)],
                        what=f"subnet {name}")
         with self._lock:

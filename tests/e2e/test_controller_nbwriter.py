@@ -7,7 +7,7 @@ import pytest
 
 from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
 from pacific import names
-from pacific.controller import topology
+from pacific.controller import cluster_router
 from pacific.controller.nbwriter import NBWriteError, NBWriter
 from pacific.controller.pod import pod_ids
 from pacific.controller.subnet import subnet_ids
@@ -41,9 +41,9 @@ def writer(nb):
 
 def _switch_builders(name: str, gw: str, plen: int) -> list:
     ids = subnet_ids(name)
-    return [lambda api: ensure.EnsureRouter(api, names.CLUSTER_ROUTER, topology.cluster_ids()),
+    return [lambda api: ensure.EnsureRouter(api, names.CLUSTER_ROUTER, cluster_router.cluster_ids()),
             lambda api: ensure.EnsureSwitch(api, name, ids),
-            *topology.router_link_builders(name, gw, plen, ids)]
+            *cluster_router.router_link_builders(name, gw, plen, ids)]
 
 
 def _port(i: int) -> tuple[str, str]:

@@ -201,7 +201,7 @@ def make_controller(**cfg) -> Controller:
     """A Controller on the fakes: real features, handlers and reconcilers;
     informers read the FakeKube; NB writes are recorded.  The startup topology
     is ensured and every feature prepared, as run() does before workers."""
-    from pacific.controller import topology
+    from pacific.controller import cluster_router
     kube, nb = FakeKube(), FakeNB()
     ctl = Controller(Config(nb_remote="fake", **cfg), kube, nb)
     ctl.informers = {name: FakeInformer(kube, real.res, real.transform, real.on_add,
@@ -209,7 +209,7 @@ def make_controller(**cfg) -> Controller:
                      for name, real in ctl.informers.items()}
     ctl.writer = FakeWriter()
     kube.add(r.NAMESPACES, {"metadata": {"name": "default"}})
-    topology.ensure(ctl)
+    cluster_router.ensure(ctl)
     for f in ctl.features:
         f.prepare()
     return ctl

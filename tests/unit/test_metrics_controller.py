@@ -43,15 +43,15 @@ def test_pods_allocated_counts_new_pod_addresses_only():
     ipam.add_subnet("blue", "10.9.0.0/24")
     ipam.add_subnet("join", "100.64.0.0/16")
     before = sample("pacific_controller_pods_allocated_total", subnet="blue")
-    ipam.allocate("blue", model.pod_key("ns", "a"))
-    ipam.allocate("blue", model.pod_key("ns", "a"))            # idempotent: same address
-    ipam.allocate("blue", model.pod_key("ns", "b"), ip="10.9.0.50")
+    ipam.allocate("blue", model.object_key("ns", "a"))
+    ipam.allocate("blue", model.object_key("ns", "a"))            # idempotent: same address
+    ipam.allocate("blue", model.object_key("ns", "b"), ip="10.9.0.50")
     ipam.allocate("join", model.node_owner_key("node1"))       # a node, not a pod
-    ipam.restore("blue", model.pod_key("ns", "c"), "10.9.0.60")  # start-up rebuild
+    ipam.restore("blue", model.object_key("ns", "c"), "10.9.0.60")  # start-up rebuild
     assert sample("pacific_controller_pods_allocated_total", subnet="blue") == before + 2
     assert sample("pacific_controller_pods_allocated_total", subnet="join") == 0
     with pytest.raises(ipam_errors.IPAMError):
-        ipam.allocate("blue", model.pod_key("ns", "d"), ip="10.9.0.50")   # taken
+        ipam.allocate("blue", model.object_key("ns", "d"), ip="10.9.0.50")   # taken
     assert sample("pacific_controller_pods_allocated_total", subnet="blue") == before + 2
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pacific.controller.egress import EgressFeature
 from pacific.controller.egress_snat import EgressSnatFeature
 from pacific.controller.gateway import GatewayFeature
-from pacific.controller.node import NodeFeature
+from pacific.controller.node_join import NodeFeature
 from pacific.controller.pod import PodFeature
 from pacific.controller.policy import PolicyFeature
 from pacific.controller.qos import QosFeature
