@@ -26,7 +26,9 @@ from pacific.controller import cluster_router, metrics
 from pacific.controller.config import Config
 from pacific.controller.feature import Feature, merge_informer_specs, wire_uses
 from pacific.controller.lagprobe import LagProbe
+from pacific.controller.nbwriter import NBWriter
 from pacific.controller.transit import TransitNetworks
+from pacific.ipam import IPAM
 from pacific.kube import resources as r
 from pacific.kube.informer import Informer
 from pacific.kube.workqueue import run_workers
@@ -46,12 +48,12 @@ class Controller:
         self.cfg = cfg
         self.kube = kube_api
         self.nb = nb_api
-        self.ipam = metrics.MeteredIPAM()
+        self.ipam = IPAM(on_allocated=metrics.ipam_allocated)
         self.ipam_lock = threading.RLock()
         self.transit = TransitNetworks()   # the egress gateways' /24s (transit.py)
         self.southbound: SouthboundWatch | None = None   # SB replica while run() runs
-        self.writer = metrics.MeteredNBWriter(nb_api, max_batch=cfg.batch_max,
-                                              max_delay=cfg.batch_delay, batch=cfg.batch)
+        self.writer = NBWriter(nb_api, max_batch=cfg.batch_max, max_delay=cfg.batch_delay,
+                               batch=cfg.batch, on_transaction=metrics.nb_transaction)
         self.features: list[Feature] = [cls(self) for cls in (features or FEATURES)]
         self._by_name = {f.name: f for f in self.features}
         wire_uses(self.features)

@@ -30,8 +30,6 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from pacific import metrics as _exposition  # noqa: F401 - process-wide settings (no _created)
-from pacific.controller.nbwriter import NBWriter
-from pacific.ipam import IPAM
 
 # reconciles and NB transactions take ~1 ms .. seconds (a 1,000-port batch ~0.5 s)
 _FAST = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
@@ -93,43 +91,20 @@ def refused(reason: str) -> None:
     REFUSALS.labels(reason).inc()
 
 
-class MeteredNBWriter(NBWriter):
-    """The NB writer, each transaction counted, timed and its batch size recorded."""
-
-    def _execute(self, subs):
-        NB_BATCH.observe(len(subs))
-        t0 = time.perf_counter()
-        try:
-            return super()._execute(subs)
-        except BaseException:
-            NB_TXN_FAILURES.inc()
-            raise
-        finally:
-            NB_TXNS.inc()
-            NB_TXN_SECONDS.observe(time.perf_counter() - t0)
+def nb_transaction(submissions: int, seconds: float, ok: bool) -> None:
+    """NBWriter's on_transaction: each transaction counted, timed, its batch size."""
+    NB_BATCH.observe(submissions)
+    NB_TXNS.inc()
+    NB_TXN_SECONDS.observe(seconds)
+    if not ok:
+        NB_TXN_FAILURES.inc()
 
 
-class MeteredIPAM(IPAM):
-    """IPAM that counts the addresses it hands out to pods."""
-
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self._restoring = threading.local()   # restore() calls allocate(): not new
-
-    def allocate(self, subnet: str, owner_key: str, *args, **kw):
-        fresh = ("/" in owner_key and not getattr(self._restoring, "on", False)   # pods: "ns/name"
-                 and self.lookup(owner_key) is None)
-        alloc = super().allocate(subnet, owner_key, *args, **kw)
-        if fresh:
-            PODS_ALLOCATED.labels(subnet).inc()
-        return alloc
-
-    def restore(self, *args, **kw):
-        self._restoring.on = True
-        try:
-            return super().restore(*args, **kw)
-        finally:
-            self._restoring.on = False
+def ipam_allocated(subnet: str, owner_key: str) -> None:
+    """IPAM's on_allocated: a new pod address (pods' keys are "ns/name"; nodes'
+    are not counted)."""
+    if "/" in owner_key:
+        PODS_ALLOCATED.labels(subnet).inc()
 
 
 class ControllerHealth:

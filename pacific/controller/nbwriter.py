@@ -75,8 +75,12 @@ class NBWriter:
 
     def __init__(self, api, max_batch: int = 500, max_delay: float = 0.001,
                  batch: bool = True, txn_timeout: float = 60.0, max_pending: int = MAX_PENDING,
-                 fence: Callable[[], bool] | None = None):
+                 fence: Callable[[], bool] | None = None,
+                 on_transaction: Callable[[int, float, bool], None] | None = None):
+        """on_transaction(submissions, seconds, ok): called after each transaction
+        this writer commits or fails (e.g. metrics)."""
         self.api = api
+        self.on_transaction = on_transaction
         self.max_pending = max_pending
         self.fence = fence          # False: do not write (leadership ended)
         self._built: list[list] = []   # the last transaction's commands per submission
@@ -171,6 +175,17 @@ class NBWriter:
 
     def _execute(self, subs: list[_Submission]) -> list[list]:
         """One transaction for all `subs`; returns per-submission command results."""
+        if self.on_transaction is None:
+            return self._transact(subs)
+        t0, ok = time.perf_counter(), False
+        try:
+            out = self._transact(subs)
+            ok = True
+            return out
+        finally:
+            self.on_transaction(len(subs), time.perf_counter() - t0, ok)
+
+    def _transact(self, subs: list[_Submission]) -> list[list]:
         per_sub = []
         self._built = per_sub
         with self.api.transaction(check_error=True) as txn:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 from pacific.ipam.addr import mac_from_ip, normalize_mac, parse_ip, random_mac
 from pacific.ipam.errors import (AddressInUse, IPAMError, MacInUse, OwnerConflict,
@@ -41,7 +41,11 @@ class SubnetInfo(NamedTuple):
 
 
 class IPAM:
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None,
+                 on_allocated: Callable[[str, str], None] | None = None):
+        """on_allocated(subnet, owner_key): called after each new allocation (not
+        for an owner that already held it, nor for restore()), e.g. a metric."""
+        self.on_allocated = on_allocated
         self._lock = threading.RLock()
         self._pools: dict[str, Pool] = {}
         self._owners: dict[str, Allocation] = {}
@@ -160,6 +164,9 @@ class IPAM:
         Raises SubnetNotFound, InvalidAddress, AddressOutOfRange, AddressExcluded,
         AddressInUse (.holder: who, for logs), SubnetFull, InvalidMac, MacInUse, and
         OwnerConflict if the owner already holds a different allocation."""
+        return self._allocate(subnet, owner_key, ip, mac, self.on_allocated)
+
+    def _allocate(self, subnet, owner_key, ip, mac, on_new) -> Allocation:
         if not owner_key:
             raise IPAMError("an allocation needs a non-empty owner key")
         with self._lock:
@@ -194,7 +201,9 @@ class IPAM:
             alloc = Allocation(pool.ip(off), want_mac, pool.cidr, pool.gateway, subnet)
             self._owners[owner_key] = alloc
             self._macs[want_mac] = owner_key
-            return alloc
+        if on_new is not None:
+            on_new(subnet, owner_key)
+        return alloc
 
     def restore(self, subnet: str, owner_key: str, ip: str, mac: str | None = None) -> Allocation:
         """Re-record an allocation read back from an IP object at start-up.
@@ -202,7 +211,7 @@ class IPAM:
         Same checks as allocate() with a fixed address: a record that conflicts
         with the subnet's definition or with an earlier record raises, and the
         caller decides (typically: keep the first, delete the stale IP object)."""
-        return self.allocate(subnet, owner_key, ip, mac)
+        return self._allocate(subnet, owner_key, ip, mac, None)
 
     def release(self, owner_key: str) -> Allocation | None:
         """Free the owner's address and MAC; returns what was freed, or None."""

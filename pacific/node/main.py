@@ -195,11 +195,12 @@ class NodeDaemon:
         from pacific.kube import client as kclient
         from pacific.kube.informer import Informer
         from pacific.kube.resources import NODES, PODS, SUBNETS
-        from pacific.node.metrics import MeteredOvsAPI
+        from pacific.node import metrics
+        from pacific.ovn.ovs import OvsAPI
         a = self.args
         self.start_metrics()
         mtu = a.mtu or detect_mtu(a.encap_ip)
-        self.ovs = MeteredOvsAPI(a.ovs_remote, created_by="pacific-node")
+        self.ovs = OvsAPI(a.ovs_remote, created_by="pacific-node")
         if not a.no_bootstrap:
             if not (a.ovn_remote and a.encap_ip):
                 raise SystemExit("pacific-node: --ovn-remote and --encap-ip are required "
@@ -216,7 +217,8 @@ class NodeDaemon:
                                  30) is None:
             log.warning("%s does not exist yet (is ovn-controller running?); ADDs fail "
                         "until it does", names.INTEGRATION_BRIDGE)
-        self.plumber = plumber = Plumber(self.ovs, installed_timeout=a.installed_timeout)
+        self.plumber = plumber = Plumber(self.ovs, installed_timeout=a.installed_timeout,
+                                         on_installed_wait=metrics.installed_wait)
         plumber.remove_orphans()
         view = plumber.attachments(mtu)
         log.info("rebuilt view from OVS: %d pod attachments on %s (left untouched)",

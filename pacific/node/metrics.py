@@ -19,15 +19,12 @@ read from OVS / the management port reconciler when Prometheus scrapes.
 """
 from __future__ import annotations
 
-import time
-
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from pacific import metrics as _exposition  # noqa: F401 - process-wide settings (no _created)
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
-from pacific.ovn.ovs import OvsAPI
 
 # ADD: tens of ms when the allocation is there, up to the allocation timeout when not
 _CNI_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
@@ -64,15 +61,9 @@ def code_of(exc: BaseException) -> int:
     return exc.code if isinstance(exc, CniError) else proto.ERR_INTERNAL
 
 
-class MeteredOvsAPI(OvsAPI):
-    """The node's OVS API, with the ovn-installed waits of pod ADDs timed."""
-
-    def wait_ovn_installed(self, name: str, timeout: float) -> bool:
-        t0 = time.perf_counter()
-        ok = super().wait_ovn_installed(name, timeout)
-        OVN_INSTALLED_SECONDS.labels("installed" if ok else "timeout").observe(
-            time.perf_counter() - t0)
-        return ok
+def installed_wait(seconds: float, ok: bool) -> None:
+    """Plumber's on_installed_wait: the ovn-installed waits of pod ADDs, timed."""
+    OVN_INSTALLED_SECONDS.labels("installed" if ok else "timeout").observe(seconds)
 
 
 class NodeHealth:

@@ -23,6 +23,7 @@ import logging
 import re
 import socket
 import time
+from typing import Callable
 
 from pyroute2 import IPRoute
 from pyroute2.ethtool.ioctl import IoctlEthtool
@@ -57,10 +58,14 @@ class Plumber:
     """Plumbs pods into `bridge` of the node's OVS (an OvsAPI)."""
 
     def __init__(self, ovs, bridge: str = names.INTEGRATION_BRIDGE,
-                 installed_timeout: float = 30.0):
+                 installed_timeout: float = 30.0,
+                 on_installed_wait: Callable[[float, bool], None] | None = None):
+        """on_installed_wait(seconds, ok): after each ADD's wait for
+        ovn-installed (e.g. a metric)."""
         self.ovs = ovs
         self.bridge = bridge
         self.installed_timeout = installed_timeout
+        self.on_installed_wait = on_installed_wait
 
     # ------------------------------------------------------------------ ADD
     def add(self, att: PodAttachment) -> dict:
@@ -104,7 +109,11 @@ class Plumber:
                 steps.mark("ovs-port")
                 steps.note("pod side", pod_side.result())
                 steps.mark("pod-side-rest")
-            if not self.ovs.wait_ovn_installed(host, self.installed_timeout):
+            waited = time.perf_counter()
+            installed = self.ovs.wait_ovn_installed(host, self.installed_timeout)
+            if self.on_installed_wait is not None:
+                self.on_installed_wait(time.perf_counter() - waited, installed)
+            if not installed:
                 raise CniError(proto.ERR_TRY_AGAIN, f"ovn-controller did not mark OVS port "
                                f"{host} ovn-installed within {self.installed_timeout:g} s",
                                f"is ovn-controller running and connected, and does logical "

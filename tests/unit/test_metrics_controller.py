@@ -4,6 +4,7 @@ from prometheus_client import REGISTRY
 
 from pacific.controller import metrics as cm
 from pacific.controller import model
+from pacific.ipam import IPAM
 from pacific.ipam import errors as ipam_errors
 
 
@@ -39,7 +40,7 @@ def test_every_kind_is_exported_before_its_first_reconcile():
 
 
 def test_pods_allocated_counts_new_pod_addresses_only():
-    ipam = cm.MeteredIPAM()
+    ipam = IPAM(on_allocated=cm.ipam_allocated)
     ipam.add_subnet("blue", "10.9.0.0/24")
     ipam.add_subnet("join", "100.64.0.0/16")
     before = sample("pacific_controller_pods_allocated_total", subnet="blue")
@@ -66,9 +67,10 @@ def test_refusals_are_counted_by_reason():
         before["AddressExcluded"]
 
 
-def test_nb_writer_subclass_overrides_the_method_the_writer_calls():
-    # MeteredNBWriter times NBWriter._execute: if that method is renamed the
-    # metrics would silently stop, so pin the contract here.
-    from pacific.controller.nbwriter import NBWriter
-    assert "_execute" in vars(NBWriter)
-    assert cm.MeteredNBWriter._execute is not NBWriter._execute
+def test_nb_transactions_are_counted_timed_and_failures_counted():
+    before = [sample("pacific_controller_nb_transactions_total"),
+              sample("pacific_controller_nb_transaction_failures_total")]
+    cm.nb_transaction(3, 0.01, False)
+    cm.nb_transaction(2, 0.02, True)
+    assert sample("pacific_controller_nb_transactions_total") == before[0] + 2
+    assert sample("pacific_controller_nb_transaction_failures_total") == before[1] + 1

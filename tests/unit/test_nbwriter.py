@@ -104,3 +104,13 @@ def test_nothing_commits_once_the_fence_says_no():
     out = run_batch(nb, ["a", "b"], fence=leading.is_set)
     assert nb.attempts == 0 and nb.commits == []
     assert all("not the leader" in str(e) for e in out.values())
+
+
+def test_on_transaction_hears_of_every_transaction_with_its_size_and_outcome():
+    heard = []
+    nb = FakeNB(lambda names: OvnTransactionError("unix:nb", [], "referential integrity",
+                                                  failed_command="Cmd(bad)")
+                if "bad" in names else None)
+    out = run_batch(nb, ["a", "bad", "c"], on_transaction=lambda n, s, ok: heard.append((n, ok)))
+    assert out["a"] == ["ok:a"]
+    assert heard == [(3, False), (2, True)] and nb.attempts == 2
