@@ -166,7 +166,7 @@ def bench(args, ovs_prefix: str) -> dict:
     version = f"OVS {version} ({ovs_prefix})"
     print(f"sandbox {sb.name}: 3 nodes, {version}", flush=True)
     sb.up()
-    res: dict = {"version": version}
+    res: dict = {"version": version, "bound": float("nan")}
     server, failed = None, True
     try:
         api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
@@ -217,6 +217,7 @@ def bench(args, ovs_prefix: str) -> dict:
         took = time.perf_counter() - t0
         print(f"   created in {created:.1f} s; every gateway bound on a chassis (status) after "
               f"{took:.1f} s", flush=True)
+        res["bound"] = took
         failed = False
     finally:
         if server:
