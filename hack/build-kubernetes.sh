@@ -23,24 +23,14 @@ say() { printf 'kubernetes build: %s\n' "$*"; }
 T0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
 export DEBIAN_FRONTEND=noninteractive
-need=""
-for p in golang-go rsync make; do
-  dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
-done
-if [ -n "$need" ]; then
-  say "installing$need"
-  apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >/dev/null
-fi
+. "$(dirname "$0")/lib.sh"
+install_missing "build tools" golang-go rsync make
 W=$CACHE/work
 A=$W/apt
-mkdir -p $A/lists/partial $A/cache/archives/partial $A/src $W/debs $CACHE/bin
+mkdir -p $A/src $W/debs $CACHE/bin
 SRC=$W/gopath/src/k8s.io/kubernetes
 if [ ! -f $SRC/.unpacked ]; then
-  uri=$(sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-  [ -n "$uri" ] || uri=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list)
-  echo "deb-src $uri bookworm main" > $A/sources.list
-  APTO=(-o Dir::Etc::SourceList=$A/sources.list -o Dir::Etc::SourceParts=/nonexistent
-        -o Dir::State::Lists=$A/lists -o Dir::Cache=$A/cache)
+  private_apt $A bookworm
   say "fetching Debian source kubernetes=$KVER ($(elapsed))"
   apt-get "${APTO[@]}" -q update >/dev/null
   (cd $A/src && apt-get "${APTO[@]}" source --download-only "kubernetes=$KVER" >/dev/null)

@@ -28,30 +28,18 @@ fi
 say() { printf 'ovs/ovn build: %s\n' "$*"; }
 T0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
-export DEBIAN_FRONTEND=noninteractive
-need=""
-for p in autoconf automake libtool make gcc pkgconf libssl-dev libcap-ng-dev libunbound-dev \
-         python3-dev xz-utils; do
-  dpkg-query -W -f='${Status}' $p 2>/dev/null | grep -q 'install ok installed' || need="$need $p"
-done
-if [ -n "$need" ]; then
-  say "installing build dependencies:$need"
-  apt-get -o DPkg::Lock::Timeout=300 install -y -q --no-install-recommends $need >/dev/null
-fi
+. "$(dirname "$0")/lib.sh"
+install_missing "build dependencies" autoconf automake libtool make gcc pkgconf libssl-dev \
+  libcap-ng-dev libunbound-dev python3-dev xz-utils
 W=$ROOT/work
 A=$W/apt
-mkdir -p $A/lists/partial $A/cache/archives/partial $A/src
 if [ ! -f $A/src/.fetched ] || [ "$(cat $A/src/.fetched)" != "$WANT" ]; then
-  uri=$(sed -n 's/^URIs:[[:space:]]*//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-  [ -n "$uri" ] || uri=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list)
-  echo "deb-src $uri sid main" > $A/sources.list
-  APTO=(-o Dir::Etc::SourceList=$A/sources.list -o Dir::Etc::SourceParts=/nonexistent
-        -o Dir::State::Lists=$A/lists -o Dir::Cache=$A/cache)
+  private_apt $A sid
   say "fetching Debian sources $WANT ($(elapsed))"
   apt-get "${APTO[@]}" -q update >/dev/null
   rm -f $A/src/*
   (cd $A/src && apt-get "${APTO[@]}" source --download-only $WANT >/dev/null 2>&1) || {
-    echo "ovs/ovn build: cannot fetch $WANT from $uri (deb-src sid)" >&2; exit 1; }
+    echo "ovs/ovn build: cannot fetch $WANT (deb-src sid, $A/sources.list)" >&2; exit 1; }
   echo "$WANT" > $A/src/.fetched
 fi
 S=$W/src
