@@ -79,7 +79,8 @@ class Bench:
         self.node = sb.nodes[0]
         self.api = kclient.load(kubeconfig_path(sb))
         self.nb = NorthboundAPI(sb.nb_remote, created_by="bench-cni")
-        self.nb.commit(nb_commands.add_switch(self.nb, SWITCH, owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
+        self.nb.commit(nb_commands.add_switch(self.nb, SWITCH,
+                                              owner=Owner(names.OWNER_KIND_SUBNET, SWITCH)))
         self.net = ipaddress.ip_network(CIDR)
         self.n = 10
         p = launch.paths(self.node)

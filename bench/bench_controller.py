@@ -49,7 +49,13 @@ try:   # the controller's record; older revisions (--baseline-rev) wrote several
     from pacific import contract  # noqa: E402
 except ImportError:
     contract = None
-from pacific.controller import model, topology  # noqa: E402
+from pacific.controller import model  # noqa: E402
+try:   # the startup topology; older revisions (--baseline-rev) called it topology.py
+    from pacific.controller import cluster_router as topology  # noqa: E402
+except ImportError:
+    from pacific.controller import topology  # noqa: E402
+# a namespaced object's key; older revisions (--baseline-rev) called it pod_key
+object_key = getattr(model, "object_key", None) or getattr(model, "pod_key")
 try:   # the NB ensure commands; older revisions (--baseline-rev) kept them in the controller
     from pacific.ovn import ensure as nbcmds  # noqa: E402
 except ImportError:
@@ -182,7 +188,7 @@ def rebuild_time(workdir: Path, n: int) -> tuple[float, float]:
         ipam.add_subnet(names.DEFAULT_SUBNET, BIG_CIDR)
         for ip in inf.list():
             s = ip["spec"]
-            ipam.restore(s["subnet"], model.object_key(s["namespace"], s["pod"]), s["ipAddress"], s["macAddress"])
+            ipam.restore(s["subnet"], object_key(s["namespace"], s["pod"]), s["ipAddress"], s["macAddress"])
         t2 = time.perf_counter()
         inf.stop()
         assert ipam.usage(names.DEFAULT_SUBNET)[0] == n
