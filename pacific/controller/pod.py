@@ -337,20 +337,27 @@ class PodFeature(Feature):
             LOG.warning("%s", msg)
             metrics.refused("ForeignAllocationRecord")
             self.ctl.event(pod, "ForeignAllocationRecord", msg)
-        wrote = rec.annotations()
+        if not self._patch_own(key, rec.annotations()):
+            return  # deleted meanwhile: the delete event brings us back
+        if not foreign or legacy_only:
+            LOG.info("pod %s: %s mac %s on %s (node %s)", key, rec.ip, rec.mac, rec.subnet, node)
+
+    def _patch_own(self, key: str, annotations: dict) -> bool:
+        """Merge-patch the pod's annotations (the record or the refusal), noted as
+        this reconciler's own write first (see _on_pod); False if the pod is gone."""
+        ns, name = key.split("/", 1)
         with self._lock:
-            self._own_records[key] = wrote
+            self._own_records[key] = annotations
         try:
-            r.patch_merge(self.ctl.kube, r.PODS, m["name"], {"metadata": {"annotations": wrote}},
-                          m["namespace"])
+            r.patch_merge(self.ctl.kube, r.PODS, name, {"metadata": {"annotations": annotations}},
+                          ns)
+            return True
         except Exception as exc:
             with self._lock:
                 self._own_records.pop(key, None)
             if isinstance(exc, kerr.NotFound):
-                return  # deleted meanwhile: the delete event brings us back
+                return False
             raise
-        if not foreign or legacy_only:
-            LOG.info("pod %s: %s mac %s on %s (node %s)", key, rec.ip, rec.mac, rec.subnet, node)
 
     def _ensure_ip_object(self, ns: str, name: str, alloc, node: str, sts: str | None) -> None:
         ctl = self.ctl
@@ -395,10 +402,7 @@ class PodFeature(Feature):
             held = self.ctl.ipam.lookup(key)
         if held is not None and _may_be_plumbed(ann):
             return  # a running pod keeps its network; the Event says what is wrong
-        try:
-            r.patch_merge(self.ctl.kube, r.PODS, name, {"metadata": {"annotations": want}}, ns)
-        except kerr.NotFound:
-            pass
+        self._patch_own(key, want)
 
     # -- release path -------------------------------------------------------------------
     def _keeps_address(self, ns: str, name: str, pod: dict | None) -> bool:

@@ -144,6 +144,12 @@ def test_the_pod_reconciler_is_not_woken_by_its_own_writes(ctl):
     assert runs == ["default/once"] * 3
     assert r.get(ctl.kube, r.IPS, ip)["spec"]["nodeName"] == "node1"
     assert feat._own_records == {} and feat._own_ips == {}
+    # a refusal (an address outside the Subnet) is written once and not re-read
+    ctl.kube.add(r.PODS, pod_body("far", ann={names.ANN_IP_ADDRESS: "192.0.2.9"}), "default")
+    drain(ctl)
+    assert runs.count("default/far") == 1
+    assert names.ANN_ALLOCATION_ERROR in pod(ctl, "far")["metadata"]["annotations"]
+    assert feat._own_records == {}
 
 
 def test_a_pod_refused_for_a_missing_subnet_is_retried_when_it_appears(ctl):
