@@ -49,8 +49,8 @@ def central_up(sb: "Sandbox") -> None:
         ovnha.remember_server_ids(sb)
         log.info("central up (ha): NB %s, SB %s", sb.nb_tcp_remote, sb.sb_tcp_remote)
         return
-    for db, schema, port in (("nb", daemons.schema("ovn-nb"), names.OVN_NB_PORT),
-                             ("sb", daemons.schema("ovn-sb"), names.OVN_SB_PORT)):
+    for db, schema, port in (("nb", sb.ovs.schema("ovn-nb"), names.OVN_NB_PORT),
+                             ("sb", sb.ovs.schema("ovn-sb"), names.OVN_SB_PORT)):
         path = os.path.join(d, f"{db}.db")
         daemons.create_db(path, schema)
         st = daemons.ovsdb_server(db, path, [f"punix:{d}/{db}.sock",
@@ -91,7 +91,7 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
     d = node.rundir
     os.makedirs(d, exist_ok=True)
     db = os.path.join(d, "conf.db")
-    daemons.create_db(db, daemons.schema("vswitch"))
+    daemons.create_db(db, sb.ovs.schema("vswitch"))
     st = daemons.ovsdb_server("ovsdb-server", db, [f"punix:{node.db_sock}"], ns, d)
     sb._record_daemon(f"{node.name}/ovsdb-server", st, ns)
     node.vsctl("--no-wait", "init")

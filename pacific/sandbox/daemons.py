@@ -26,11 +26,6 @@ def default_install() -> ovsinstall.Install:
     return built if built.usable() else ovsinstall.Install(ovsinstall.SYSTEM_PREFIX)
 
 
-def schema(db: str) -> str:
-    """Schema file of "vswitch", "ovn-nb" or "ovn-sb" of the active installation."""
-    return ovsinstall.from_env().schema(db)
-
-
 @dataclass
 class Started:
     pid: int

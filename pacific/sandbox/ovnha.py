@@ -97,7 +97,7 @@ def _create_file(sb: "Sandbox", i: int, db: str) -> None:
         os.unlink(path)
     local = f"ssl:{member_ip(sb, i)}:{RAFT_PORTS[db]}"
     if i == 1 and not _others_alive(sb, i, db):
-        run(["ovsdb-tool", "create-cluster", path, daemons.schema(f"ovn-{db}"), local])
+        run(["ovsdb-tool", "create-cluster", path, sb.ovs.schema(f"ovn-{db}"), local])
     else:
         others = [f"ssl:{member_ip(sb, j)}:{RAFT_PORTS[db]}" for j in range(1, MEMBERS + 1)
                   if j != i]
