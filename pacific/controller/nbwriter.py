@@ -175,15 +175,14 @@ class NBWriter:
 
     def _execute(self, subs: list[_Submission]) -> list[list]:
         """One transaction for all `subs`; returns per-submission command results."""
-        if self.on_transaction is None:
-            return self._transact(subs)
         t0, ok = time.perf_counter(), False
         try:
             out = self._transact(subs)
             ok = True
             return out
         finally:
-            self.on_transaction(len(subs), time.perf_counter() - t0, ok)
+            if self.on_transaction is not None:
+                self.on_transaction(len(subs), time.perf_counter() - t0, ok)
 
     def _transact(self, subs: list[_Submission]) -> list[list]:
         per_sub = []

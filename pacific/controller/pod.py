@@ -134,23 +134,20 @@ class PodFeature(Feature):
 
     def _on_ip(self, old, new):
         keys = []
-        own = False
-        if new is not None:
-            name = model.meta(new).get("name")
-            with self._lock:
-                own = self._own_ips.get(name) == new.get("spec")
-                if own:       # the object this reconciler just created or patched
-                    self._own_ips.pop(name, None)
-        elif old is not None:
-            with self._lock:
-                self._own_ips.pop(model.meta(old).get("name"), None)
+        name = model.meta(new or old).get("name")
+        own = None      # the pod of an object this reconciler just wrote: not woken
+        with self._lock:
+            if new is None:
+                self._own_ips.pop(name, None)
+            elif name in self._own_ips and self._own_ips[name] == new.get("spec"):
+                del self._own_ips[name]
+                own = model.object_key(new["spec"].get("namespace"), new["spec"].get("pod"))
         for obj, present in ((old, False), (new, True)):
             spec = (obj or {}).get("spec") or {}
             if not (spec.get("namespace") and spec.get("pod")):
                 continue
             key = model.object_key(spec["namespace"], spec["pod"])
-            if not own or key != model.object_key((new["spec"] or {}).get("namespace", ""),
-                                               (new["spec"] or {}).get("pod", "")):
+            if key != own:
                 keys.append(key)
             if spec.get("ownerKind") == names.OWNER_KIND_STATEFULSET and spec.get("ownerName"):
                 idx = (spec["namespace"], spec["ownerName"])
@@ -364,22 +361,26 @@ class PodFeature(Feature):
         body = model.ip_object(ns, name, alloc.subnet, alloc.ip, alloc.mac, node, sts)
         obj_name = body["metadata"]["name"]
         cur = ctl.informer("ips").get(obj_name)
-        if cur is not None and (cur.get("spec") or {}) == body["spec"]:
-            return
+        if cur is None:
+            try:
+                self._write_own_ip(obj_name, body["spec"], lambda: r.create(ctl.kube, r.IPS, body))
+                return
+            except kerr.AlreadyExists:
+                cur = r.get(ctl.kube, r.IPS, obj_name)
+                if cur is None:
+                    raise
+        if (cur.get("spec") or {}) != body["spec"]:
+            patch = {"spec": body["spec"], "metadata": {"labels": body["metadata"]["labels"]}}
+            self._write_own_ip(obj_name, body["spec"],
+                               lambda: r.patch_merge(ctl.kube, r.IPS, obj_name, patch))
+
+    def _write_own_ip(self, obj_name: str, spec: dict, write) -> None:
+        """write() an IP object whose spec becomes `spec`, noted as this reconciler's
+        own write first (see _on_ip)."""
         with self._lock:
-            self._own_ips[obj_name] = body["spec"]
+            self._own_ips[obj_name] = spec
         try:
-            if cur is None:
-                try:
-                    r.create(ctl.kube, r.IPS, body)
-                    return
-                except kerr.AlreadyExists:
-                    cur = r.get(ctl.kube, r.IPS, obj_name)
-                    if cur is None:
-                        raise
-            if (cur.get("spec") or {}) != body["spec"]:
-                r.patch_merge(ctl.kube, r.IPS, obj_name, {
-                    "spec": body["spec"], "metadata": {"labels": body["metadata"]["labels"]}})
+            write()
         except Exception:
             with self._lock:
                 self._own_ips.pop(obj_name, None)

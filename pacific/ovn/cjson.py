@@ -66,11 +66,11 @@ def enable(dirs=None) -> str:
     installation named by $PACIFIC_OVS_PREFIX, then in Debian's); returns the parser
     in use, "C" or "PYTHON"."""
     global _state
-    if dirs is None:
-        dirs = tuple(dict.fromkeys((ovsinstall.from_env().python_dir, *SYSTEM_DIRS)))
     with _lock:
         if _state is not None:
             return _state
+        if dirs is None:
+            dirs = tuple(dict.fromkeys((ovsinstall.from_env().python_dir, *SYSTEM_DIRS)))
         import ovs
         import ovs.json
         if ovs.json.PARSER == ovs.json.PARSER_C:
