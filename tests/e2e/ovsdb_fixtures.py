@@ -95,3 +95,11 @@ def vsctl_init(srv: OvsdbServer) -> None:
     """Create the Open_vSwitch root row (what a node bootstrap does)."""
     subprocess.run(["ovs-vsctl", f"--db={srv.remote}", "--no-wait", "init"],
                    check=True, capture_output=True, env={**os.environ})
+
+
+def sandbox_programs(sb) -> dict[str, str]:
+    """Daemon tag ("central/northd", "node1/ovn-controller", ...) -> the program
+    that process runs (/proc/<pid>/exe: links resolved), for every OVS/OVN daemon
+    of sandbox `sb`."""
+    return {tag: os.readlink(f"/proc/{d['pid']}/exe")
+            for tag, d in sb.state.read()["daemons"].items() if d.get("kind") == "ovs"}

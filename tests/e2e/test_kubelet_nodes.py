@@ -18,6 +18,7 @@ import subprocess
 import pytest
 
 from controller_fixtures import wait_until
+from ovsdb_fixtures import sandbox_programs
 
 from pacific import contract, ovsinstall
 from pacific.kube import client
@@ -86,9 +87,12 @@ def test_the_sandbox_runs_debian_12s_ovs_and_ovn_and_the_controller_says_what_it
     sb, _api, _ = kl
     for n in sb.nodes:
         assert sb.node(n).appctl("version").startswith("ovs-vswitchd (Open vSwitch) 3.1.")
-    out = subprocess.run([os.path.join(ovsinstall.SYSTEM_PREFIX, "bin", "ovn-nbctl"),
-                          "--version"], capture_output=True, text=True, check=True).stdout
-    assert out.startswith("ovn-nbctl 23.03.")
+    programs = sandbox_programs(sb)      # every daemon runs Debian's program
+    assert programs and all(exe == os.path.realpath(sb.ovs.program(os.path.basename(exe)))
+                            and exe.startswith("/usr/") for exe in programs.values()), programs
+    out = subprocess.run([sb.ovs.program("ovn-northd"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.startswith("ovn-northd 23.03.")
     path = os.path.join(sb.dir, "services", f"{controllers.controller_tag(1)}.log")
     log = wait_until(lambda: (t := open(path).read()) and "OVN northbound schema" in t and t,
                      30, what="the controller's capability line")

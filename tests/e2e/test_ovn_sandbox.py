@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from ovsdb_fixtures import sandbox_programs
 import nb_commands
 from pacific import names, ovsinstall
 from pacific.ovn import NorthboundAPI, OvsAPI, Owner
@@ -58,10 +59,11 @@ def test_the_sandbox_runs_the_built_ovs_and_ovn_and_sees_acl_tiers(sandbox_facto
     node = sb.nodes[0]
     assert sb.ovs == built
     assert node.appctl("version").startswith("ovs-vswitchd (Open vSwitch) 4.0.")
-    for daemon, pidfile in (("ovn-northd", os.path.join(sb.central_dir, "northd.pid")),
-                            ("ovn-controller", os.path.join(node.rundir, "ovn-controller.pid"))):
-        pid = open(pidfile).read().strip()
-        assert os.readlink(f"/proc/{pid}/exe") == built.program(daemon), daemon
+    programs = sandbox_programs(sb)
+    assert {os.path.basename(p) for p in programs.values()} == {
+        "ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd"}
+    for tag, exe in programs.items():
+        assert exe == os.path.realpath(built.program(os.path.basename(exe))), tag
     nb = NorthboundAPI(sb.nb_remote, timeout=20)
     try:
         assert nb.capabilities().acl_tier
