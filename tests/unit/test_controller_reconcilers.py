@@ -66,6 +66,35 @@ def test_a_forged_record_is_replaced_with_an_event(ctl):
                for e in events(ctl, "thief"))
 
 
+def test_a_record_forged_right_after_the_controllers_own_write_is_still_replaced(ctl):
+    """The pod reconciler skips the watch event of its own record write; a tenant
+    who copies another pod's record onto the pod at that moment (its event right
+    behind ours) is not skipped with it."""
+    import copy
+    ctl.kube.add(r.PODS, pod_body("donor"), "default")
+    drain(ctl)
+    stolen = pod(ctl, "donor")["metadata"]["annotations"][names.ANN_ALLOCATION]
+    real_store, forged = ctl.kube._store, []
+
+    def store(key, obj):          # the tenant's patch lands just after the controller's
+        out = real_store(key, obj)
+        if key.endswith("/pods/racer") and not forged and \
+                names.ANN_ALLOCATION in (obj["metadata"].get("annotations") or {}):
+            forged.append(key)
+            copied = copy.deepcopy(obj)
+            copied["metadata"]["annotations"][names.ANN_ALLOCATION] = stolen
+            real_store(key, copied)
+        return out
+    ctl.kube._store = store
+    ctl.kube.add(r.PODS, pod_body("racer"), "default")
+    drain(ctl)
+    assert forged
+    mine = record(ctl, "racer")
+    assert mine is not None and mine.port == names.pod_lsp_name("default", "racer")
+    assert mine.ip != record(ctl, "donor").ip
+    assert any(e.startswith("ForeignAllocationRecord") for e in events(ctl, "racer"))
+
+
 def test_a_copied_address_request_is_refused_and_the_record_removed(ctl):
     ctl.kube.add(r.PODS, pod_body("victim"), "default")
     drain(ctl)
