@@ -9,7 +9,9 @@ tenant): the victim `fair-victim` and the churner `fair-churn`.  Two phases in
 the same run, on the same machine, measured the same way:
 
 - A, no churn: the churner's 3 running pods sit idle.
-- B, churn: from the phase's first measurement to its last the churner
+- B, churn: the churner ramps up first (`--refused` pods created, every
+  policy created; not measured), then, from the phase's first measurement to
+  its last, the churner
   * keeps `--refused` (1,000) pods arriving that the controller must refuse:
     each asks for a fixed address (`pacific.io/ip_address`) that one of its
     running pods holds, or one outside its Subnet; `--refused-rate` (20) pods
@@ -349,6 +351,17 @@ class Churn:
         for t in self.threads:
             t.start()
 
+    def wait_steady(self, timeout: float) -> float:
+        """Until `--refused` refused pods exist (each new one now replaces the
+        oldest) and every policy is created: phase B measures the steady churn,
+        not its ramp-up.  Returns the seconds waited."""
+        def steady():
+            with self.lock:
+                return (self.counts["refused_created"] >= self.a.refused
+                        and self.counts["policies"] + self.counts["errors"] >= self.a.churn_policies)
+        wait_until(steady, timeout, "the churn's ramp-up", interval=0.2)
+        return time.monotonic() - self.t0
+
     def stop(self) -> float:
         self.stop_ev.set()
         for t in self.threads:
@@ -565,6 +578,10 @@ def main() -> int:
             if phase == "B":
                 churn = Churn(kc, held, args)
                 churn.start()
+                ramp = churn.wait_steady(timeout=args.refused / max(1.0, args.refused_rate) * 4 + 60)
+                print(f"churn steady after {ramp:.1f} s ({churn.counts['refused_created']} "
+                      f"refused-address pods, {churn.counts['policies']} policies): "
+                      "phase B measures from here", flush=True)
             load0 = os.getloadavg()[0]
             restarts0, losses0 = supervisor.restarts, supervisor.lease_losses()
             t0 = time.monotonic()

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import os
 import subprocess
 import sys
@@ -32,7 +33,7 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from controller_fixtures import ControlPlane, wait_until  # noqa: E402
 from pacific import names  # noqa: E402
-from pacific.controller.policy import group_name  # noqa: E402
+from pacific.controller.policy import programmed  # noqa: E402
 from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
 
@@ -50,6 +51,13 @@ def policy(ns: str, i: int) -> dict:
                      "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": f"t{i % 3}"}},
                                             "podSelector": {"matchLabels": {"app": f"b{i % 5}"}}}],
                                   "ports": [{"protocol": "TCP", "port": 80}]}]}}
+
+
+def policies_in_nb(sb) -> set[str]:
+    """The policies NB holds ACLs of (policies share port groups: decision 0031)."""
+    out = sb.nbctl("--bare", "--columns=external_ids", "find", "ACL",
+                   f'external_ids:"{names.EXT_OWNER_KIND}"={names.OWNER_KIND_POLICY}')
+    return set(re.findall(rf'{re.escape(names.EXT_OWNER)}="?([^\s",]+)', out))
 
 
 def parallel(fn, items, workers=16):
@@ -96,13 +104,8 @@ def part1(tmp: Path, n_ns: int, n_pods: int, n_pol: int) -> None:
                                        f"ns{i % n_ns}"), range(n_pol))
         t0 = time.perf_counter()
         cp.start_controller("c1", leader_elect=False)
-        want = {group_name(f"ns{i % n_ns}/p{i}") for i in range(n_pol)}
-
         def done():
-            with cp.nb.ovsdb_connection.lock:
-                have = {row.name for row in cp.nb.tables["Port_Group"].rows.values()
-                        if row.name in want and row.acls}
-            return want <= have
+            return all(programmed(cp.nb, f"ns{i % n_ns}/p{i}") for i in range(n_pol))
         wait_until(done, 900, interval=0.2, what="all policies programmed")
         dt = time.perf_counter() - t0
         counts = nb_counts(cp.nb)
@@ -145,19 +148,16 @@ def part2(args) -> None:
                          nss[i % len(nss)])
             parallel(mk, range(made, target))
             made = target
-            wait_until(lambda: len(sb.nbctl("--bare", "--columns=_uuid", "find", "Port_Group",
-                                            f'external_ids:"{names.EXT_OWNER_KIND}"='
-                                            f'{names.OWNER_KIND_POLICY}').split()) >= target,
+            wait_until(lambda: len(policies_in_nb(sb)) >= target,
                        600, interval=0.5, what=f"{target} policies in NB")
             to_nb, to_hv = [], []
             for k in range(20):
                 i = 100000 + target + k
                 ns = nss[k % len(nss)]
-                pg = group_name(f"{ns}/p{i}")
                 t0 = time.perf_counter()
                 r.create(api, r.NETWORKPOLICIES, policy(ns, i), ns)
-                while not sb.nbctl("--bare", "--columns=acls", "find", "Port_Group",
-                                   f"name={pg}").strip():
+                while not sb.nbctl("--bare", "--columns=_uuid", "find", "ACL",
+                                   f'external_ids:"{names.EXT_OWNER}"="{ns}/p{i}"').strip():
                     time.sleep(0.002)
                 t1 = time.perf_counter()
                 sb.nbctl("--wait=hv", "sync")

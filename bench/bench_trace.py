@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
-from bench_policy import parallel, pct, policy  # noqa: E402
+from bench_policy import parallel, pct, policies_in_nb, policy  # noqa: E402
 from controller_fixtures import wait_until  # noqa: E402
 from pacific import names  # noqa: E402
 from pacific.kube import client  # noqa: E402
@@ -99,9 +99,7 @@ def main() -> int:
             r.create(local.api, r.NETWORKPOLICIES, policy(nss[i % len(nss)], i),
                      nss[i % len(nss)])
         parallel(mk_pol, range(args.policies))
-        wait_until(lambda: len(sb.nbctl("--bare", "--columns=_uuid", "find", "Port_Group",
-                                        f'external_ids:"{names.EXT_OWNER_KIND}"='
-                                        f'{names.OWNER_KIND_POLICY}').split()) >= args.policies,
+        wait_until(lambda: len(policies_in_nb(sb)) >= args.policies,
                    600, interval=1, what=f"{args.policies} policies in NB")
         sb.nbctl("--wait=hv", "sync")
         flows = int(subprocess.run(f"ovn-sbctl --db={sb.sb_remote} lflow-list | wc -l",

@@ -74,6 +74,7 @@ OWNER_KIND_NODE = "Node"
 OWNER_KIND_SUBNET = "Subnet"
 OWNER_KIND_TENANT = "Tenant"
 OWNER_KIND_POLICY = "NetworkPolicy"
+OWNER_KIND_POLICY_GROUP = "NetworkPolicyGroup"    # the pods a podSelector selects, shared
 OWNER_KIND_SERVICE = "Service"
 LB_GROUP = "pacific_services"        # Load_Balancer_Group every switch holds: all Services
 SERVICE_AFFINITY_DEFAULT = 10800     # seconds, Kubernetes' default ClientIP timeout

@@ -36,6 +36,8 @@ class Config:
     infrastructure_ips: tuple = ()              # no external IP may be one (+ nodes, OVN central)
     trusted_endpoint_services: tuple = ("default/kubernetes",)   # endpoints not confined
     node_port_range: str = "%d-%d" % exposure.NODE_PORT_RANGE
+    event_burst: int = 20                       # Events per namespace at once (kube/budget.py)
+    event_rate: float = 1.0                     # ... and per second after that (0: no limit)
 
     def validate(self) -> "Config":
         for flag, value in (("--default-cidr", self.default_cidr), ("--join-cidr", self.join_cidr),
@@ -57,6 +59,8 @@ class Config:
                 raise ConfigError(f"--trusted-endpoint-services: {key!r} is not namespace/name")
         if self.workers < 1:
             raise ConfigError("--workers must be at least 1")
+        if self.event_burst < 1 or self.event_rate < 0:
+            raise ConfigError("--event-burst must be at least 1 and --event-rate at least 0")
         if self.batch_max < 1:
             raise ConfigError("--batch-max must be at least 1")
         return self

@@ -30,12 +30,14 @@ from pacific.controller.nbwriter import NBWriter
 from pacific.controller.transit import TransitNetworks
 from pacific.ipam import IPAM
 from pacific.kube import resources as r
+from pacific.kube.budget import NamespaceBudget
 from pacific.kube.informer import Informer
 from pacific.kube.workqueue import run_workers
 from pacific.ovn.sb import SbView, SouthboundWatch
 
 LOG = logging.getLogger(__name__)
 SYNC_TIMEOUT = 120.0
+SUPPRESSED_REPORT_EVERY = 10.0    # s between log lines naming namespaces over their Event budget
 
 
 class NBUnavailable(RuntimeError):
@@ -54,6 +56,9 @@ class Controller:
         self.southbound: SouthboundWatch | None = None   # SB replica while run() runs
         self.writer = NBWriter(nb_api, max_batch=cfg.batch_max, max_delay=cfg.batch_delay,
                                batch=cfg.batch, on_transaction=metrics.nb_transaction)
+        # Events per namespace (kube/budget.py): one tenant's thousand refusals
+        # do not cost the API server a thousand writes
+        self.event_budget = NamespaceBudget(cfg.event_burst, cfg.event_rate)
         self.features: list[Feature] = [cls(self) for cls in (features or FEATURES)]
         self._by_name = {f.name: f for f in self.features}
         wire_uses(self.features)
@@ -102,7 +107,19 @@ class Controller:
         return self.southbound.view() if self.southbound is not None else None
 
     def event(self, obj: dict, reason: str, message: str, type: str = "Warning") -> None:
+        """An Event about `obj`, within its namespace's budget (over it: counted only)."""
+        if not self.event_budget.take((obj.get("metadata") or {}).get("namespace") or ""):
+            metrics.event_suppressed(reason)
+            return
         r.create_event(self.kube, obj, reason, message, type=type, component=names.CONTROLLER_NAME)
+
+    def report_suppressed_events(self) -> None:
+        over = self.event_budget.take_suppressed()
+        if over:
+            LOG.warning("Events not written, over their namespace's budget (--event-burst %d, "
+                        "--event-rate %g/s; the objects still say why): %s", self.cfg.event_burst,
+                        self.cfg.event_rate, ", ".join(f"{ns or '(cluster)'}: {n}"
+                                                       for ns, n in sorted(over.items())))
 
     def resync(self) -> None:
         """Queue every key every feature names (start-up, then every --gc-interval)."""
@@ -145,6 +162,7 @@ class Controller:
             LOG.info("controller ready in %.2fs (features: %s)", time.monotonic() - t0,
                      ", ".join(f.name for f in self.features))
             next_gc = time.monotonic() + self.cfg.gc_interval
+            next_report = time.monotonic() + SUPPRESSED_REPORT_EVERY
             while not stop.wait(self.cfg.status_interval):
                 self.last_tick = time.monotonic()
                 failing = self.writer.failing_for()
@@ -158,6 +176,9 @@ class Controller:
                         "working NB connection takes over")
                 for f in self.features:
                     f.tick()
+                if time.monotonic() >= next_report:
+                    self.report_suppressed_events()
+                    next_report = time.monotonic() + SUPPRESSED_REPORT_EVERY
                 if time.monotonic() >= next_gc:
                     self.resync()
                     next_gc = time.monotonic() + self.cfg.gc_interval

@@ -104,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a batch waits for more work after its first item "
                         "[PACIFIC_BATCH_DELAY_MS]")
     g.add_argument("--no-batch", action="store_true", help="one NB transaction per reconcile")
+    g.add_argument("--event-burst", type=int, default=int(_env("PACIFIC_EVENT_BURST", "20")),
+                   help="Events the controller writes about one namespace's objects at once; "
+                   "past it, --event-rate a second (a tenant's thousand refused pods do not "
+                   "cost a thousand API writes; the pods still carry the refusal) "
+                   "[PACIFIC_EVENT_BURST, default %(default)s]")
+    g.add_argument("--event-rate", type=float, default=float(_env("PACIFIC_EVENT_RATE", "1")),
+                   help="Events per second per namespace past --event-burst (0: no limit) "
+                   "[PACIFIC_EVENT_RATE, default %(default)s]")
     g.add_argument("--gc-interval", type=float, default=float(_env("PACIFIC_GC_INTERVAL", "300")),
                    help="seconds between full re-checks of every object and owned NB row")
     g.add_argument("--nb-failure-exit", type=float,
@@ -158,7 +166,8 @@ def config_from_args(args) -> Config:
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
                   gc_interval=args.gc_interval, lag_probe_interval=args.lag_probe_interval, isolation=args.isolation,
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
-                  sb_remote=args.sb_remote,
+                  sb_remote=args.sb_remote, event_burst=args.event_burst,
+                  event_rate=args.event_rate,
                   external_ip_cidrs=args.external_ip_cidrs, node_port_range=args.node_port_range,
                   infrastructure_ips=_items(args.infrastructure_ips),
                   trusted_endpoint_services=_items(args.trusted_endpoint_services),

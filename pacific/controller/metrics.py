@@ -60,6 +60,9 @@ PODS_ALLOCATED = Counter("pacific_controller_pods_allocated",
 REFUSALS = Counter("pacific_controller_allocation_refusals",
                    "Pods refused an address (Event reason); a pod refused again for the "
                    "same reason and message is not counted again", ["reason"])
+EVENTS_SUPPRESSED = Counter("pacific_controller_events_suppressed",
+                            "Events not written because their namespace was over its budget "
+                            "(--event-burst, --event-rate)", ["reason"])
 
 KINDS = ("pod", "node", "subnet")
 for _k in KINDS:      # export zeros before the first reconcile
@@ -89,6 +92,10 @@ def timed_reconcile(kind: str, fn: Callable[[Hashable], None]) -> Callable[[Hash
 def refused(reason: str) -> None:
     """A pod was refused an address (called by pod.py once per new refusal)."""
     REFUSALS.labels(reason).inc()
+
+
+def event_suppressed(reason: str) -> None:
+    EVENTS_SUPPRESSED.labels(reason).inc()
 
 
 def nb_transaction(submissions: int, seconds: float, ok: bool) -> None:

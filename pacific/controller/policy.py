@@ -1,27 +1,32 @@
 """Kubernetes NetworkPolicy in OVN (semantics in policy_model.py).
 
-Per policy (key `namespace/name`), in ONE transaction:
+Per podSelector of a namespace (key `namespace/np_<hash>`: the policies of a
+namespace with the same podSelector select the same pods, so they share one
+group; decision 0031), in ONE transaction:
 
-* port group `np_<hash>` (external_ids name the policy) with the ports of the
-  pods it selects, changed by add/remove mutations;
-* its ACLs, exactly: for each type it isolates a drop at PRIO_ACL_NP_DENY
-  (to-lport `outport == @pg && ip4`, from-lport `inport == @pg && ip4`), for an
-  egress-isolated pod an allow-related just below it on to-lport that commits
-  connections into the pod (so their replies pass the egress drop), for
-  ingress an allow of the nodes (join CIDR: kubelet probes), and one
-  allow-related ACL per rule at PRIO_ACL_NP_ALLOW.  Several policies selecting
-  a pod add up: any allow (1001) beats every deny (1000); tenant isolation
-  (3000) stays above all of them.  ACL external_ids name the policy and the
-  rule (`pacific.io/rule`: "ingress/0", "egress/deny", ...) so a trace can
-  name what dropped a packet;
+* port group `np_<hash>` (external_ids: kind NetworkPolicyGroup, owner the
+  key) with the ports of the pods the selector selects, changed by add/remove
+  mutations: a pod relabelled changes one group, not one per policy;
+* the ACLs of every policy of the group, exactly: for each type a policy
+  isolates a drop at PRIO_ACL_NP_DENY (to-lport `outport == @pg && ip4`,
+  from-lport `inport == @pg && ip4`), for an egress-isolated pod an
+  allow-related just below it on to-lport that commits connections into the pod
+  (so their replies pass the egress drop), for ingress an allow of the nodes
+  (join CIDR: kubelet probes), and one allow-related ACL per rule at
+  PRIO_ACL_NP_ALLOW.  Several policies selecting a pod add up: any allow (1001)
+  beats every deny (1000); tenant isolation (3000) stays above all of them.
+  ACL external_ids name the policy and the rule (`pacific.io/rule`:
+  "ingress/0", "egress/deny", ...) so a trace can name what dropped a packet;
+  an ACL two policies of the group share (their deny) names the first policy;
 * address sets `np_as_<hash>` of pod peers, shared by the policies of a
   namespace that name the same peer (their addresses changed by mutation).
 
-A new pod joins the groups of the policies selecting it in the transaction that
-creates its port (`port_builders`), so it never sends or receives a packet a
-policy forbids.  Pod label, pod address and namespace label changes re-queue
-the policies (not Services: they do not touch policies).  Rows of policies
-gone are collected at resync.
+A new pod joins the groups selecting it in the transaction that creates its
+port (`port_builders`), so it never sends or receives a packet a policy
+forbids.  A pod event wakes only the groups it can matter to (its namespace's,
+and those with a namespaceSelector peer; a relabel only where a selection
+changes), a policy event its old and new group.  Rows of groups gone, and the
+per-policy groups of earlier versions, are collected at resync.
 """
 from __future__ import annotations
 
@@ -34,16 +39,27 @@ from ovsdbapp.backend.ovs_idl import idlutils
 from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
-from pacific.controller.policy_model import (PodInfo, PolicyError, World, compile_policy,
-                                             selector_matches)
+from pacific.controller.policy_model import (PodInfo, PolicyError, World, canonical,
+                                             compile_policy, relabel_matters,
+                                             selector_matches, selects_other_namespaces)
 from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
 KIND_PEER = "NetworkPolicyPeer"
 
 
-def group_name(key: str) -> str:
-    return "np_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+def group_name(namespace: str, selector: dict | None) -> str:
+    """The port group of the pods `selector` (a podSelector) selects in `namespace`."""
+    canon = f"{namespace}\n{canonical(selector)}"
+    return "np_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def group_key(policy: dict) -> str:
+    """The queue key of the group a policy belongs to: `namespace/np_<hash>`
+    (never a policy's key: `_` is not allowed in object names)."""
+    m, spec = model.meta(policy), policy.get("spec") or {}
+    return model.object_key(m.get("namespace"), group_name(m.get("namespace"),
+                                                           spec.get("podSelector")))
 
 
 def policy_ids(key: str, **extra) -> dict:
@@ -51,36 +67,26 @@ def policy_ids(key: str, **extra) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
 
 
-def selects_other_namespaces(policy: dict) -> bool:
-    """Has the policy a peer with a namespaceSelector (pods of other namespaces)?"""
-    spec = policy.get("spec") or {}
-    return any("namespaceSelector" in (peer or {})
-               for direction, side in (("ingress", "from"), ("egress", "to"))
-               for rule in spec.get(direction) or [] for peer in (rule or {}).get(side) or [])
+def group_ids(gkey: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY_GROUP, names.EXT_OWNER: gkey,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME}
 
 
-def relabel_matters(policy: dict, ns: str, ns_labels: dict, before: dict, after: dict) -> bool:
-    """Does relabelling a pod of `ns` (labels `before` -> `after`) change
-    whether the policy selects it, as subject or as a peer?"""
-    def moved(sel) -> bool:
-        return selector_matches(sel, before) != selector_matches(sel, after)
-    m, spec = model.meta(policy), policy.get("spec") or {}
-    own = m.get("namespace") == ns
-    if own and moved(spec.get("podSelector") or {}):
-        return True
-    for direction, side in (("ingress", "from"), ("egress", "to")):
-        for rule in spec.get(direction) or []:
-            for peer in (rule or {}).get(side) or []:
-                if "podSelector" not in (peer or {}):
-                    continue                    # whole namespaces or ipBlock: labels of pods don't matter
-                if "namespaceSelector" in peer:
-                    if not selector_matches(peer["namespaceSelector"], ns_labels):
-                        continue
-                elif not own:
-                    continue
-                if moved(peer["podSelector"] or {}):
-                    return True
-    return False
+def programmed(nb, key: str) -> bool:
+    """Has NB an ACL of policy `key` (benchmarks and tests wait on this)?"""
+    with nb.ovsdb_connection.lock:
+        return any(row.external_ids.get(names.EXT_OWNER) == key
+                   and row.external_ids.get(names.EXT_OWNER_KIND) == names.OWNER_KIND_POLICY
+                   for row in nb.tables[acl.ACL].rows.values())
+
+
+def programmed_group(nb, pg: str) -> bool:
+    """Does port group `pg` exist in the replica with ACLs?"""
+    with nb.ovsdb_connection.lock:
+        try:
+            return bool(nb.lookup(ensure.PG, pg).acls)
+        except idlutils.RowNotFound:
+            return False
 
 
 def pod_info(pod: dict, rec=None) -> PodInfo | None:
@@ -108,19 +114,20 @@ class PolicyFeature(Feature):
         self._reported: dict[str, str] = {}
         # the pods and namespace labels every policy is compiled against, kept
         # from the informers' events (namespace -> pod name -> PodInfo): a
-        # change re-reads one pod, never all (rebuilding from every pod, each
-        # record parsed again, on every relabel of any pod was most of the
-        # CPU under another tenant's churn).  A snapshot (World) is taken after
+        # change re-reads one pod, never all.  A snapshot (World) is taken after
         # a change (None: one is due), replacing only the changed namespaces' lists.
         self._pods: dict[str, dict[str, PodInfo]] = {}
         self._lists: dict[str, list[PodInfo]] = {}
         self._dirty: set[str] = set()
         self._ns_labels: dict[str, dict] = {}
         self._world_cache: World | None = None
-        # policy key -> does it select peers by namespaceSelector (then a pod of
-        # any namespace may be its peer); else only pods of its own namespace
-        # matter to it.  Kept from policy events, so a pod event wakes only the
-        # policies that can select it, not every policy of the cluster
+        # kept from policy events: policy key -> its group key; group key -> its
+        # policies; policy key -> does it select peers by namespaceSelector (then
+        # a pod of any namespace may be its peer; else only pods of its own
+        # namespace matter to it).  A pod event wakes only the groups that can
+        # select it, not every policy of the cluster
+        self._group_of: dict[str, str] = {}
+        self._members_of: dict[str, set[str]] = {}
         self._wide: dict[str, bool] = {}
 
     # -- wiring ----------------------------------------------------------------------
@@ -131,21 +138,30 @@ class PolicyFeature(Feature):
         m = model.meta(new or old)
         key = model.object_key(m.get("namespace"), m.get("name"))
         with self._lock:
-            if new is None:
-                self._wide.pop(key, None)
-            else:
+            before = self._group_of.pop(key, None)
+            if before is not None:
+                self._members_of.get(before, set()).discard(key)
+            self._wide.pop(key, None)
+            if new is not None:
+                after = self._group_of[key] = group_key(new)
+                self._members_of.setdefault(after, set()).add(key)
                 self._wide[key] = selects_other_namespaces(new)
-        return (key,)
+        # a group left empty is kept until its reconcile removes its rows
+        return [g for g in {before, group_key(new) if new is not None else None} if g]
+
+    def _policies_of(self, gkey: str) -> list[str]:
+        with self._lock:
+            return sorted(self._members_of.get(gkey, ()))
 
     def _for_namespace(self, ns: str | None) -> list[str]:
-        """The policies a pod of `ns` can be a subject or peer of."""
+        """The groups a pod of `ns` can be selected by or a peer of."""
         prefix = f"{ns}/"
         with self._lock:
-            return [k for k, wide in self._wide.items() if wide or k.startswith(prefix)]
+            return sorted({g for k, g in self._group_of.items()
+                           if self._wide.get(k) or g.startswith(prefix)})
 
     def _all(self) -> list[str]:
-        return [model.object_key(model.meta(p).get("namespace"), model.meta(p)["name"])
-                for p in self.ctl.informer("policies").list()]
+        return sorted({group_key(p) for p in self.ctl.informer("policies").list()})
 
     def _on_pod(self, old, new):
         rec_old = contract.own_record(old) if old is not None else None
@@ -166,17 +182,21 @@ class PolicyFeature(Feature):
                 pods[m.get("name")] = info
             self._dirty.add(ns)
             self._world_cache = None
-        keys = self._for_namespace(ns)
+        groups = self._for_namespace(ns)
         if relabel:
-            # only labels changed: only the policies where the pod's membership
-            # changes (a relabel under `podSelector: {}` changes nothing)
+            # only labels changed: only the groups where some policy's selection
+            # of the pod changes (a relabel under `podSelector: {}` changes nothing)
             cache, before, after = self.ctl.informer("policies"), model.labels_of(old), \
                 model.labels_of(new)
             ns_obj = self.ctl.informer("namespaces").get(ns)
             ns_labels = model.labels_of(ns_obj) if ns_obj else {}
-            keys = [k for k in keys if (pol := cache.get(k)) is None
-                    or relabel_matters(pol, ns, ns_labels, before, after)]
-        return keys
+
+            def matters(gkey: str) -> bool:
+                return any((pol := cache.get(k)) is None
+                           or relabel_matters(pol, ns, ns_labels, before, after)
+                           for k in self._policies_of(gkey))
+            groups = [g for g in groups if matters(g)]
+        return groups
 
     def _on_namespace(self, old, new):
         if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):
@@ -192,9 +212,9 @@ class PolicyFeature(Feature):
 
     def resync_keys(self):
         keys = set(self._all())
-        for row in self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY):
+        for row in self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY_GROUP):
             keys.add(row.external_ids.get(names.EXT_OWNER))
-        keys.add("*")     # stale address sets
+        keys.add("*")     # stale address sets, groups of earlier versions
         return [k for k in keys if k]
 
     def _world(self) -> World:
@@ -212,60 +232,82 @@ class PolicyFeature(Feature):
             self._world_cache = World.indexed(dict(self._lists), dict(self._ns_labels))
             return self._world_cache
 
-    # -- a new pod's port joins the groups of the policies selecting it ---------------
+    # -- a new pod's port joins the groups selecting it ----------------------------------
     def port_builders(self, pod: dict, lsp: str) -> list:
         m = model.meta(pod)
-        out = []
-        for pol in self.ctl.informer("policies").list():
-            pm = model.meta(pol)
-            if pm.get("namespace") != m.get("namespace"):
+        ns, labels = m.get("namespace"), model.labels_of(pod)
+        cache, out, seen = self.ctl.informer("policies"), [], set()
+        for key in self._policies_in(ns):
+            pol = cache.get(key)
+            if pol is None:
                 continue
             sel = (pol.get("spec") or {}).get("podSelector")
-            if selector_matches({} if sel is None else sel, model.labels_of(pod)):
-                key = model.object_key(pm["namespace"], pm["name"])
-                pg = group_name(key)
-                out += [lambda api, pg=pg, key=key: ensure.EnsurePortGroup(api, pg, policy_ids(key)),
+            gkey = group_key(pol)
+            if gkey not in seen and selector_matches({} if sel is None else sel, labels):
+                seen.add(gkey)
+                pg = gkey.split("/", 1)[1]
+                out += [lambda api, pg=pg, g=gkey: ensure.EnsurePortGroup(api, pg, group_ids(g)),
                         lambda api, pg=pg: ensure.PortGroupAddPorts(api, pg, [lsp])]
         return out
+
+    def _policies_in(self, ns: str | None) -> list[str]:
+        prefix = f"{ns}/"
+        with self._lock:
+            return [k for k in self._group_of if k.startswith(prefix)]
 
     # -- reconcile -------------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
         if key == "*":
-            self._collect_sets()
+            self._collect()
             return
-        pol = self.ctl.informer("policies").get(key)
-        pg = group_name(key)
-        if pol is None:
-            if self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY, key):
+        pg = key.split("/", 1)[1]
+        cache = self.ctl.informer("policies")
+        policies = [(k, pol) for k in self._policies_of(key) if (pol := cache.get(k)) is not None
+                    and group_key(pol) == key]
+        if not policies:
+            if self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY_GROUP, key):
                 self.ctl.writer.run([lambda api: ensure.DeletePortGroup(api, pg)],
-                                    what=f"NetworkPolicy {key} removed")
-                LOG.info("NetworkPolicy %s: removed", key)
+                                    what=f"NetworkPolicy group {key} removed")
+                LOG.info("NetworkPolicy group %s: removed (no policy selects by it)", key)
             return
-        try:
-            types, rules, ports = compile_policy(pol, self._world())
-        except PolicyError as exc:
-            self._report(pol, key, str(exc))
-            return
-        self._report(pol, key, None)
-        specs = self._acls(key, pg, types, rules)
+        world = self._world()
+        specs: dict[tuple, acl.AclSpec] = {}
+        sets: dict[str, frozenset] = {}
+        want, applied = None, []
+        for pkey, pol in policies:
+            try:
+                types, rules, ports = compile_policy(pol, world)
+            except PolicyError as exc:
+                self._report(pol, pkey, str(exc))
+                continue
+            self._report(pol, pkey, None)
+            applied.append(pkey)
+            want = set(ports)
+            for spec in self._acls(pkey, pg, types, rules):
+                specs.setdefault(spec.key, spec)     # a shared ACL names the first policy
+            sets.update(n_ips for r_ in rules for n_ips in r_.address_sets)
+        if want is None:
+            return        # no policy of the group applies: what NB holds stays (reported)
+        specs_list = list(specs.values())
         changes = []
-        for name, ips in {n: ips for r_ in rules for n, ips in r_.address_sets}.items():
+        for name, ips in sets.items():
             changes += self._set_builders(name, ips)
-        have, want = self._members(pg), set(ports)
+        have = self._members(pg)
         if have is not None and want - have:
             changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want - have)))
         if have is not None and have - want:
             changes.append(lambda api: ensure.PortGroupRemovePorts(api, pg, sorted(have - want)))
         if have is None and want:
             changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want)))
-        if not changes and have is not None and acl.acls_are(self.ctl.nb, pg, specs):
+        if not changes and have is not None and acl.acls_are(self.ctl.nb, pg, specs_list):
             return     # the replica already holds exactly this
         # ONE transaction: group, peers' sets, members and ACLs change together
-        self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, policy_ids(key)), *changes,
-                             lambda api: acl.EnsurePortGroupACLs(api, pg, specs)],
-                            what=f"NetworkPolicy {key}")
-        LOG.info("NetworkPolicy %s: %d pods, %s isolated, %d rules", key, len(want),
-                 "+".join(types) or "nothing", len(rules))
+        self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, group_ids(key)), *changes,
+                             lambda api: acl.EnsurePortGroupACLs(api, pg, specs_list)],
+                            what=f"NetworkPolicy group {key}")
+        LOG.info("NetworkPolicy group %s: %d policies (%s%s), %d pods, %d ACLs", key,
+                 len(applied), ", ".join(applied[:3]), ", ..." if len(applied) > 3 else "",
+                 len(want), len(specs_list))
 
     def _acls(self, key: str, pg: str, types: list[str], rules) -> list:
         out = []
@@ -313,19 +355,32 @@ class PolicyFeature(Feature):
             out.append(lambda api: ensure.AddressSetRemoveAddresses(api, name, sorted(have - ips)))
         return out
 
-    def _collect_sets(self) -> None:
+    def _collect(self) -> None:
+        """Address sets no policy names any more, and the per-policy port groups
+        of versions before decision 0031 once their policy's group holds its ACLs
+        (so no pod is unprotected in between)."""
         world = self._world()
         used = set()
-        for pol in self.ctl.informer("policies").list():
+        cache = self.ctl.informer("policies")
+        for pol in cache.list():
             try:
                 _, rules, _ = compile_policy(pol, world)
             except PolicyError:
                 continue
             used |= {n for r_ in rules for n, _ in r_.address_sets}
-        stale = [row.name for row in self.ctl.nb.rows_owned(ensure.AS, KIND_PEER) if row.name not in used]
-        if stale:
-            self.ctl.writer.run([lambda api, n=n: ensure.DeleteAddressSet(api, n) for n in stale],
-                                what="stale NetworkPolicy address sets")
+        cmds = [lambda api, n=row.name: ensure.DeleteAddressSet(api, n)
+                for row in self.ctl.nb.rows_owned(ensure.AS, KIND_PEER) if row.name not in used]
+        waiting = False
+        for row in self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY):
+            pol = cache.get(row.external_ids.get(names.EXT_OWNER, ""))
+            if pol is None or programmed_group(self.ctl.nb, group_key(pol).split("/", 1)[1]):
+                cmds.append(lambda api, n=row.name: ensure.DeletePortGroup(api, n))
+            else:
+                waiting = True
+        if cmds:
+            self.ctl.writer.run(cmds, what="stale NetworkPolicy address sets and port groups")
+        if waiting:
+            self.queue.add_after("*", 1.0)
 
     # -- replica reads ---------------------------------------------------------------------
     def _members(self, pg: str) -> set[str] | None:

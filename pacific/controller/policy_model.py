@@ -47,6 +47,10 @@ class World:
     pods: list[PodInfo]
     namespace_labels: dict[str, dict]
     by_namespace: dict[str, list[PodInfo]] = field(init=False, repr=False)
+    # selections already computed against this (unchanging) World: the policies
+    # of one port group share their podSelector, and many policies name the same
+    # peer; each is computed once per World, not once per policy
+    memo: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self):
         # selectors look at one namespace, or at namespaces chosen by labels:
@@ -63,6 +67,7 @@ class World:
         when one of its pods changes)."""
         world = cls.__new__(cls)
         world.namespace_labels, world.by_namespace = namespace_labels, by_namespace
+        world.memo = {}
         world.pods = [p for pods in by_namespace.values() for p in pods]
         return world
 
@@ -101,6 +106,38 @@ def selector_matches(sel: dict | None, labels: dict) -> bool:
     return True
 
 
+def selects_other_namespaces(policy: dict) -> bool:
+    """Has the policy a peer with a namespaceSelector (pods of other namespaces)?"""
+    spec = policy.get("spec") or {}
+    return any("namespaceSelector" in (peer or {})
+               for direction, side in (("ingress", "from"), ("egress", "to"))
+               for rule in spec.get(direction) or [] for peer in (rule or {}).get(side) or [])
+
+
+def relabel_matters(policy: dict, ns: str, ns_labels: dict, before: dict, after: dict) -> bool:
+    """Does relabelling a pod of `ns` (labels `before` -> `after`) change
+    whether the policy selects it, as subject or as a peer?"""
+    def moved(sel) -> bool:
+        return selector_matches(sel, before) != selector_matches(sel, after)
+    m, spec = policy.get("metadata") or {}, policy.get("spec") or {}
+    own = m.get("namespace") == ns
+    if own and moved(spec.get("podSelector") or {}):
+        return True
+    for direction, side in (("ingress", "from"), ("egress", "to")):
+        for rule in spec.get(direction) or []:
+            for peer in (rule or {}).get(side) or []:
+                if "podSelector" not in (peer or {}):
+                    continue                    # whole namespaces or ipBlock: labels of pods don't matter
+                if "namespaceSelector" in peer:
+                    if not selector_matches(peer["namespaceSelector"], ns_labels):
+                        continue
+                elif not own:
+                    continue
+                if moved(peer["podSelector"] or {}):
+                    return True
+    return False
+
+
 def policy_types(spec: dict) -> list[str]:
     types = spec.get("policyTypes")
     if types:
@@ -111,13 +148,31 @@ def policy_types(spec: dict) -> list[str]:
     return ["Ingress", "Egress"] if spec.get("egress") else ["Ingress"]
 
 
+def canonical(selector: dict | None) -> str:
+    """One spelling of a selector (JSON, keys sorted): equal selectors, equal text."""
+    return json.dumps({} if selector is None else selector, sort_keys=True)
+
+
 def selected(spec: dict, namespace: str, world: World) -> list[PodInfo]:
     sel = spec.get("podSelector")
     sel = {} if sel is None else sel
-    return [p for p in world.in_namespace(namespace) if selector_matches(sel, p.labels)]
+    memo_key = ("selected", namespace, canonical(sel))
+    out = world.memo.get(memo_key)
+    if out is None:
+        out = world.memo[memo_key] = [p for p in world.in_namespace(namespace)
+                                      if selector_matches(sel, p.labels)]
+    return out
 
 
 def _peer_pods(peer: dict, namespace: str, world: World) -> list[PodInfo]:
+    memo_key = ("peer", set_name(namespace, peer))
+    out = world.memo.get(memo_key)
+    if out is None:
+        out = world.memo[memo_key] = _peer_pods_uncached(peer, namespace, world)
+    return out
+
+
+def _peer_pods_uncached(peer: dict, namespace: str, world: World) -> list[PodInfo]:
     pod_sel, ns_sel = peer.get("podSelector"), peer.get("namespaceSelector")
     if ns_sel is None:
         spaces = [namespace]

@@ -110,8 +110,8 @@ def test_feature_writes_group_members_sets_and_acls_in_one_transaction():
         "podSelector": {"matchLabels": {"pod": "a"}},
         "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}}, "x")
     drain(ctl)
-    (cmds,) = [c for w, c in ctl.writer.writes if w == "NetworkPolicy x/only-b"]
-    pg = policy.group_name("x/only-b")
+    pg = policy.group_name("x", {"matchLabels": {"pod": "a"}})
+    (cmds,) = [c for w, c in ctl.writer.writes if w == f"NetworkPolicy group x/{pg}"]
     added = [c for c in cmds if isinstance(c, ensure.PortGroupAddPorts)]
     assert added[0].name == pg and added[0].members == [names.pod_lsp_name("x", "a")]
     (acls,) = [c for c in cmds if isinstance(c, acl.EnsureACLs)]
@@ -130,16 +130,16 @@ def test_feature_writes_group_members_sets_and_acls_in_one_transaction():
     # the policy gone: its group goes
     r.delete(ctl.kube, r.NETWORKPOLICIES, "only-b", "x")
     ctl.nb.owned.append(type("Row", (), {"table": ensure.PG, "name": pg, "external_ids": {
-        names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY, names.EXT_OWNER: "x/only-b"}})())
+        names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY_GROUP, names.EXT_OWNER: f"x/{pg}"}})())
     drain(ctl)
     assert any(isinstance(c, ensure.DeletePortGroup) and c.name == pg
                for _, cs in ctl.writer.writes for c in cs)
 
 
-def test_a_pod_event_wakes_only_the_policies_that_can_select_the_pod():
+def test_a_pod_event_wakes_only_the_groups_that_can_select_the_pod():
     """Cost follows change: a pod without an address (pending, refused) wakes
-    no policy; a pod of namespace x wakes x's policies and those with a
-    namespaceSelector peer, not every policy of the cluster."""
+    no policy group; a pod of namespace x wakes x's groups and those with a
+    namespaceSelector peer, not every group of the cluster."""
     ctl = make_controller()
     feat = ctl.feature("policy")
     for ns, name, spec in (
@@ -155,9 +155,10 @@ def test_a_pod_event_wakes_only_the_policies_that_can_select_the_pod():
     running = ctl.kube.add(r.PODS, pod_body("a", "x", {"pod": "a"}), "x")
     drain(ctl)
     allocated = r.get(ctl.kube, r.PODS, "a", "x")
-    assert sorted(feat._on_pod(running, allocated)) == ["x/own", "z/wide"]
+    own, wide = f"x/{policy.group_name('x', {})}", f"z/{policy.group_name('z', {})}"
+    assert sorted(feat._on_pod(running, allocated)) == sorted([own, wide])
     feat._on_policy(np({}, "z", "wide"), None)
-    assert feat._on_pod(allocated, None) == ["x/own"]
+    assert feat._on_pod(allocated, None) == [own]
 
 
 def test_a_relabel_wakes_only_the_policies_whose_selection_of_the_pod_changes():

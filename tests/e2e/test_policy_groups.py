@@ -1,0 +1,135 @@
+"""NetworkPolicy groups against a real NB ovsdb-server: the controller's real
+features on the fake API (tests/unit/controller_fakes.py), writing through the
+real NB writer, and the rows NB ends up with checked (decision 0031).
+
+The policies of a namespace with one podSelector share one port group: a pod
+relabelled changes one group's membership, not one per policy; the group's
+ACLs are exactly those of its policies; an earlier version's per-policy group
+is removed only once the new group holds the ACLs.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
+
+from controller_fakes import drain, make_controller  # noqa: E402
+from ovsdb_fixtures import NB_SCHEMA, OvsdbServer  # noqa: E402
+from pacific import names  # noqa: E402
+from pacific.controller import cluster_router, policy  # noqa: E402
+from pacific.controller.nbwriter import NBWriter  # noqa: E402
+from pacific.kube import resources as r  # noqa: E402
+from pacific.ovn import NorthboundAPI, ensure  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+ROLE_A = {"matchLabels": {"role": "a"}}
+
+
+@pytest.fixture
+def ctl(tmp_path):
+    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
+    nb = writer = None
+    try:
+        nb = NorthboundAPI(srv.remote, timeout=10, created_by="test")
+        writer = NBWriter(nb).start()
+        c = make_controller()
+        c.nb, c.writer = nb, writer
+        cluster_router.ensure(c)
+        c.kube.add(r.NAMESPACES, {"metadata": {"name": "x", "labels": {"team": "x"}}})
+        yield c
+    finally:
+        if writer is not None:
+            writer.stop()
+        if nb is not None:
+            nb.close()
+        srv.stop()
+
+
+def pod(name: str, labels: dict) -> dict:
+    return {"metadata": {"name": name, "namespace": "x", "labels": labels},
+            "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "pause"}]}}
+
+
+def allow_from_everyone(i: int, selector: dict) -> dict:
+    return {"metadata": {"name": f"p{i}", "namespace": "x"},
+            "spec": {"podSelector": selector,
+                     "ingress": [{"from": [{"namespaceSelector": {}}],
+                                  "ports": [{"protocol": "TCP", "port": 1000 + i}]}]}}
+
+
+def groups(nb) -> dict[str, tuple[set, list]]:
+    """Pacific's policy port groups: name -> (member port names, ACL rows)."""
+    with nb.ovsdb_connection.lock:
+        return {pg.name: ({p.name for p in pg.ports}, list(pg.acls))
+                for pg in nb.tables[ensure.PG].rows.values()
+                if pg.external_ids.get(names.EXT_OWNER_KIND) == names.OWNER_KIND_POLICY_GROUP}
+
+
+def test_policies_with_one_selector_share_a_group_and_a_relabel_changes_only_it(ctl):
+    for name, role in (("a1", "a"), ("b1", "b")):
+        ctl.kube.add(r.PODS, pod(name, {"role": role}), "x")
+    for i in range(6):
+        ctl.kube.add(r.NETWORKPOLICIES, allow_from_everyone(i, ROLE_A if i % 2 else {}), "x")
+    drain(ctl)
+    pg_a, pg_all = policy.group_name("x", ROLE_A), policy.group_name("x", {})
+    have = groups(ctl.nb)
+    assert set(have) == {pg_a, pg_all}
+    a1, b1 = names.pod_lsp_name("x", "a1"), names.pod_lsp_name("x", "b1")
+    assert have[pg_a][0] == {a1} and have[pg_all][0] == {a1, b1}
+    # every policy's rule is an ACL of its group, named after the policy; the
+    # ingress drop and the nodes' allow are shared, named after the first policy
+    rules = {(acl_.external_ids[names.EXT_OWNER], acl_.external_ids[names.EXT_RULE])
+             for acl_ in have[pg_a][1]}
+    assert rules == {("x/p1", "ingress/deny"), ("x/p1", "ingress/nodes"),
+                     ("x/p1", "ingress/0"), ("x/p3", "ingress/0"), ("x/p5", "ingress/0")}
+    assert all(policy.programmed(ctl.nb, f"x/p{i}") for i in range(6))
+
+    # b1 relabelled to role=a: one group is woken, one membership changes
+    feat = ctl.feature("policy")
+    old = r.get(ctl.kube, r.PODS, "b1", "x")
+    new = {**old, "metadata": {**old["metadata"], "labels": {"role": "a"}}}
+    assert feat._on_pod(old, new) == [f"x/{pg_a}"]
+    before = ctl.writer.transactions
+    r.patch_merge(ctl.kube, r.PODS, "b1", {"metadata": {"labels": {"role": "a"}}}, "x")
+    drain(ctl)
+    assert groups(ctl.nb)[pg_a][0] == {a1, b1}
+    assert ctl.writer.transactions - before == 1
+
+    # one policy of three deleted: its rule goes, the group stays; all deleted: it goes
+    r.delete(ctl.kube, r.NETWORKPOLICIES, "p3", "x")
+    drain(ctl)
+    assert {a.external_ids[names.EXT_OWNER] for a in groups(ctl.nb)[pg_a][1]} == {"x/p1", "x/p5"}
+    assert not policy.programmed(ctl.nb, "x/p3")
+    for i in (1, 5):
+        r.delete(ctl.kube, r.NETWORKPOLICIES, f"p{i}", "x")
+    drain(ctl)
+    assert set(groups(ctl.nb)) == {pg_all}
+
+
+def test_a_policy_changing_its_selector_moves_between_groups(ctl):
+    ctl.kube.add(r.PODS, pod("a1", {"role": "a"}), "x")
+    ctl.kube.add(r.NETWORKPOLICIES, allow_from_everyone(0, {}), "x")
+    drain(ctl)
+    r.patch_merge(ctl.kube, r.NETWORKPOLICIES, "p0", {"spec": {"podSelector": ROLE_A}}, "x")
+    drain(ctl)
+    assert set(groups(ctl.nb)) == {policy.group_name("x", ROLE_A)}
+
+
+def test_a_per_policy_group_of_an_earlier_version_goes_once_the_group_holds_the_acls(ctl):
+    ctl.kube.add(r.PODS, pod("a1", {"role": "a"}), "x")
+    drain(ctl)
+    old_pg = "np_0123456789abcdef"          # what an earlier controller wrote for x/p0
+    ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, old_pg, {
+        names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY, names.EXT_OWNER: "x/p0"})])
+    ctl.kube.add(r.NETWORKPOLICIES, allow_from_everyone(0, ROLE_A), "x")
+    feat = ctl.feature("policy")
+    feat.reconcile("*")          # the new group is not there yet: the old one stays
+    assert ctl.nb.lookup(ensure.PG, old_pg, default=None) is not None
+    assert feat.queue.pending()   # "*" comes back later, by itself
+    drain(ctl)                   # the group is written
+    feat.reconcile("*")          # (what the queued "*" does when it is due)
+    assert ctl.nb.lookup(ensure.PG, old_pg, default=None) is None
+    assert policy.programmed(ctl.nb, "x/p0")
