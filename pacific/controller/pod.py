@@ -429,8 +429,11 @@ class PodFeature(Feature):
         lsp = names.pod_lsp_name(ns, name)
         with ctl.ipam_lock:
             alloc = ctl.ipam.lookup(key)
-        ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, alloc.subnet if alloc else None)],
-                       what=f"delete pod port {lsp}")
+        if alloc is not None or ensure.row_exists(ctl.nb, ensure.LSP, lsp):
+            # (a pod refused from the start never had a port: a tenant deleting
+            # a thousand of them costs no NB transaction)
+            ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, alloc.subnet if alloc else None)],
+                           what=f"delete pod port {lsp}")
         if self._keeps_address(ns, name, pod):
             if alloc is not None:
                 LOG.info("pod %s gone; StatefulSet keeps %s for its re-creation", key, alloc.ip)

@@ -181,6 +181,17 @@ def port_is(api, switch: str, name: str, addresses: list[str], port_security: li
                 and row.options == dict(options or {}) and row.external_ids == dict(external_ids))
 
 
+def row_exists(api, table: str, name: str) -> bool:
+    """Does the replica hold a row of `table` named `name`?  Under the
+    connection lock, from worker threads (to skip a no-op delete)."""
+    with api.ovsdb_connection.lock:
+        try:
+            api.lookup(table, name)
+            return True
+        except idlutils.RowNotFound:
+            return False
+
+
 def address_set_addresses(api, name: str) -> set[str] | None:
     """The addresses of address set `name` in the replica (None: no such set);
     under the connection lock, from worker threads."""

@@ -175,8 +175,9 @@ class FakeWriter:
 
 
 class FakeNB:
-    """Holds no rows but the owned ones a test adds: every port is missing, so
-    every reconcile submits its write (recorded by FakeWriter)."""
+    """Holds no rows but the owned ones a test adds (found by rows_owned and
+    lookup): every other port is missing, so every reconcile submits its write
+    (recorded by FakeWriter)."""
     remote = "fake"
 
     def __init__(self):
@@ -190,7 +191,11 @@ class FakeNB:
                 and (owner is None or row.external_ids.get(names.EXT_OWNER) == owner)]
 
     def lookup(self, table, name, default=None):
+        """An owned row the test added; else not found."""
         from ovsdbapp.backend.ovs_idl import idlutils
+        for row in self.owned:
+            if row.table == table and getattr(row, "name", None) == name:
+                return row
         raise idlutils.RowNotFound(table=table, col="name", match=name)
 
     def is_connected(self):

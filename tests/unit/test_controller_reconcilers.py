@@ -338,3 +338,15 @@ def test_features_reach_each_other_through_declared_uses(ctl):
         uses = {"helper": "nowhere"}
     with pytest.raises(ValueError, match="feature lonely uses feature 'nowhere', which is not"):
         wire_uses([Lonely(ctl)])
+
+
+def test_a_pod_refused_from_the_start_costs_no_nb_write_when_deleted(ctl):
+    """A tenant creating and deleting refused pods (bench_fairness) makes the
+    controller write nothing to NB: they never had a port."""
+    ctl.kube.add(r.PODS, pod_body("far", ann={names.ANN_IP_ADDRESS: "192.0.2.9"}), "default")
+    drain(ctl)
+    assert record(ctl, "far") is None
+    before = len(ctl.writer.writes)
+    r.delete(ctl.kube, r.PODS, "far", "default")
+    drain(ctl)
+    assert ctl.writer.writes[before:] == []
