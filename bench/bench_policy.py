@@ -13,6 +13,13 @@
    policy created -> its ACLs in NB -> in force on every chassis (nb_cfg ->
    hv_cfg, `ovn-nbctl --wait=hv sync`), p50/p99 over 20 policies each; ACL
    and logical-flow counts.  Baseline: `--wait=hv sync` with nothing to apply.
+3. Cost follows change (issue 23): `--churn-pods` (1,000) pods created and
+   deleted at `--churn-rate` a second over `--namespaces` namespaces (at most
+   `--churn-live` alive at once), first with no policy, then with
+   `--policies` in place (same control plane, same controller, one run): pod
+   created -> its port in NB, p50/p99, and the controller's CPU seconds per
+   pod (utime+stime of the process).  Goal: with policies within 1.5x of
+   without.
 """
 from __future__ import annotations
 
@@ -177,20 +184,129 @@ def part2(args) -> None:
             sb.down()
 
 
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def churn(cp, kc: str, n_ns: int, n: int, rate: float, live: int, tag: str) -> dict:
+    """Create n pods at `rate`/s (deleting the oldest past `live`); created ->
+    port in NB per pod, and the controller's CPU over the churn."""
+    from pacific.ovn import ensure
+    apis = threading.local()
+
+    def api():
+        if not hasattr(apis, "api"):
+            apis.api = client.load(kc)
+        return apis.api
+    pid = cp.controllers["c1"].pid
+    created: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set() or len(seen) < len(created):
+            with lock:
+                pending = [k for k in created if k not in seen]
+            now = time.perf_counter()
+            for k in pending:
+                if ensure.row_exists(cp.nb, "Logical_Switch_Port", k):
+                    seen[k] = now
+            if stop.is_set() and time.perf_counter() - t_stop > 120:
+                return
+            time.sleep(0.005)
+    t_stop = 0.0
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    names_ = [(f"ns{i % n_ns}", f"{tag}{i}") for i in range(n)]
+
+    def one(item):
+        k, (ns, name) = item
+        due = t0 + k / rate
+        time.sleep(max(0.0, due - time.perf_counter()))
+        body = {"metadata": {"name": name, "labels": {"app": f"{'ab'[k % 2]}{k % 5}"}},
+                "spec": {"nodeName": f"node{k % 3 + 1}",
+                         "containers": [{"name": "c", "image": "pause"}]}}
+        r.create(api(), r.PODS, body, ns)
+        with lock:
+            created[names.pod_lsp_name(ns, name)] = time.perf_counter()
+        if k >= live:
+            old_ns, old = names_[k - live]
+            r.delete(api(), r.PODS, old, old_ns, grace_period=0)
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, enumerate(names_)))
+    t_stop = time.perf_counter()
+    stop.set()
+    watcher.join(130)
+    cpu = cpu_seconds(pid) - cpu0
+    lat = [seen[k] - created[k] for k in created if k in seen]
+    for ns, name in names_[max(0, n - live):]:
+        r.delete(api(), r.PODS, name, ns, grace_period=0)
+    return {"p50": pct(lat, 50), "p99": pct(lat, 99), "missing": n - len(lat),
+            "cpu_per_pod": cpu / n, "seconds": t_stop - t0}
+
+
+def part3(tmp: Path, args) -> None:
+    n_ns, n_pol = args.namespaces, args.policies
+    print(f"3. {args.churn_pods} pods churning ({args.churn_rate:g}/s, at most "
+          f"{args.churn_live} alive) over {n_ns} namespaces, without and with {n_pol} "
+          "policies (one controller):", flush=True)
+    with ControlPlane(tmp / "p3") as cp:
+        kc = str(cp.kubeconfig)
+        local = threading.local()
+
+        def api():
+            if not hasattr(local, "api"):
+                local.api = client.load(kc)
+            return local.api
+        parallel(lambda _l, i: r.create(api(), r.NAMESPACES, {"metadata": {
+            "name": f"ns{i}", "labels": {"team": f"t{i % 3}"}}}), range(n_ns))
+        cp.start_controller("c1", leader_elect=False)
+        wait_until(lambda: cp.nb.rows_owned("Logical_Switch", names.OWNER_KIND_SUBNET), 120,
+                   interval=0.2, what="controller up")
+        results = {}
+        for phase in ("0", str(n_pol)):
+            if phase != "0":
+                parallel(lambda _l, i: r.create(api(), r.NETWORKPOLICIES,
+                                                policy(f"ns{i % n_ns}", i), f"ns{i % n_ns}"),
+                         range(n_pol))
+                wait_until(lambda: all(programmed(cp.nb, f"ns{i % n_ns}/p{i}")
+                                       for i in range(n_pol)), 900, interval=0.5,
+                           what="all policies programmed")
+            res = results[phase] = churn(cp, kc, n_ns, args.churn_pods, args.churn_rate,
+                                         args.churn_live, f"c{phase}-")
+            print(f"   {phase:>5} policies: created -> port in NB p50 {res['p50'] * 1000:7.1f} ms, "
+                  f"p99 {res['p99'] * 1000:7.1f} ms; controller CPU {res['cpu_per_pod'] * 1000:6.2f} "
+                  f"ms/pod; {res['seconds']:.0f} s, {res['missing']} ports never seen", flush=True)
+        a, b = results["0"], results[str(n_pol)]
+        for key, label in (("p99", "created -> port p99"), ("cpu_per_pod", "CPU per pod")):
+            ratio = b[key] / a[key] if a[key] else float("inf")
+            print(f"   {label}: {ratio:.2f}x with {n_pol} policies "
+                  f"(goal <= 1.5x: {'met' if ratio <= 1.5 else 'MISSED'})", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", type=int, action="append", choices=(1, 2))
+    ap.add_argument("--only", type=int, action="append", choices=(1, 2, 3))
     ap.add_argument("--namespaces", type=int, default=100)
     ap.add_argument("--pods", type=int, default=5000)
     ap.add_argument("--policies", type=int, default=1000)
+    ap.add_argument("--churn-pods", type=int, default=1000)
+    ap.add_argument("--churn-rate", type=float, default=20.0, help="pods created a second")
+    ap.add_argument("--churn-live", type=int, default=300, help="pods alive at once")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    only = set(args.only or (1, 2))
+    only = set(args.only or (1, 2, 3))
     tmp = Path(tempfile.mkdtemp(prefix="bench-policy-"))
     if 1 in only:
         part1(tmp, args.namespaces, args.pods, args.policies)
     if 2 in only:
         part2(args)
+    if 3 in only:
+        part3(tmp, args)
     return 0
 
 

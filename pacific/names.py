@@ -52,6 +52,7 @@ EXT_OWNER_KIND = "pacific.io/owner-kind"   # Pod, Node, Subnet, Cluster, ...
 EXT_OWNER = "pacific.io/owner"             # namespace/name or name of the owner
 EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
 EXT_SUBNET = "pacific.io/subnet"
+EXT_POLICIES = "pacific.io/policies"       # a NetworkPolicy group's policies in force (names)
 EXT_RULE = "pacific.io/rule"               # which rule of its owner an ACL is (trace names it)
 # OVS Interface external_ids used by the node daemon
 # LSP option: the only chassis that may bind the port (a stale OVS port of a

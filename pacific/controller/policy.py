@@ -40,8 +40,8 @@ from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
 from pacific.controller.policy_model import (PodInfo, PolicyError, World, canonical,
-                                             compile_policy, relabel_matters,
-                                             selector_matches, selects_other_namespaces)
+                                             compile_policy, pod_matters, selector_matches,
+                                             selects_other_namespaces)
 from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
@@ -67,17 +67,26 @@ def policy_ids(key: str, **extra) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
 
 
-def group_ids(gkey: str) -> dict:
-    return {names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY_GROUP, names.EXT_OWNER: gkey,
-            names.EXT_CREATED_BY: names.CONTROLLER_NAME}
+def group_ids(gkey: str, applied: list[str] | None = None) -> dict:
+    """A group's external_ids; `applied`: the names of the policies in force on
+    it (identical ACLs of two policies are one row, so the ACLs alone do not
+    say which policies NB holds)."""
+    ids = {names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY_GROUP, names.EXT_OWNER: gkey,
+           names.EXT_CREATED_BY: names.CONTROLLER_NAME}
+    if applied is not None:
+        ids[names.EXT_POLICIES] = ",".join(sorted(k.split("/", 1)[1] for k in applied))
+    return ids
 
 
 def programmed(nb, key: str) -> bool:
-    """Has NB an ACL of policy `key` (benchmarks and tests wait on this)?"""
+    """Is policy `key` in force in NB: listed by its group, which holds ACLs
+    (benchmarks and tests wait on this)?"""
+    ns, _, name = key.partition("/")
     with nb.ovsdb_connection.lock:
-        return any(row.external_ids.get(names.EXT_OWNER) == key
-                   and row.external_ids.get(names.EXT_OWNER_KIND) == names.OWNER_KIND_POLICY
-                   for row in nb.tables[acl.ACL].rows.values())
+        return any(row.external_ids.get(names.EXT_OWNER_KIND) == names.OWNER_KIND_POLICY_GROUP
+                   and row.external_ids.get(names.EXT_OWNER, "").startswith(ns + "/")
+                   and name in row.external_ids.get(names.EXT_POLICIES, "").split(",")
+                   and row.acls for row in nb.tables[ensure.PG].rows.values())
 
 
 def programmed_group(nb, pg: str) -> bool:
@@ -153,13 +162,6 @@ class PolicyFeature(Feature):
         with self._lock:
             return sorted(self._members_of.get(gkey, ()))
 
-    def _for_namespace(self, ns: str | None) -> list[str]:
-        """The groups a pod of `ns` can be selected by or a peer of."""
-        prefix = f"{ns}/"
-        with self._lock:
-            return sorted({g for k, g in self._group_of.items()
-                           if self._wide.get(k) or g.startswith(prefix)})
-
     def _all(self) -> list[str]:
         return sorted({group_key(p) for p in self.ctl.informer("policies").list()})
 
@@ -168,8 +170,7 @@ class PolicyFeature(Feature):
         rec_new = contract.own_record(new) if new is not None else None
         if rec_old is None and rec_new is None:
             return ()       # no address before or after (pending, refused): in no policy
-        relabel = old is not None and new is not None and rec_old == rec_new
-        if relabel and model.labels_of(old) == model.labels_of(new):
+        if rec_old == rec_new and model.labels_of(old) == model.labels_of(new):
             return ()
         m = model.meta(new or old)
         ns = m.get("namespace")
@@ -182,21 +183,22 @@ class PolicyFeature(Feature):
                 pods[m.get("name")] = info
             self._dirty.add(ns)
             self._world_cache = None
-        groups = self._for_namespace(ns)
-        if relabel:
-            # only labels changed: only the groups where some policy's selection
-            # of the pod changes (a relabel under `podSelector: {}` changes nothing)
-            cache, before, after = self.ctl.informer("policies"), model.labels_of(old), \
-                model.labels_of(new)
-            ns_obj = self.ctl.informer("namespaces").get(ns)
-            ns_labels = model.labels_of(ns_obj) if ns_obj else {}
-
-            def matters(gkey: str) -> bool:
-                return any((pol := cache.get(k)) is None
-                           or relabel_matters(pol, ns, ns_labels, before, after)
-                           for k in self._policies_of(gkey))
-            groups = [g for g in groups if matters(g)]
-        return groups
+        # only the groups with a policy whose result the change can move: the
+        # pod's selection as subject or peer (a relabel under `podSelector: {}`
+        # moves nothing; a pod of a namespace no peer selects, nothing either)
+        before = model.labels_of(old) if rec_old is not None else None
+        after = model.labels_of(new) if rec_new is not None else None
+        # a new address: out wherever it was selected, in wherever it is
+        changes = [(before, None), (None, after)] if rec_old != rec_new else [(before, after)]
+        cache = self.ctl.informer("policies")
+        ns_obj = self.ctl.informer("namespaces").get(ns)
+        ns_labels = model.labels_of(ns_obj) if ns_obj else {}
+        with self._lock:
+            prefix = f"{ns}/"
+            candidates = [(k, g) for k, g in self._group_of.items()
+                          if self._wide.get(k) or k.startswith(prefix)]
+        return sorted({g for k, g in candidates if (pol := cache.get(k)) is None
+                       or any(pod_matters(pol, ns, ns_labels, b, a) for b, a in changes)})
 
     def _on_namespace(self, old, new):
         if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):
@@ -292,7 +294,10 @@ class PolicyFeature(Feature):
         changes = []
         for name, ips in sets.items():
             changes += self._set_builders(name, ips)
-        have = self._members(pg)
+        have, listed = self._members(pg)
+        ids = group_ids(key, applied)
+        if listed != ids[names.EXT_POLICIES]:
+            changes.append(lambda api: ensure.EnsurePortGroup(api, pg, ids))
         if have is not None and want - have:
             changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want - have)))
         if have is not None and have - want:
@@ -302,7 +307,7 @@ class PolicyFeature(Feature):
         if not changes and have is not None and acl.acls_are(self.ctl.nb, pg, specs_list):
             return     # the replica already holds exactly this
         # ONE transaction: group, peers' sets, members and ACLs change together
-        self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, group_ids(key)), *changes,
+        self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, ids), *changes,
                              lambda api: acl.EnsurePortGroupACLs(api, pg, specs_list)],
                             what=f"NetworkPolicy group {key}")
         LOG.info("NetworkPolicy group %s: %d policies (%s%s), %d pods, %d ACLs", key,
@@ -383,14 +388,16 @@ class PolicyFeature(Feature):
             self.queue.add_after("*", 1.0)
 
     # -- replica reads ---------------------------------------------------------------------
-    def _members(self, pg: str) -> set[str] | None:
-        """Ports of port group `pg` in the replica; None if there is no such group."""
+    def _members(self, pg: str) -> tuple[set[str] | None, str | None]:
+        """(ports, policies listed) of port group `pg` in the replica; (None,
+        None) if there is no such group."""
         nb = self.ctl.nb
         with nb.ovsdb_connection.lock:
             try:
-                return {p.name for p in nb.lookup(ensure.PG, pg).ports}
+                row = nb.lookup(ensure.PG, pg)
             except idlutils.RowNotFound:
-                return None
+                return None, None
+            return {p.name for p in row.ports}, row.external_ids.get(names.EXT_POLICIES)
 
     def _addresses(self, name: str) -> set[str] | None:
         return ensure.address_set_addresses(self.ctl.nb, name)

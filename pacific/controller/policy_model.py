@@ -114,28 +114,47 @@ def selects_other_namespaces(policy: dict) -> bool:
                for rule in spec.get(direction) or [] for peer in (rule or {}).get(side) or [])
 
 
-def relabel_matters(policy: dict, ns: str, ns_labels: dict, before: dict, after: dict) -> bool:
-    """Does relabelling a pod of `ns` (labels `before` -> `after`) change
-    whether the policy selects it, as subject or as a peer?"""
+def pod_matters(policy: dict, ns: str, ns_labels: dict, before: dict | None,
+                after: dict | None) -> bool:
+    """Does a pod of `ns` going from labels `before` to `after` (None: absent
+    or without an address) change what the policy compiles to: whether it
+    selects the pod as subject or peer, or (egress rules on a named port
+    without pod peers, which resolve on every pod) anything at all?"""
+    def match(sel, labels) -> bool:
+        return labels is not None and selector_matches(sel, labels)
+
     def moved(sel) -> bool:
-        return selector_matches(sel, before) != selector_matches(sel, after)
+        return match(sel, before) != match(sel, after)
     m, spec = policy.get("metadata") or {}, policy.get("spec") or {}
     own = m.get("namespace") == ns
     if own and moved(spec.get("podSelector") or {}):
         return True
     for direction, side in (("ingress", "from"), ("egress", "to")):
         for rule in spec.get(direction) or []:
-            for peer in (rule or {}).get(side) or []:
-                if "podSelector" not in (peer or {}):
-                    continue                    # whole namespaces or ipBlock: labels of pods don't matter
+            peers = (rule or {}).get(side) or []
+            if (direction == "egress" and (before is None) != (after is None)
+                    and not any("ipBlock" not in (p or {}) for p in peers)
+                    and any(isinstance((p or {}).get("port"), str) and not p["port"].isdigit()
+                            for p in (rule or {}).get("ports") or [])):
+                return True              # a named port resolved on every pod
+            for peer in peers:
+                peer = peer or {}
+                if "ipBlock" in peer:
+                    continue
                 if "namespaceSelector" in peer:
                     if not selector_matches(peer["namespaceSelector"], ns_labels):
                         continue
                 elif not own:
                     continue
-                if moved(peer["podSelector"] or {}):
+                if moved(peer.get("podSelector") or {}):
                     return True
     return False
+
+
+def relabel_matters(policy: dict, ns: str, ns_labels: dict, before: dict, after: dict) -> bool:
+    """Does relabelling a pod of `ns` (labels `before` -> `after`) change
+    whether the policy selects it, as subject or as a peer?"""
+    return pod_matters(policy, ns, ns_labels, before, after)
 
 
 def policy_types(spec: dict) -> list[str]:

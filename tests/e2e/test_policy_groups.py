@@ -133,3 +133,20 @@ def test_a_per_policy_group_of_an_earlier_version_goes_once_the_group_holds_the_
     feat.reconcile("*")          # (what the queued "*" does when it is due)
     assert ctl.nb.lookup(ensure.PG, old_pg, default=None) is None
     assert policy.programmed(ctl.nb, "x/p0")
+
+
+def test_two_identical_policies_share_their_acls_and_both_are_in_force(ctl):
+    ctl.kube.add(r.PODS, pod("a1", {"role": "a"}), "x")
+    for name in ("twin1", "twin2"):
+        ctl.kube.add(r.NETWORKPOLICIES, {**allow_from_everyone(0, ROLE_A),
+                                         "metadata": {"name": name, "namespace": "x"}}, "x")
+    drain(ctl)
+    (members, acls), = groups(ctl.nb).values()
+    assert len(acls) == 3            # deny, nodes, the rule: once, named after twin1
+    assert {a.external_ids[names.EXT_OWNER] for a in acls} == {"x/twin1"}
+    assert policy.programmed(ctl.nb, "x/twin1") and policy.programmed(ctl.nb, "x/twin2")
+    r.delete(ctl.kube, r.NETWORKPOLICIES, "twin1", "x")
+    drain(ctl)
+    (members, acls), = groups(ctl.nb).values()
+    assert {a.external_ids[names.EXT_OWNER] for a in acls} == {"x/twin2"}
+    assert not policy.programmed(ctl.nb, "x/twin1") and policy.programmed(ctl.nb, "x/twin2")

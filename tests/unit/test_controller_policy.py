@@ -8,7 +8,8 @@ from controller_fakes import drain, make_controller
 from pacific import names
 from pacific.controller import policy
 from pacific.controller.policy_model import (PodInfo, PolicyError, World, compile_policy,
-                                             policy_types, selector_matches, set_name)
+                                             pod_matters, policy_types, relabel_matters,
+                                             selector_matches, set_name)
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
@@ -174,8 +175,29 @@ def test_a_relabel_wakes_only_the_policies_whose_selection_of_the_pod_changes():
          "podSelector": {"matchLabels": {"role": "b"}}}]}]}, ns="y")
     whole_namespaces = np({"podSelector": {}, "egress": [{"to": [{"namespaceSelector": {}}]}]},
                           ns="y")
-    assert not policy.relabel_matters(everyone, "x", ns_labels, before, after)
-    assert policy.relabel_matters(role_subject, "x", ns_labels, before, after)
-    assert policy.relabel_matters(role_peer_other_ns, "x", ns_labels, before, after)
-    assert not policy.relabel_matters(unmatched_ns, "x", ns_labels, before, after)
-    assert not policy.relabel_matters(whole_namespaces, "x", ns_labels, before, after)
+    assert not relabel_matters(everyone, "x", ns_labels, before, after)
+    assert relabel_matters(role_subject, "x", ns_labels, before, after)
+    assert relabel_matters(role_peer_other_ns, "x", ns_labels, before, after)
+    assert not relabel_matters(unmatched_ns, "x", ns_labels, before, after)
+    assert not relabel_matters(whole_namespaces, "x", ns_labels, before, after)
+
+
+def test_a_new_or_deleted_pod_matters_only_where_a_selector_takes_it():
+    """bench_policy part 3: 1,000 policies with namespaceSelector peers must not
+    all wake for every pod of the cluster, only where a peer or the subject
+    selector takes the pod."""
+    team_b = np({"podSelector": {"matchLabels": {"app": "a"}}, "ingress": [{"from": [
+        {"namespaceSelector": {"matchLabels": {"team": "b"}},
+         "podSelector": {"matchLabels": {"app": "b"}}}]}]}, ns="y")
+    assert pod_matters(team_b, "x", {"team": "b"}, None, {"app": "b"})       # a new peer
+    assert pod_matters(team_b, "x", {"team": "b"}, {"app": "b"}, None)       # a peer gone
+    assert not pod_matters(team_b, "x", {"team": "b"}, None, {"app": "c"})   # not a peer
+    assert not pod_matters(team_b, "x", {"team": "c"}, None, {"app": "b"})   # other team
+    assert pod_matters(team_b, "y", {}, None, {"app": "a"})                  # a new subject
+    assert not pod_matters(team_b, "y", {}, None, {"app": "z"})
+    whole = np({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}, ns="y")
+    assert pod_matters(whole, "x", {}, None, {"any": "thing"})
+    assert not pod_matters(whole, "x", {}, {"a": "1"}, {"a": "2"})           # relabel: no move
+    named = np({"podSelector": {"matchLabels": {"app": "a"}}, "egress": [
+        {"ports": [{"protocol": "TCP", "port": "http"}]}]}, ns="y")
+    assert pod_matters(named, "x", {}, None, {"app": "q"})    # its named port may resolve on it
