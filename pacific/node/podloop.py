@@ -7,7 +7,7 @@ CNI ADD plumbs a pod once.  Settings that can change while the pod runs
     loop.start()          # subscribes to the informer, runs one worker
     loop.kick(pod_key)    # e.g. right after ADD plumbed the pod
 
-A `PortSetting` is one node-side feature, a small class:
+A `PortSetting` (portsetting.py) is one node-side feature, a small class:
 
     class MySetting(PortSetting):
         name = "my-setting"
@@ -30,28 +30,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Iterable
 
 from pacific import contract
 from pacific.kube.resources import object_key
 from pacific.kube.workqueue import WorkQueue, run_workers
 from pacific.node import metrics
 from pacific.node.attachment import PodAttachment
+from pacific.node.portsetting import PortSetting
 
 log = logging.getLogger(__name__)
-
-
-class PortSetting:
-    name = ""
-
-    def start(self) -> None:
-        """Once, before the loop runs (node-wide set-up such as mirror0)."""
-
-    def wanted(self, pod: dict) -> Hashable:
-        raise NotImplementedError
-
-    def apply(self, att: PodAttachment, wanted: Hashable) -> None:
-        raise NotImplementedError
 
 
 class PodLoop:
