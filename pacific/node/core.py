@@ -10,6 +10,7 @@ of running pods rebuilt from OVS, the node features (`NodeFeatures`: those of
 registry.FEATURES the flags leave on, built from one feature.NodeContext, with
 one informer per name) and their informers, the plugin, the CNI server and the
 conflist, then, once the caches are listed, the features in registry order.
+The EndpointSlice version the API server serves is asked here, once.
 """
 from __future__ import annotations
 
@@ -64,28 +65,36 @@ class NodeFeatures:
     """The features one daemon runs, their informers and their life cycle
     (feature.py says what a feature declares and how it is wired)."""
 
-    def __init__(self, ctx: NodeContext, classes=None, own: dict[str, InformerSpec] | None = None,
-                 make_informer=Informer):
-        """classes: registry.FEATURES by default; own: the informers the daemon
-        itself reads (the CNI handler: this node's pods), merged with the
-        features' (one spec per name); make_informer: Informer's signature."""
+    def __init__(self, args, classes=None, own: dict[str, InformerSpec] | None = None):
+        """Which features run with pacific-node's flags `args` and the informers
+        they read (no I/O; build() makes them).  classes: registry.FEATURES by
+        default; own: the informers the daemon itself reads (the CNI handler:
+        this node's pods), merged with the features' (one spec per name)."""
         classes = list(FEATURES if classes is None else classes)
         seen = [c.name for c in classes]
         if "" in seen or len(set(seen)) != len(seen):
             raise ValueError(f"node features need unique names: {seen}")
-        off: dict[str, str] = {}
-        enabled = []
+        self.off: dict[str, str] = {}
+        self.enabled = []
         for cls in classes:
-            reason = cls.disabled(ctx.args)
+            reason = cls.disabled(args)
             if reason:
-                off[cls.name] = reason
+                self.off[cls.name] = reason
                 log.info("%s off: %s", cls.name, reason)
             else:
-                enabled.append(cls)
+                self.enabled.append(cls)
         self.specs = merge_informer_specs([(f"node feature {c.name}", c.informers)
-                                           for c in enabled] + [("pacific-node", own or {})])
-        if any(s.resource == r.ENDPOINTSLICES for s in self.specs.values()):
-            ctx.endpointslices = served_endpointslices(ctx.api)   # once, before any informer
+                                           for c in self.enabled] + [("pacific-node", own or {})])
+        self.features: list[NodeFeature] = []
+        self.ctx: NodeContext | None = None
+
+    def reads(self, res: r.Resource) -> bool:
+        return any(s.resource == res for s in self.specs.values())
+
+    def build(self, ctx: NodeContext, make_informer=Informer) -> None:
+        """Each informer once (not started; an EndpointSlice spec in the version
+        ctx.endpointslices names), then the features in order, their uses and
+        their handlers.  make_informer: Informer's signature."""
         subs: dict[str, list] = {name: [] for name in self.specs}
         ctx.informers = {
             name: make_informer(ctx.api, ctx.endpointslices if s.resource == r.ENDPOINTSLICES
@@ -93,8 +102,8 @@ class NodeFeatures:
                                 **fan_out(name, subs[name]))
             for name, s in self.specs.items()}
         self.ctx = ctx
-        self.features: list[NodeFeature] = [cls(ctx) for cls in enabled]
-        wire_uses(self.features, off)
+        self.features = [cls(ctx) for cls in self.enabled]
+        wire_uses(self.features, self.off)
         for f in self.features:
             for inf_name, handler in f.handlers().items():
                 if inf_name not in f.informers:
@@ -129,7 +138,7 @@ class NodeFeatures:
     def stop(self) -> None:
         for f in reversed(self.features):
             f.stop()
-        for inf in self.ctx.informers.values():
+        for inf in (self.ctx.informers.values() if self.ctx is not None else ()):
             inf.stop()
 
 
@@ -206,10 +215,14 @@ class NodeDaemon:
         log.info("rebuilt view from OVS: %d pod attachments on %s (left untouched)",
                  len(view), names.INTEGRATION_BRIDGE)
         self.readiness = readiness = Readiness(self.ovs, a.ovn_rundir)
-        ctx = NodeContext(a, api=kclient.load(a.kubeconfig), ovs=self.ovs, mtu=mtu,
-                          plumber=plumber, readiness=readiness)
         # the CNI handler waits on this node's pods: an informer of the daemon's own
-        self.features = features = NodeFeatures(ctx, own={"pods": THIS_NODES_PODS})
+        self.features = features = NodeFeatures(a, own={"pods": THIS_NODES_PODS})
+        api = kclient.load(a.kubeconfig)
+        # asked once, and only when an enabled feature reads EndpointSlices
+        slices = served_endpointslices(api) if features.reads(r.ENDPOINTSLICES) \
+            else r.ENDPOINTSLICES
+        features.build(NodeContext(a, api=api, ovs=self.ovs, mtu=mtu, plumber=plumber,
+                                   readiness=readiness, endpointslices=slices))
         features.start_informers()
         pod_loop = features.get(PodLoop.name)
         handler = CniHandler(plumber, features.informer("pods"), mtu, readiness.check,
@@ -238,7 +251,7 @@ class NodeDaemon:
         # what the features built stays: the firewall's table (pods keep their
         # egress), a held external IP (until another node takes it), pegress0 and
         # its routes
-        if self.features:
+        if self.features is not None:
             self.features.stop()
         if self.metrics:
             self.metrics.stop()

@@ -15,7 +15,7 @@ import pytest
 from controller_fakes import FakeKube
 from node_fakes import Informer, args
 from pacific.kube import resources as r
-from pacific.node.core import NodeFeatures
+from pacific.node.core import NodeFeatures, served_endpointslices
 from pacific.node.egressgw import EgressGateway
 from pacific.node.egresssnat import EgressSnat
 from pacific.node.feature import SUBNETS, InformerSpec, NodeContext, NodeFeature
@@ -84,8 +84,9 @@ class NeedsFirewall(Counting):
 
 
 def wire(classes, *argv, kube=None) -> NodeFeatures:
-    return NodeFeatures(NodeContext(args(*argv), api=kube or FakeKube()), classes,
-                        make_informer=Informer)
+    features = NodeFeatures(args(*argv), classes)
+    features.build(NodeContext(args(*argv), api=kube or FakeKube()), make_informer=Informer)
+    return features
 
 
 def subnet(cidr: str) -> dict:
@@ -175,14 +176,14 @@ def test_every_registered_feature_has_its_own_name_and_two_of_one_name_are_refus
         wire([Counting, Counting])
 
 
-def registry(*argv: str, kube=None) -> NodeFeatures:
+def registry(*argv: str) -> NodeFeatures:
     """The real features of registry.FEATURES on the fakes (no OVS is touched
     while they are built)."""
-    kube = kube or FakeKube()
-    ctx = NodeContext(args("--ovn-remote", "tcp:192.168.77.1:6642", "--encap-ip",
-                           "192.168.77.11", *argv), api=kube,
-                      readiness=Readiness(None, "/nonexistent"))
-    return NodeFeatures(ctx, make_informer=Informer)
+    flags = args("--ovn-remote", "tcp:192.168.77.1:6642", "--encap-ip", "192.168.77.11", *argv)
+    features = NodeFeatures(flags)
+    features.build(NodeContext(flags, api=FakeKube(), readiness=Readiness(None, "/nonexistent")),
+                   make_informer=Informer)
+    return features
 
 
 def test_the_registry_wires_egress_snat_to_the_firewall_and_the_gateway():
@@ -202,8 +203,15 @@ def test_the_flags_turn_features_off_and_their_users_do_without():
     assert "services" not in features.ctx.informers      # only the frontends read them
 
 
-def test_endpointslices_are_the_version_the_server_serves_discovered_at_start():
+def test_endpointslices_are_asked_for_only_when_read_in_the_version_the_server_serves():
+    assert NodeFeatures(args()).reads(r.ENDPOINTSLICES)
+    assert not NodeFeatures(args("--no-host-firewall")).reads(r.ENDPOINTSLICES)
     kube = FakeKube()
-    assert registry(kube=kube).informer("endpointslices").res == r.ENDPOINTSLICES
+    assert served_endpointslices(kube) == r.ENDPOINTSLICES      # no answer: v1
     kube.objects["/apis/discovery.k8s.io"] = {"versions": [{"version": "v1beta1"}]}
-    assert registry(kube=kube).informer("endpointslices").res == r.ENDPOINTSLICES_V1BETA1
+    slices = served_endpointslices(kube)
+    assert slices == r.ENDPOINTSLICES_V1BETA1
+    features = NodeFeatures(args())
+    features.build(NodeContext(args(), api=kube, readiness=Readiness(None, "/nonexistent"),
+                               endpointslices=slices), make_informer=Informer)
+    assert features.informer("endpointslices").res == r.ENDPOINTSLICES_V1BETA1
