@@ -34,7 +34,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pacific import contract, names
-from pacific.node.loop import Loop
+from pacific.node.feature import SUBNETS, NodeFeature
 
 log = logging.getLogger(__name__)
 REPAIR = 5.0
@@ -69,16 +69,19 @@ def merged_mappings(current: str | None) -> str:
     return ",".join(pairs + [f"{names.EGRESS_PHYSNET}:{names.EGRESS_BRIDGE}"])
 
 
-class EgressGateway(Loop):
-    name = "egress-gateway"
+class EgressGateway(NodeFeature):
+    name, repair = "egress-gateway", REPAIR
     expected = (RuntimeError, OSError, NetlinkError, ValueError)
+    informers = {"subnets": SUBNETS}
+    wakes_on = ("subnets",)
+    # routes() -> {cidr: (host address, via)} of egress SNAT's endpoints (it
+    # kicks this feature when they change); None where egress SNAT is off
+    uses = {"snat": "egress-snat"}
 
-    def __init__(self, ovs, subnets, node_name: str, datapath_type: str = "netdev",
-                 repair: float = REPAIR, extra=None):
-        super().__init__()
-        self.ovs, self.subnets, self.node_name = ovs, subnets, node_name
-        self.extra = extra      # () -> {cidr: (host address, via)}: egress SNAT's endpoints
-        self.datapath_type, self.repair = datapath_type, repair
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.ovs, self.subnets, self.node_name = ctx.ovs, self.informer("subnets"), ctx.node_name
+        self.datapath_type = ctx.args.datapath_type or "system"
         self._last: dict | None = None
 
     # -- OVS: the bridge, its port, the mapping ---------------------------------------
@@ -102,8 +105,8 @@ class EgressGateway(Loop):
     # -- the host: addresses, the return route, the rule ---------------------------
     def converge(self) -> dict:
         want = wanted(self.subnets.list(), self.node_name)
-        if self.extra is not None:
-            want.update(self.extra())
+        if self.snat is not None:
+            want.update(self.snat.routes())
         self._ensure_bridge()
         with IPRoute() as ipr:
             found = ipr.link_lookup(ifname=names.EGRESS_PORT)

@@ -38,7 +38,8 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pacific import egressip, names
-from pacific.node.loop import Loop
+from pacific.node import frontends
+from pacific.node.feature import NodeFeature
 from pacific.ovn.errors import OvnError
 from pacific.ovn.sb import SbView, SouthboundWatch
 
@@ -72,16 +73,35 @@ def garp(ifname: str, mac: str, ip: str) -> None:
         s.send(frame)
 
 
-class EgressSnat(Loop):
+class EgressSnat(NodeFeature):
     name, repair = "egress-snat", RECHECK
     expected = (OvnError, OSError, NetlinkError, ValueError)
+    # this Node (its label) and the Service frontends' caches
+    informers = dict(frontends.INFORMERS)
+    wakes_on = ("node", "subnets", "services", "endpointslices", "nodes")
+    # the readers of rules() (the firewall's snat chain) and routes() (the
+    # gateway's return routes), kicked when those change; without the firewall
+    # there is no SNAT: an error at start, not a feature to do without
+    needs = {"firewall": "host-firewall"}
+    uses = {"gateway": "egress-gateway"}
 
-    def __init__(self, sb_remote: str, node_name: str, nodes, frontends, underlay_ip: str,
-                 on_change=lambda: None):
-        super().__init__()
-        self.sb_remote, self.node_name, self.nodes = sb_remote, node_name, nodes
-        self.frontends, self.underlay_ip = frontends, underlay_ip
-        self.on_change = on_change
+    @classmethod
+    def disabled(cls, args) -> str | None:
+        if not args.host_firewall:
+            return "--no-host-firewall (its SNAT rules are the host firewall's)"
+        if not (args.ovn_remote and args.encap_ip):
+            return "no --ovn-remote/--encap-ip"     # it reads SB; the underlay address
+        return None
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        a = ctx.args
+        if a.ovn_remote.startswith("ssl:") and a.ovn_ssl_key:
+            from pacific.ovn.base import configure_ssl
+            configure_ssl(a.ovn_ssl_key, a.ovn_ssl_cert, a.ovn_ssl_ca)
+        self.sb_remote, self.node_name = a.ovn_remote, ctx.node_name
+        self.nodes = self.informer("node")
+        self.frontends, self.underlay_ip = frontends.view(self), a.encap_ip
         self._sb: SouthboundWatch | None = None     # while the node is labelled
         self._lock = threading.Lock()
         self._routes: dict[str, tuple[str, str]] = {}     # for egressgw: cidr -> (host, via)
@@ -155,7 +175,9 @@ class EgressSnat(Loop):
             self._routes, self._rules = routes, rules
         self._hold(hold)
         if changed:
-            self.on_change()
+            self.firewall.kick()
+            if self.gateway is not None:
+                self.gateway.kick()
 
     def _hold(self, want: set[str]) -> None:
         # a netlink dump every pass on every node (labelled or not) cost each

@@ -1,6 +1,6 @@
 """The node's host firewall: Pacific's own nftables table `inet pacific`.
 
-    fw = HostFirewall(subnets_informer, nodes_informer, "node1", service_cidr="10.96.0.0/12")
+    fw = HostFirewall(ctx)     # a node feature (feature.py): its informers, the flags
     fw.start()                 # converges now, on every kick, and every REPAIR seconds
 
 What it holds (nftables' JSON interface, `nft -j`, one atomic transaction per
@@ -61,7 +61,8 @@ import socket
 import subprocess
 
 from pacific import names, remotes
-from pacific.node.loop import Loop
+from pacific.node import frontends
+from pacific.node.feature import NodeFeature
 
 log = logging.getLogger(__name__)
 TABLE = "pacific"
@@ -296,33 +297,55 @@ def ovn_central(remote: str | None, resolve=socket.getaddrinfo) -> tuple[set[str
     return addrs, ports
 
 
-class HostFirewall(Loop):
-    name = "host-firewall"
-    expected = (FirewallError, OSError, subprocess.SubprocessError, ValueError)
+def host_ports(args) -> list[int]:
+    """The TCP ports the host firewall keeps pods from: pacific-node's
+    --metrics-address's and --host-only-ports (ValueError naming a bad one)."""
+    from pacific.metrics import parse_address
+    out = []
+    addr = parse_address(args.metrics_address)
+    if addr is not None and addr[1]:
+        out.append(addr[1])
+    for p in (args.host_only_ports or "").split(","):
+        p = p.strip()
+        if not p:
+            continue
+        if not p.isdigit() or not 0 < int(p) <= 65535:
+            raise ValueError(f"--host-only-ports: {p!r} is not a TCP port")
+        out.append(int(p))
+    return out
 
-    def __init__(self, subnets, nodes, node_name: str, service_cidr: str | None = None,
-                 repair: float = REPAIR, frontends=None, snat=None,
-                 ovn_remote: str | None = None, host_ports=(), node_ips=None):
-        self.subnets, self.nodes, self.node_name = subnets, nodes, node_name
+
+class HostFirewall(NodeFeature):
+    name, repair = "host-firewall", REPAIR
+    expected = (FirewallError, OSError, subprocess.SubprocessError, ValueError)
+    # Subnets, this Node (the join network) and the Service frontends' caches;
+    # this node's pods change no set (their endpoints change EndpointSlices)
+    informers = dict(frontends.INFORMERS)
+    wakes_on = ("node", "subnets", "services", "endpointslices", "nodes")
+    # rules() of the snat chain (it kicks this feature when they change); None
+    # where egress SNAT is off
+    uses = {"snat": "egress-snat"}
+
+    @classmethod
+    def disabled(cls, args) -> str | None:
+        return None if args.host_firewall else "--no-host-firewall"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        a = ctx.args
+        self.subnets, self.nodes, self.node_name = (self.informer("subnets"),
+                                                    self.informer("node"), ctx.node_name)
+        self.service_cidr = a.service_cidr or None
         # what pods must not reach: OVN central (from the SB remote) and the host
         # daemons' ports; node_ips() -> every Node's addresses (frontends.node_ips)
-        self.central, self.central_ports = ovn_central(ovn_remote)
-        self.host_ports = {int(p) for p in host_ports if p}
-        self.node_ips = node_ips
-        self.frontends = frontends      # pacific.node.frontends.ServiceFrontends, or None
-        self.snat = snat                # pacific.node.egresssnat.EgressSnat, or None
-        super().__init__()
-        self.service_cidr, self.repair = service_cidr, repair
+        self.central, self.central_ports = ovn_central(a.ovn_remote)
+        self.host_ports = set(host_ports(a))
+        self.frontends = frontends.view(self)
+        self.node_ips = self.frontends.node_ips
 
     def join_cidr(self) -> str | None:
         """The join network, from the controller's record on this Node."""
-        from pacific import contract
-        node = self.nodes.get(self.node_name)
-        try:
-            rec = contract.NodeRecord.of(node) if node else None
-        except contract.ContractError:
-            return None
-        return str(ipaddress.ip_interface(rec.ip_cidr).network) if rec else None
+        return frontends.join_network(self.nodes.get(self.node_name))
 
     @staticmethod
     def _holds_infrastructure(cidr: str, infra: set[str]) -> bool:
@@ -342,7 +365,7 @@ class HostFirewall(Loop):
         return False
 
     def wanted(self) -> dict[str, set[str]]:
-        node_ips = set(self.node_ips() if self.node_ips else ())
+        node_ips = set(self.node_ips())
         infra = node_ips | set(self.central)
         pods, nat = set(), set()
         for s in self.subnets.list():
@@ -378,9 +401,7 @@ class HostFirewall(Loop):
         """chain -> its rules; None where the provider does not know yet (the
         caches are not listed): that chain keeps what it holds, so a restarted
         pacific-node cuts no external traffic."""
-        out: dict[str, list | None] = {}
-        if self.frontends is not None:
-            out[SERVICES] = self.frontends.rules()
+        out: dict[str, list | None] = {SERVICES: self.frontends.rules()}
         if self.snat is not None:
             out[SNAT] = self.snat.rules()
         return out

@@ -4,6 +4,11 @@ host firewall's ``services`` chain (nat, prerouting).
     fe = ServiceFrontends(services, slices, all_nodes, subnets, pods, join_cidr,
                           service_cidr="10.96.0.0/12")
     fe.rules()      # [(comment, nft JSON expressions), ...] for HostFirewall
+    fe = view(feature)  # the same over a node feature's informers (INFORMERS) and flags
+
+A view of informer caches, no state of its own: the host firewall (its
+``services`` chain) and egress SNAT (which Services' endpoints leave with their
+external IPs) each read one.
 
 What is granted comes from pacific.exposure.exposures(), the function the
 controller calls too (it reports the refusals as Events).  A packet that
@@ -26,11 +31,17 @@ rule, so the firewall rewrites the chain exactly when what it holds differs.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 
-from pacific import contract, exposure
+from pacific import contract, exposure, remotes
+from pacific.node.feature import ALL_NODES, ENDPOINTSLICES, SERVICES, SUBNETS, THIS_NODE, \
+    THIS_NODES_PODS
 
 COMMENT_MAX = 128
+# what a ServiceFrontends reads: a node feature that builds one declares these
+INFORMERS = {"services": SERVICES, "endpointslices": ENDPOINTSLICES, "nodes": ALL_NODES,
+             "subnets": SUBNETS, "pods": THIS_NODES_PODS, "node": THIS_NODE}
 
 
 def _match(left: dict, right, op: str = "==") -> dict:
@@ -64,6 +75,15 @@ def rule_for(fe: exposure.Frontend, local_backends: list[tuple[str, int]]) -> tu
     digest = hashlib.sha1(json.dumps(expr, sort_keys=True).encode()).hexdigest()[:10]
     label = f"{fe.service} {fe.ip or 'node'}:{fe.protocol}/{fe.port}"
     return f"{label[:COMMENT_MAX - 12]} #{digest}", expr
+
+
+def join_network(node: dict | None) -> str | None:
+    """The join network, from the controller's record on a Node (None before it)."""
+    try:
+        rec = contract.NodeRecord.of(node) if node else None
+    except contract.ContractError:
+        return None
+    return str(ipaddress.ip_interface(rec.ip_cidr).network) if rec else None
 
 
 class ServiceFrontends:
@@ -129,3 +149,17 @@ class ServiceFrontends:
             out.append(rule_for(fe, backends))
         return out
 
+
+def view(feature) -> ServiceFrontends:
+    """The frontends over the informers of a node feature that declares
+    INFORMERS, with pacific-node's flags (its NodeContext)."""
+    ctx, a = feature.ctx, feature.ctx.args
+    node = feature.informer("node")
+    return ServiceFrontends(
+        feature.informer("services"), feature.informer("endpointslices"),
+        feature.informer("nodes"), feature.informer("subnets"), feature.informer("pods"),
+        join_cidr=lambda: join_network(node.get(ctx.node_name)),
+        service_cidr=a.service_cidr or None,
+        allowed=exposure.parse_cidrs(a.external_ip_cidrs),
+        port_range=exposure.parse_port_range(a.node_port_range),
+        reserved=remotes.addresses(a.ovn_remote) | set(exposure.parse_ips(a.infrastructure_ips)))

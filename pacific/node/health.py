@@ -31,7 +31,7 @@ from pacific import names
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.node import metrics
-from pacific.node.loop import Loop
+from pacific.node.feature import NodeFeature
 
 log = logging.getLogger(__name__)
 MISSES = 2
@@ -81,14 +81,18 @@ def icmp_probe(addrs: list[str], timeout: float = 1.0) -> set[str]:
     return answered
 
 
-class HealthReporter(Loop):
-    name = "health"
+class HealthReporter(NodeFeature):
+    name = "health"               # no informer: a report every interval
 
-    def __init__(self, api, ovs, node: str, readiness_check, interval: float = 10.0,
-                 namespace: str = names.NODE_HEALTH_NAMESPACE):
-        super().__init__()
-        self.api, self.ovs, self.node = api, ovs, node
-        self.readiness_check, self.interval, self.namespace = readiness_check, interval, namespace
+    @classmethod
+    def disabled(cls, args) -> str | None:
+        return None if args.health_interval > 0 else f"--health-interval {args.health_interval:g}"
+
+    def __init__(self, ctx, namespace: str = names.NODE_HEALTH_NAMESPACE):
+        super().__init__(ctx)
+        self.api, self.ovs, self.node = ctx.api, ctx.ovs, ctx.node_name
+        self.readiness_check, self.interval = ctx.readiness.check, ctx.args.health_interval
+        self.namespace = namespace
         self._misses: dict[str, int] = {}
 
     def peers(self) -> dict[str, str]:

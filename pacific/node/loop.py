@@ -1,9 +1,11 @@
 """The one shape of pacific-node's background parts (management port, egress
-gateway port, host firewall, egress SNAT, health report): a thread that calls
+gateway port, host firewall, egress SNAT, health report; each a node feature,
+pacific.node.feature.NodeFeature, built on this): a thread that calls
 `converge()`
 
 - once at start,
-- at once after every `kick()` (informer handlers and SB changes kick),
+- at once after every `kick()` (events of the informers a feature wakes on,
+  SB changes, and a feature whose output it reads kick),
 - every `repair` seconds when nothing kicks (None: only when kicked), to put
   back what someone changed by hand,
 - after a failed pass, again after a back-off that doubles from 0.5 s to 10 s
@@ -11,7 +13,7 @@ gateway port, host firewall, egress SNAT, health report): a thread that calls
   kick retries at once (what changed may be what it waited for), as it would
   start a pass after one that worked.
 
-    class Firewall(Loop):
+    class Firewall(NodeFeature):              # a Loop with declarations
         name, repair = "host-firewall", 5.0
         expected = (OSError, FirewallError)    # logged without a traceback
         def converge(self): ...
@@ -73,14 +75,3 @@ class Loop:
                 backoff = min(backoff * 2, BACKOFF_MAX)
             self._wake.wait(wait)
 
-
-def wake_on(informer, loops) -> None:
-    """Every add, update and delete `informer` sees kicks each of `loops` (None
-    entries skipped): the one subscription of a node informer (no I/O on the
-    informer's thread)."""
-    kicks = [loop.kick for loop in loops if loop is not None]
-
-    def kick_all(*_args) -> None:
-        for kick in kicks:
-            kick()
-    informer.on_add = informer.on_update = informer.on_delete = kick_all

@@ -25,6 +25,7 @@ from prometheus_client.core import GaugeMetricFamily
 from pacific import metrics as _exposition  # noqa: F401 - process-wide settings (no _created)
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
+from pacific.node.mgmtport import MgmtPort
 
 # ADD: tens of ms when the allocation is there, up to the allocation timeout when not
 _CNI_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
@@ -69,8 +70,8 @@ def installed_wait(seconds: float, ok: bool) -> None:
 class NodeHealth:
     """Liveness/readiness of `pacific-node` and its scrape-time gauges.
 
-    daemon: the NodeDaemon (attributes server, mgmt, ovs, plumber, readiness,
-    read as they appear during start-up)."""
+    daemon: the NodeDaemon (core.py: attributes server, plumber, readiness and
+    its features, read as they appear during start-up)."""
 
     def __init__(self, daemon):
         self.daemon = daemon
@@ -112,7 +113,8 @@ class _ScrapeCollector:
         if d is not None and d.plumber is not None:
             attached.add_metric([], len(d.plumber.attachments(0)))
         if d is not None:
-            mgmt.add_metric([], 1 if d.mgmt is not None and d.mgmt.converged.is_set() else 0)
+            port = d.feature(MgmtPort.name)
+            mgmt.add_metric([], 1 if port is not None and port.converged.is_set() else 0)
         return [attached, mgmt]
 
 

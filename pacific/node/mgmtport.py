@@ -6,8 +6,9 @@ internal port on br-int bound to that port, gives it the MAC and address, and
 routes every Subnet's CIDR in effect (status.cidrBlock, which only the
 controller writes once it applied the Subnet: a refused one is never routed)
 through the join gateway, except one overlapping a network of the node itself.  It is level
-triggered: any Node or Subnet event wakes one loop that converges the whole
-state, so a missed or repeated event is harmless.
+triggered: any event of this Node or of a Subnet wakes one loop (a node feature,
+feature.py) that converges the whole state, so a missed or repeated event is
+harmless.
 """
 from __future__ import annotations
 
@@ -19,24 +20,25 @@ from pyroute2 import IPRoute
 
 from pacific import names
 from pacific.contract import ContractError, NodeRecord, subnet_cidr_in_effect
-from pacific.node.loop import Loop
+from pacific.node.feature import SUBNETS, THIS_NODE, NodeFeature
 from pacific.ovn.base import Owner
 
 log = logging.getLogger(__name__)
 RT_PROTO_STATIC = 4
 
 
-class MgmtPort(Loop):
+class MgmtPort(NodeFeature):
     name = "mgmt-port"            # converges when kicked (Node and Subnet events)
+    informers = {"node": THIS_NODE, "subnets": SUBNETS}
+    wakes_on = ("node", "subnets")
 
-    def __init__(self, ovs, node_name: str, nodes, subnets, mtu: int,
-                 bridge: str = names.INTEGRATION_BRIDGE, ifname: str = names.MGMT_PORT,
-                 service_cidr: str | None = None):
-        super().__init__()
-        self.ovs, self.node_name, self.nodes, self.subnets = ovs, node_name, nodes, subnets
-        self.service_cidr = service_cidr
-        self.mtu, self.bridge, self.ifname = mtu, bridge, ifname
-        self.converged = threading.Event()
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.ovs, self.node_name = ctx.ovs, ctx.node_name
+        self.nodes, self.subnets = self.informer("node"), self.informer("subnets")
+        self.service_cidr = ctx.args.service_cidr or None
+        self.mtu, self.bridge, self.ifname = ctx.mtu, names.INTEGRATION_BRIDGE, names.MGMT_PORT
+        self.converged = threading.Event()   # read by the metrics (pacific_node_mgmt_port_ready)
 
     def converge(self) -> None:
         if self.reconcile():

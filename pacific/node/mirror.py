@@ -28,7 +28,7 @@ from pyroute2 import IPRoute
 from pacific import names
 from pacific.node import unixctl
 from pacific.node.attachment import PodAttachment
-from pacific.node.podloop import PortSetting
+from pacific.node.portsetting import PortSetting
 
 log = logging.getLogger(__name__)
 MIRROR_IDS = {names.EXT_CREATED_BY: "pacific-node", names.EXT_OWNER_KIND: "Mirror"}

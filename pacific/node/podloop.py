@@ -1,13 +1,16 @@
 """The node daemon's pod loop: settings of running pods' ports, kept in line.
 
 CNI ADD plumbs a pod once.  Settings that can change while the pod runs
-(bandwidth limits, mirroring, ...) are applied here instead, level-triggered:
+(bandwidth limits, mirroring, ...) are applied here instead, level-triggered.
+The pod loop is a node feature (feature.py) whose work is not one converge
+pass but a queue of pod keys: its informer is this node's pods, its handler
+queues keys, and its own `start()` runs one worker:
 
-    loop = PodLoop(pods_informer, ports, settings=[QosSetting(...), ...])
-    loop.start()          # subscribes to the informer, runs one worker
-    loop.kick(pod_key)    # e.g. right after ADD plumbed the pod
+    loop = PodLoop(ctx)   # settings.build(): QosSetting, MirrorSetting, ...
+    loop.start()          # the daemon starts it once the pods are listed
+    loop.apply_now(key)   # right after ADD plumbed the pod
 
-A `PortSetting` is one node-side feature, a small class:
+A `PortSetting` (portsetting.py) is one node-side setting, a small class:
 
     class MySetting(PortSetting):
         name = "my-setting"
@@ -30,42 +33,36 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Hashable, Iterable
+from typing import Callable, Iterable
 
 from pacific import contract
 from pacific.kube.resources import object_key
 from pacific.kube.workqueue import WorkQueue, run_workers
 from pacific.node import metrics
+from pacific.node import settings as port_settings
 from pacific.node.attachment import PodAttachment
+from pacific.node.feature import THIS_NODES_PODS, NodeFeature
+from pacific.node.portsetting import PortSetting
 
 log = logging.getLogger(__name__)
 
 
-class PortSetting:
-    name = ""
+class PodLoop(NodeFeature):
+    name = "pod-loop"
+    informers = {"pods": THIS_NODES_PODS}
 
-    def start(self) -> None:
-        """Once, before the loop runs (node-wide set-up such as mirror0)."""
-
-    def wanted(self, pod: dict) -> Hashable:
-        raise NotImplementedError
-
-    def apply(self, att: PodAttachment, wanted: Hashable) -> None:
-        raise NotImplementedError
-
-
-class PodLoop:
-    def __init__(self, pods, find_attachments: Callable[[str], Iterable[PodAttachment]],
-                 settings: list[PortSetting], resync: float = 60.0):
-        """pods: the informer of this node's pods; find_attachments(pod key):
-        the pod's attachments as OVS records them."""
-        self.pods = pods
-        self.find_attachments = find_attachments
-        self.settings = list(settings)
-        self.resync = resync
+    def __init__(self, ctx, settings: list[PortSetting] | None = None,
+                 find_attachments: Callable[[str], Iterable[PodAttachment]] | None = None):
+        """settings: settings.build()'s by default; find_attachments(pod key):
+        the pod's attachments, by default as OVS records them."""
+        super().__init__(ctx)
+        self.pods = self.informer("pods")
+        self.find_attachments = find_attachments or ovs_attachments(ctx.ovs, ctx.mtu)
+        self.settings = list(port_settings.build(ctx.args, ctx.ovs) if settings is None
+                             else settings)
+        self.resync = ctx.args.pod_resync
         self.queue = WorkQueue(name="node-pods")
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []     # stopped by the Loop's _stop event
         self._started: set[str] = set()
         self._start_lock = threading.Lock()
 
@@ -76,18 +73,23 @@ class PodLoop:
                 self._started.add(s.name)
 
     # -- events (informer thread: keys only) ---------------------------------------
-    def on_add(self, pod: dict) -> None:
-        self.kick(object_key(pod))
+    def handlers(self):
+        return {"pods": self.on_pod}
+
+    def on_pod(self, old: dict | None, new: dict | None) -> None:
+        if new is None:
+            return   # the port goes with CNI DEL; nothing to reconcile
+        if old is None:
+            self.kick(object_key(new))
+        else:
+            self.on_update(old, new)
 
     def on_update(self, old: dict, new: dict) -> None:
         if old is new or any(s.wanted(old) != s.wanted(new) for s in self.settings) \
                 or contract.own_record(old) != contract.own_record(new):
             self.kick(object_key(new))
 
-    def on_delete(self, pod: dict) -> None:
-        pass   # the port goes with CNI DEL; nothing to reconcile
-
-    def kick(self, key: str) -> None:
+    def kick(self, key: str) -> None:      # a pod's key, not a wake-up (no converge pass)
         if self.settings:
             self.queue.add(key)
 
@@ -105,8 +107,6 @@ class PodLoop:
 
     # -- life cycle ------------------------------------------------------------------
     def start(self) -> "PodLoop":
-        self.pods.on_add, self.pods.on_update, self.pods.on_delete = \
-            self.on_add, self.on_update, self.on_delete
         if not self.settings:
             log.info("pod loop: no port settings configured")
             return self

@@ -25,7 +25,7 @@ from pyroute2 import IPRoute
 from pacific import contract, names
 from pacific.node.attachment import PodAttachment
 from pacific.node.nsutil import Netns
-from pacific.node.podloop import PortSetting
+from pacific.node.portsetting import PortSetting
 
 log = logging.getLogger(__name__)
 NOOP_QOS_IDS = {names.EXT_CREATED_BY: "pacific-node", names.EXT_OWNER_KIND: "QoS"}

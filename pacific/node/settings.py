@@ -6,7 +6,7 @@ module with a `podloop.PortSetting` subclass and one line in `build()`.
 from __future__ import annotations
 
 from pacific.node.mirror import MirrorSetting
-from pacific.node.podloop import PortSetting
+from pacific.node.portsetting import PortSetting
 from pacific.node.qos import QosSetting
 
 

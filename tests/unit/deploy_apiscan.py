@@ -27,10 +27,10 @@ from pacific.kube import resources
 ROOT = Path(__file__).resolve().parents[2]
 RES = "pacific.kube.resources"
 INFORMER = "pacific.kube.informer.Informer"
-# a controller feature declares its informers as InformerSpec(resource, ...)
-# (module level, pacific/controller/informers.py); the controller then makes
-# each Informer from `spec.resource`
-INFORMER_SPEC = "pacific.controller.feature.InformerSpec"
+# a controller or node feature declares its informers as InformerSpec(resource,
+# ...) (module level, pacific/controller/informers.py, pacific/node/feature.py);
+# the daemon then makes each Informer from `spec.resource`
+INFORMER_SPECS = ("pacific.controller.feature.InformerSpec", "pacific.node.feature.InformerSpec")
 HELPER_VERBS = {"get": ("get",), "list_": ("list",), "create": ("create",),
                 "replace": ("update",), "patch_merge": ("patch",), "delete": ("delete",)}
 SCANNED_PACKAGES = ("pacific/kube", "pacific/controller", "pacific/node", "pacific/cni",
@@ -204,7 +204,7 @@ def scan(component_modules: list[str]) -> Scan:
     for name in component_modules:   # module-level InformerSpec declarations
         mod = idx.modules[name]
         for call in ast.walk(mod.tree):
-            if isinstance(call, ast.Call) and mod.resolve(call.func, None) == INFORMER_SPEC:
+            if isinstance(call, ast.Call) and mod.resolve(call.func, None) in INFORMER_SPECS:
                 arg = _arg(call, 0, "resource")
                 # `A if version == "v1beta1" else B`: either one may be used
                 choices = [arg.body, arg.orelse] if isinstance(arg, ast.IfExp) else [arg]

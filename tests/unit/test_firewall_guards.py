@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 
+from node_fakes import context
 from pacific import names
 from pacific.node import firewall
 from pacific.node import main as node_main
@@ -54,6 +55,18 @@ def test_no_remote_no_central():
     assert firewall.ovn_central("unix:/run/ovn/ovnsb_db.sock")[0] == set()
 
 
+def host_firewall(subnets, nodes, *argv):
+    """The firewall feature of node n1 with flags argv, on these Subnets and Nodes."""
+    return firewall.HostFirewall(context(
+        *argv, subnets=subnets, node=Cache(n for n in nodes if n["metadata"]["name"] == "n1"),
+        nodes=Cache(nodes), services=Cache(), endpointslices=Cache(), pods=Cache()))
+
+
+def node(name, *addresses):
+    return {"metadata": {"name": name, "annotations": {}},
+            "status": {"addresses": [{"type": "InternalIP", "address": a} for a in addresses]}}
+
+
 def _rules(chain):
     return [(c, e) for ch, c, e in firewall.RULES if ch == chain]
 
@@ -82,16 +95,16 @@ def test_the_underlay_guard_spares_ovns_own_paths():
 def test_wanted_sets():
     subnets = Cache([{"metadata": {"name": "a"}, "status": {"cidrBlock": "10.16.0.0/16"},
                       "spec": {}}])
-    node = {"metadata": {"name": "n1", "annotations": {}}}
-    fw = firewall.HostFirewall(subnets, Cache([node]), "n1", service_cidr="10.96.0.0/12",
-                               ovn_remote="ssl:192.168.77.2:6642,ssl:192.168.77.3:6642",
-                               host_ports=[9477, 9476],
-                               node_ips=lambda: {"192.168.77.11", "fd00::11"})
+    fw = host_firewall(subnets, [node("n1", "192.168.77.11", "fd00::11")],
+                       "--service-cidr", "10.96.0.0/12",
+                       "--ovn-remote", "ssl:192.168.77.2:6642,ssl:192.168.77.3:6642",
+                       "--metrics-address", "127.0.0.1:9477", "--host-only-ports", "9476")
     w = fw.wanted()
     assert w["internal_cidrs"] == {"10.16.0.0/16"}       # + the join network once recorded
     assert w["ovn_central"] == {"192.168.77.2/32", "192.168.77.3/32"}
     assert w["ovn_ports"] == {"6641", "6642", "6643", "6644"}
-    assert w["node_addrs"] == {"192.168.77.11/32"}
+    # every infrastructure address, IPv4 only: the Nodes' and OVN central's
+    assert w["node_addrs"] == {"192.168.77.11/32", "192.168.77.2/32", "192.168.77.3/32"}
     assert w["host_ports"] == {"9476", "9477"}
     cmds = firewall.full_commands(w)
     port_sets = [c["add"]["set"] for c in cmds if "set" in c.get("add", {})
@@ -114,11 +127,11 @@ def test_read_back_sets_compare_equal():
 
 def test_host_ports_from_the_flags():
     p = node_main.build_parser()
-    assert node_main.host_ports(p.parse_args([])) == [names.NODE_METRICS_PORT,
-                                                     names.CONTROLLER_METRICS_PORT]
-    assert node_main.host_ports(p.parse_args(["--metrics-address", ":9999",
-                                              "--host-only-ports", ""])) == [9999]
-    assert node_main.host_ports(p.parse_args(["--metrics-address", ""])) == [
+    assert firewall.host_ports(p.parse_args([])) == [names.NODE_METRICS_PORT,
+                                                    names.CONTROLLER_METRICS_PORT]
+    assert firewall.host_ports(p.parse_args(["--metrics-address", ":9999",
+                                             "--host-only-ports", ""])) == [9999]
+    assert firewall.host_ports(p.parse_args(["--metrics-address", ""])) == [
         names.CONTROLLER_METRICS_PORT]
 
 
@@ -128,8 +141,7 @@ def test_a_subnet_holding_a_node_or_central_address_is_no_pod_network_here():
     subnets = Cache([{"metadata": {"name": n}, "status": {"cidrBlock": c}, "spec": {}}
                      for n, c in (("a", "10.16.0.0/16"), ("underlay", "192.168.77.0/24"),
                                   ("central", "192.168.78.0/24"))])
-    fw = firewall.HostFirewall(subnets, Cache([]), "n1", service_cidr="10.96.0.0/12",
-                               ovn_remote="tcp:192.168.78.1:6642",
-                               node_ips=lambda: {"192.168.77.11"})
+    fw = host_firewall(subnets, [node("n2", "192.168.77.11")], "--service-cidr", "10.96.0.0/12",
+                       "--ovn-remote", "tcp:192.168.78.1:6642")
     w = fw.wanted()
     assert w["pod_cidrs"] == {"10.16.0.0/16"} and w["internal_cidrs"] == {"10.16.0.0/16"}

@@ -7,7 +7,10 @@ import time
 import pytest
 
 from pacific.node import loop as loopmod
-from pacific.node.loop import Loop, wake_on
+from pacific.node.feature import NodeFeature
+from pacific.node.loop import Loop
+from pacific.node.podloop import PodLoop
+from pacific.node.registry import FEATURES
 
 
 class Counting(Loop):
@@ -102,25 +105,9 @@ def test_an_unexpected_error_is_logged_with_its_traceback_and_the_loop_goes_on(c
     assert record.exc_info is not None
 
 
-def test_wake_on_kicks_every_loop_on_every_event():
-    class Informer:
-        on_add = on_update = on_delete = None
-    inf = Informer()
-    a, b = Counting(), Counting()
-    wake_on(inf, [a, None, b])
-    inf.on_add({})
-    assert a._wake.is_set() and b._wake.is_set()
-    a._wake.clear()
-    inf.on_update({}, {})
-    inf.on_delete({})
-    assert a._wake.is_set()
-
-
-@pytest.mark.parametrize("cls", ["MgmtPort", "EgressGateway", "HostFirewall", "EgressSnat",
-                                 "HealthReporter"])
-def test_every_background_part_of_the_node_daemon_is_a_loop(cls):
-    from pacific.node import egressgw, egresssnat, firewall, health, mgmtport
-    found = {c.__name__: c for m in (mgmtport, egressgw, firewall, egresssnat, health)
-             for c in vars(m).values() if isinstance(c, type)}
-    assert issubclass(found[cls], Loop)
-    assert "start" not in vars(found[cls]) and "_loop" not in vars(found[cls])
+@pytest.mark.parametrize("cls", FEATURES, ids=lambda cls: cls.name)
+def test_every_node_feature_is_a_loop_and_only_the_pod_loop_runs_its_own_threads(cls):
+    """The background parts share the Loop's thread and its rules; the pod
+    loop's work is a queue of pod keys with its own workers."""
+    assert issubclass(cls, NodeFeature) and issubclass(cls, Loop)
+    assert ("start" in vars(cls)) == (cls is PodLoop) and "_loop" not in vars(cls)

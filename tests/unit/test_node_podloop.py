@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from node_fakes import context
 from pacific import contract, names
 from pacific.node.attachment import PodAttachment
 from pacific.node.podloop import PodLoop, PortSetting
@@ -32,17 +33,21 @@ def att(lsp=None, ifname="eth0"):
 
 
 class Pods:
-    """The informer surface the loop uses: get, keys and the three callbacks."""
+    """The informer surface the loop reads: get and keys."""
 
     def __init__(self, *objs):
         self.objs = {f"{o['metadata']['namespace']}/{o['metadata']['name']}": o for o in objs}
-        self.on_add = self.on_update = self.on_delete = None
 
     def get(self, key):
         return self.objs.get(key)
 
     def keys(self):
         return list(self.objs)
+
+
+def make(pods, find_attachments, settings, *argv) -> PodLoop:
+    """The pod loop feature on this node's pods `pods` (flags argv)."""
+    return PodLoop(context(*argv, pods=pods), settings, find_attachments)
 
 
 class Rate(PortSetting):
@@ -65,7 +70,7 @@ class Rate(PortSetting):
 
 def test_only_updates_that_change_a_setting_or_the_record_are_queued():
     s = Rate()
-    loop = PodLoop(Pods(), lambda key: [], [s])
+    loop = make(Pods(), lambda key: [], [s])
     loop.on_update(pod("10"), pod("10", phase="Succeeded"))   # status churn
     assert loop.queue.pending() == 0
     loop.on_update(pod("10"), pod("20"))
@@ -78,21 +83,21 @@ def test_only_updates_that_change_a_setting_or_the_record_are_queued():
 def test_settings_go_to_the_pods_own_port_only():
     s = Rate()
     pods = Pods(pod("10"))
-    loop = PodLoop(pods, lambda key: [att(), att(lsp="pod:default/other", ifname="net1")], [s])
+    loop = make(pods, lambda key: [att(), att(lsp="pod:default/other", ifname="net1")], [s])
     loop.reconcile("default/web")
     assert s.applied == [(att().host_ifname, "10")]
 
 
 def test_a_pod_carrying_another_pods_record_gets_no_settings():
     s = Rate()
-    loop = PodLoop(Pods(pod("10", rec_uid="victim-uid")), lambda key: [att()], [s])
+    loop = make(Pods(pod("10", rec_uid="victim-uid")), lambda key: [att()], [s])
     loop.reconcile("default/web")
     assert s.applied == []
 
 
 def test_a_failing_setting_does_not_stop_the_others_and_is_retried():
     bad, good = Rate(fail=True), Rate()
-    loop = PodLoop(Pods(pod("10")), lambda key: [att()], [bad, good])
+    loop = make(Pods(pod("10")), lambda key: [att()], [bad, good])
     with pytest.raises(RuntimeError, match="rate on .*ovs-vswitchd is gone"):
         loop.reconcile("default/web")
     assert good.applied == [(att().host_ifname, "10")]
@@ -103,12 +108,11 @@ def test_a_failing_setting_does_not_stop_the_others_and_is_retried():
 def test_a_running_pods_changed_setting_is_applied_by_the_loop():
     s = Rate()
     pods = Pods(pod("10"))
-    loop = PodLoop(pods, lambda key: [att()], [s], resync=3600).start()
+    loop = make(pods, lambda key: [att()], [s], "--pod-resync", "3600").start()
     try:
-        assert pods.on_update == loop.on_update    # the loop subscribed to the informer
         old, new = pods.objs["default/web"], pod("25")
         pods.objs["default/web"] = new
-        pods.on_update(old, new)
+        loop.handlers()["pods"](old, new)         # as the daemon's informer delivers it
         assert s.changed.wait(5)
         assert s.applied[-1] == (att().host_ifname, "25")
     finally:
@@ -116,7 +120,7 @@ def test_a_running_pods_changed_setting_is_applied_by_the_loop():
 
 
 def test_no_settings_no_worker():
-    loop = PodLoop(Pods(pod("10")), lambda key: [att()], []).start()
-    loop.on_add(pod("10"))
+    loop = make(Pods(pod("10")), lambda key: [att()], []).start()
+    loop.on_pod(None, pod("10"))
     assert loop.queue.pending() == 0 and loop._threads == []
     loop.stop()
