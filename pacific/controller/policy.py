@@ -40,8 +40,9 @@ from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
 from pacific.controller.policy_model import (PodInfo, PolicyError, World, canonical,
-                                             compile_policy, pod_matters, selector_matches,
-                                             selects_other_namespaces)
+                                             compile_policy, has_named_ports, peer_moved,
+                                             peer_pods, pod_matters, pod_peers,
+                                             selector_matches, set_namespace)
 from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
@@ -65,6 +66,16 @@ def group_key(policy: dict) -> str:
 def policy_ids(key: str, **extra) -> dict:
     return {names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY, names.EXT_OWNER: key,
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
+
+
+def set_key(name: str, namespace: str) -> str:
+    """The queue key of a peer's address set: `namespace/$np_as_<hash>`, `*/$...`
+    for a set of pods of any namespace (`$` is not allowed in object names)."""
+    return f"{namespace or '*'}/${name}"
+
+
+def _takes(selector: dict, labels: dict | None) -> bool:
+    return labels is not None and selector_matches(selector, labels)
 
 
 def group_ids(gkey: str, applied: list[str] | None = None) -> dict:
@@ -137,7 +148,13 @@ class PolicyFeature(Feature):
         # select it, not every policy of the cluster
         self._group_of: dict[str, str] = {}
         self._members_of: dict[str, set[str]] = {}
-        self._wide: dict[str, bool] = {}
+        self._named: dict[str, bool] = {}       # policy key -> names a port (see _on_pod)
+        # pod peers' address sets (shared between policies): set name -> (the
+        # namespace of its pods, "" for any; the peer) and policy key -> its sets.
+        # A pod event re-computes only the sets whose peer takes or drops the
+        # pod, without compiling any policy
+        self._set_def: dict[str, tuple[str, dict]] = {}
+        self._sets_of: dict[str, set[str]] = {}
 
     # -- wiring ----------------------------------------------------------------------
     def handlers(self):
@@ -150,11 +167,19 @@ class PolicyFeature(Feature):
             before = self._group_of.pop(key, None)
             if before is not None:
                 self._members_of.get(before, set()).discard(key)
-            self._wide.pop(key, None)
+            self._named.pop(key, None)
+            self._sets_of.pop(key, None)
             if new is not None:
                 after = self._group_of[key] = group_key(new)
                 self._members_of.setdefault(after, set()).add(key)
-                self._wide[key] = selects_other_namespaces(new)
+                self._named[key] = has_named_ports(new)
+                peers = pod_peers(new)
+                self._sets_of[key] = set(peers)
+                for name, (pns, peer) in peers.items():
+                    self._set_def[name] = (set_namespace(pns, peer), peer)
+            used = set().union(*self._sets_of.values()) if self._sets_of else set()
+            for name in [n for n in self._set_def if n not in used]:
+                del self._set_def[name]         # its rows go at the next "*"
         # a group left empty is kept until its reconcile removes its rows
         return [g for g in {before, group_key(new) if new is not None else None} if g]
 
@@ -193,12 +218,22 @@ class PolicyFeature(Feature):
         cache = self.ctl.informer("policies")
         ns_obj = self.ctl.informer("namespaces").get(ns)
         ns_labels = model.labels_of(ns_obj) if ns_obj else {}
+        prefix = f"{ns}/"
         with self._lock:
-            prefix = f"{ns}/"
             candidates = [(k, g) for k, g in self._group_of.items()
-                          if self._wide.get(k) or k.startswith(prefix)]
-        return sorted({g for k, g in candidates if (pol := cache.get(k)) is None
-                       or any(pod_matters(pol, ns, ns_labels, b, a) for b, a in changes)})
+                          if k.startswith(prefix) or self._named.get(k)]
+            named = dict(self._named)
+            sets = list(self._set_def.items())
+
+        def group_moved(k: str, pol: dict) -> bool:
+            if named.get(k):          # its ACLs name ports resolved on pods
+                return any(pod_matters(pol, ns, ns_labels, b, a) for b, a in changes)
+            sel = (pol.get("spec") or {}).get("podSelector") or {}
+            return any(_takes(sel, b) != _takes(sel, a) for b, a in changes)
+        groups = {g for k, g in candidates if (pol := cache.get(k)) is None or group_moved(k, pol)}
+        peers = {set_key(name, pns) for name, (pns, peer) in sets
+                 if any(peer_moved(peer, pns or ns, ns, ns_labels, b, a) for b, a in changes)}
+        return sorted(groups) + sorted(peers)
 
     def _on_namespace(self, old, new):
         if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):
@@ -210,10 +245,14 @@ class PolicyFeature(Feature):
             else:
                 self._ns_labels[name] = model.labels_of(new)
             self._world_cache = None
-        return self._all()
+        return self._all() + self._all_sets()
+
+    def _all_sets(self) -> list[str]:
+        with self._lock:
+            return sorted(set_key(n, pns) for n, (pns, _) in self._set_def.items())
 
     def resync_keys(self):
-        keys = set(self._all())
+        keys = set(self._all()) | set(self._all_sets())
         for row in self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY_GROUP):
             keys.add(row.external_ids.get(names.EXT_OWNER))
         keys.add("*")     # stale address sets, groups of earlier versions
@@ -261,6 +300,9 @@ class PolicyFeature(Feature):
     def reconcile(self, key: str) -> None:
         if key == "*":
             self._collect()
+            return
+        if "/$" in key:
+            self._reconcile_set(key.split("/$", 1)[1])
             return
         pg = key.split("/", 1)[1]
         cache = self.ctl.informer("policies")
@@ -344,6 +386,19 @@ class PolicyFeature(Feature):
                                    name=f"np:{key}:{r_.direction}/{r_.index}"[:63],
                                    external_ids=policy_ids(key, **{names.EXT_RULE: f"{r_.direction}/{r_.index}"})))
         return out
+
+    def _reconcile_set(self, name: str) -> None:
+        """One pod peer's address set (shared by every policy naming the peer)."""
+        with self._lock:
+            found = self._set_def.get(name)
+        if found is None:
+            return                   # no policy names it now: collected at "*"
+        pns, peer = found
+        world = self._world()
+        ips = frozenset(p.ip for p in peer_pods(peer, pns, world))
+        changes = self._set_builders(name, ips)
+        if changes:
+            self.ctl.writer.run(changes, what=f"NetworkPolicy peers {name}")
 
     def _set_builders(self, name: str, ips: frozenset) -> list:
         """Commands making address set `name` hold `ips`; [] if it already does."""

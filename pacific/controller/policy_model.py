@@ -114,20 +114,35 @@ def selects_other_namespaces(policy: dict) -> bool:
                for rule in spec.get(direction) or [] for peer in (rule or {}).get(side) or [])
 
 
+def _labels_match(sel, labels) -> bool:
+    return labels is not None and selector_matches(sel, labels)
+
+
+def peer_moved(peer: dict, policy_ns: str, ns: str, ns_labels: dict, before: dict | None,
+               after: dict | None) -> bool:
+    """Does a pod of `ns` going from labels `before` to `after` (None: absent)
+    enter or leave the pods of a peer of a policy of `policy_ns`?"""
+    if "ipBlock" in peer:
+        return False
+    if "namespaceSelector" in peer:
+        if not selector_matches(peer["namespaceSelector"], ns_labels):
+            return False
+    elif policy_ns != ns:
+        return False
+    sel = peer.get("podSelector") or {}
+    return _labels_match(sel, before) != _labels_match(sel, after)
+
+
 def pod_matters(policy: dict, ns: str, ns_labels: dict, before: dict | None,
                 after: dict | None) -> bool:
     """Does a pod of `ns` going from labels `before` to `after` (None: absent
     or without an address) change what the policy compiles to: whether it
     selects the pod as subject or peer, or (egress rules on a named port
     without pod peers, which resolve on every pod) anything at all?"""
-    def match(sel, labels) -> bool:
-        return labels is not None and selector_matches(sel, labels)
-
-    def moved(sel) -> bool:
-        return match(sel, before) != match(sel, after)
     m, spec = policy.get("metadata") or {}, policy.get("spec") or {}
     own = m.get("namespace") == ns
-    if own and moved(spec.get("podSelector") or {}):
+    sel = spec.get("podSelector") or {}
+    if own and _labels_match(sel, before) != _labels_match(sel, after):
         return True
     for direction, side in (("ingress", "from"), ("egress", "to")):
         for rule in spec.get(direction) or []:
@@ -137,17 +152,9 @@ def pod_matters(policy: dict, ns: str, ns_labels: dict, before: dict | None,
                     and any(isinstance((p or {}).get("port"), str) and not p["port"].isdigit()
                             for p in (rule or {}).get("ports") or [])):
                 return True              # a named port resolved on every pod
-            for peer in peers:
-                peer = peer or {}
-                if "ipBlock" in peer:
-                    continue
-                if "namespaceSelector" in peer:
-                    if not selector_matches(peer["namespaceSelector"], ns_labels):
-                        continue
-                elif not own:
-                    continue
-                if moved(peer.get("podSelector") or {}):
-                    return True
+            if any(peer_moved(peer or {}, m.get("namespace"), ns, ns_labels, before, after)
+                   for peer in peers):
+                return True
     return False
 
 
@@ -183,7 +190,7 @@ def selected(spec: dict, namespace: str, world: World) -> list[PodInfo]:
     return out
 
 
-def _peer_pods(peer: dict, namespace: str, world: World) -> list[PodInfo]:
+def peer_pods(peer: dict, namespace: str, world: World) -> list[PodInfo]:
     memo_key = ("peer", set_name(namespace, peer))
     out = world.memo.get(memo_key)
     if out is None:
@@ -203,11 +210,40 @@ def _peer_pods_uncached(peer: dict, namespace: str, world: World) -> list[PodInf
 
 
 def set_name(namespace: str, peer: dict) -> str:
-    """Address set of a pod peer: shared by every policy (of that namespace)
-    naming the same peer, as its content is the same."""
-    canon = json.dumps({"ns": namespace, "peer": {k: peer.get(k) for k in ("podSelector", "namespaceSelector")}},
+    """Address set of a pod peer: shared by every policy naming the same peer,
+    as its content is the same: those of the namespace for a podSelector
+    alone, those of every namespace for a peer with a namespaceSelector (its
+    pods do not depend on the policy's namespace)."""
+    canon = json.dumps({"ns": set_namespace(namespace, peer),
+                        "peer": {k: peer.get(k) for k in ("podSelector", "namespaceSelector")}},
                        sort_keys=True)
     return "np_as_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def set_namespace(namespace: str, peer: dict) -> str:
+    """The namespace a peer's pods come from ("" : any, by namespaceSelector)."""
+    return "" if "namespaceSelector" in peer else namespace
+
+
+def pod_peers(policy: dict) -> dict[str, tuple[str, dict]]:
+    """The policy's pod peers: address set name -> (the policy's namespace, peer)."""
+    ns = (policy.get("metadata") or {}).get("namespace", "")
+    spec = policy.get("spec") or {}
+    out = {}
+    for direction, side in (("ingress", "from"), ("egress", "to")):
+        for rule in spec.get(direction) or []:
+            for peer in (rule or {}).get(side) or []:
+                if peer and "ipBlock" not in peer:
+                    out[set_name(ns, peer)] = (ns, peer)
+    return out
+
+
+def has_named_ports(policy: dict) -> bool:
+    """Does a rule name a port (resolved on pods: the ACLs then depend on pods)?"""
+    spec = policy.get("spec") or {}
+    return any(isinstance(p.get("port"), str) and not p["port"].isdigit()
+               for direction in ("ingress", "egress") for rule in spec.get(direction) or []
+               for p in (rule or {}).get("ports") or [])
 
 
 def _ip_block(block: dict, field_: str) -> str:
@@ -265,16 +301,16 @@ def compile_policy(obj: dict, world: World) -> tuple[list[str], list[Rule], list
             continue
         for i, rule in enumerate(spec.get(key) or []):
             peers = rule.get(peers_key) or []
-            sources, sets, peer_pods, pod_peers = [], [], [], False
+            sources, sets, members_all, any_pod_peer = [], [], [], False
             for peer in peers:
                 if "ipBlock" in peer:
                     clause = _ip_block(peer["ipBlock"], addr_field)
                     if clause:
                         sources.append(clause)
                     continue
-                pod_peers = True
-                members = _peer_pods(peer, ns, world)
-                peer_pods += members
+                any_pod_peer = True
+                members = peer_pods(peer, ns, world)
+                members_all += members
                 name = set_name(ns, peer)
                 sets.append((name, frozenset(p.ip for p in members)))
                 sources.append(f"{addr_field} == ${name}")
@@ -283,7 +319,7 @@ def compile_policy(obj: dict, world: World) -> tuple[list[str], list[Rule], list
             if direction == "ingress":
                 destinations = pods
             else:
-                destinations = peer_pods if pod_peers else world.pods
+                destinations = members_all if any_pod_peer else world.pods
             ports = _port_clauses(rule.get("ports") or [], destinations,
                                   "ip4.dst" if direction == "ingress" else addr_field)
             if ports == []:

@@ -20,6 +20,7 @@ from controller_fakes import drain, make_controller  # noqa: E402
 from ovsdb_fixtures import NB_SCHEMA, OvsdbServer  # noqa: E402
 from pacific import names  # noqa: E402
 from pacific.controller import cluster_router, policy  # noqa: E402
+from pacific.controller.policy_model import set_name  # noqa: E402
 from pacific.controller.nbwriter import NBWriter  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
 from pacific.ovn import NorthboundAPI, ensure  # noqa: E402
@@ -150,3 +151,31 @@ def test_two_identical_policies_share_their_acls_and_both_are_in_force(ctl):
     (members, acls), = groups(ctl.nb).values()
     assert {a.external_ids[names.EXT_OWNER] for a in acls} == {"x/twin2"}
     assert not policy.programmed(ctl.nb, "x/twin1") and policy.programmed(ctl.nb, "x/twin2")
+
+
+def test_a_pod_of_another_namespace_changes_only_the_shared_peer_set(ctl):
+    """Policies of two namespaces naming `namespaceSelector: {}` share one
+    address set; a pod coming and going elsewhere changes only that set."""
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "y"}})
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "z"}})
+    ctl.kube.add(r.PODS, pod("a1", {"role": "a"}), "x")
+    ctl.kube.add(r.NETWORKPOLICIES, allow_from_everyone(0, {}), "x")
+    ctl.kube.add(r.NETWORKPOLICIES, {**allow_from_everyone(1, {}),
+                                     "metadata": {"name": "p1", "namespace": "y"}}, "y")
+    drain(ctl)
+    shared = set_name("x", {"namespaceSelector": {}})
+    assert shared == set_name("y", {"namespaceSelector": {}})
+
+    def members():
+        return ensure.address_set_addresses(ctl.nb, shared)
+    assert len(members()) == 1
+    feat = ctl.feature("policy")
+    newcomer = {**pod("n1", {}), "metadata": {"name": "n1", "namespace": "z", "labels": {}}}
+    ctl.kube.add(r.PODS, newcomer, "z")
+    drain(ctl)
+    allocated = r.get(ctl.kube, r.PODS, "n1", "z")
+    assert feat._on_pod(None, allocated) == [policy.set_key(shared, "")]
+    assert len(members()) == 2
+    r.delete(ctl.kube, r.PODS, "n1", "z")
+    drain(ctl)
+    assert len(members()) == 1

@@ -139,8 +139,9 @@ def test_feature_writes_group_members_sets_and_acls_in_one_transaction():
 
 def test_a_pod_event_wakes_only_the_groups_that_can_select_the_pod():
     """Cost follows change: a pod without an address (pending, refused) wakes
-    no policy group; a pod of namespace x wakes x's groups and those with a
-    namespaceSelector peer, not every group of the cluster."""
+    nothing; a pod of namespace x wakes x's groups that select it and the
+    address sets of the peers that take it (no other policy is compiled), not
+    every group of the cluster."""
     ctl = make_controller()
     feat = ctl.feature("policy")
     for ns, name, spec in (
@@ -156,8 +157,10 @@ def test_a_pod_event_wakes_only_the_groups_that_can_select_the_pod():
     running = ctl.kube.add(r.PODS, pod_body("a", "x", {"pod": "a"}), "x")
     drain(ctl)
     allocated = r.get(ctl.kube, r.PODS, "a", "x")
-    own, wide = f"x/{policy.group_name('x', {})}", f"z/{policy.group_name('z', {})}"
-    assert sorted(feat._on_pod(running, allocated)) == sorted([own, wide])
+    own = f"x/{policy.group_name('x', {})}"
+    wide_peer = policy.set_key(set_name("z", {"namespaceSelector": {}}), "")
+    assert wide_peer.startswith("*/$np_as_")
+    assert feat._on_pod(running, allocated) == [own, wide_peer]
     feat._on_policy(np({}, "z", "wide"), None)
     assert feat._on_pod(allocated, None) == [own]
 
