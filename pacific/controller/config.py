@@ -36,6 +36,7 @@ class Config:
     infrastructure_ips: tuple = ()              # no external IP may be one (+ nodes, OVN central)
     trusted_endpoint_services: tuple = ("default/kubernetes",)   # endpoints not confined
     node_port_range: str = "%d-%d" % exposure.NODE_PORT_RANGE
+    endpointslice_version: str = "v1"           # what the API server serves (main discovers it)
     event_burst: int = 20                       # Events per namespace at once (kube/budget.py)
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
 

@@ -59,7 +59,7 @@ class EgressSnatFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self.informers = service_informers(ctl.kube)      # the caches ServiceFeature has
+        self.informers = service_informers(ctl.cfg)       # the caches ServiceFeature has
         self._lock = threading.Lock()
         self._active: dict[str, str | None] = {}
         self._first = gateway.FirstRanked()       # re-rank a settled holder only

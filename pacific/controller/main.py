@@ -298,6 +298,8 @@ def main(argv=None) -> int:
     LOG.info("pacific-controller %s starting (NB %s, API %s, leader election %s)", args.identity,
              cfg.nb_remote, kube.configuration.host, "on" if args.leader_elect else "off")
     LOG.info("%s", nb.capabilities().describe())
+    from pacific.controller.service import slice_version
+    cfg.endpointslice_version = slice_version(kube)     # once, not per leadership term
     try:
         if args.leader_elect:
             if not run_leader_elected(cfg, args, kube, nb, shutdown, health):

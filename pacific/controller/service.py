@@ -41,9 +41,10 @@ def service_ids(key: str) -> dict:
 
 
 def slice_version(kube) -> str:
+    """The EndpointSlice version the API server serves (asked once, at start)."""
     try:
         return versions.endpointslice_version(kube)
-    except (kerr.ApiError, OSError) as e:   # e.g. a fake API in unit tests
+    except (kerr.ApiError, OSError) as e:
         LOG.warning("EndpointSlice version not discovered (%s): using discovery.k8s.io/v1", e)
         return "v1"
 
@@ -96,14 +97,15 @@ def infrastructure_ips(ctl) -> set[str]:
     return exposure.node_addresses(ctl.informer("nodes").list()) | ctl.cfg.reserved_ips
 
 
-def service_informers(kube) -> dict:
+def service_informers(cfg) -> dict:
     """The informers of the features that read Services: Services, their
-    EndpointSlices (the version the server serves), Nodes and Subnets (which
-    addresses no external IP may take).  One spec, so the features share one cache."""
+    EndpointSlices (the version the server serves: cfg.endpointslice_version,
+    discovered by main at start), Nodes and Subnets (which addresses no external
+    IP may take).  One spec, so the features share one cache."""
     return {"services": informers.SERVICES, "nodes": informers.NODES,
             "subnets": informers.SUBNETS,
             "endpointslices": InformerSpec(
-                r.ENDPOINTSLICES_V1BETA1 if slice_version(kube) == "v1beta1"
+                r.ENDPOINTSLICES_V1BETA1 if cfg.endpointslice_version == "v1beta1"
                 else r.ENDPOINTSLICES, slim_slice)}
 
 
@@ -112,7 +114,7 @@ class ServiceFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self.informers = service_informers(ctl.kube)
+        self.informers = service_informers(ctl.cfg)
         self._lock = threading.Lock()
         self._slices: dict[str, set[str]] = {}   # service key -> slice keys
         self._reported: dict[str, str] = {}
