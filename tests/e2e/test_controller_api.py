@@ -252,6 +252,10 @@ def test_leader_failover(cp):
     make_pod(cp, "before")
     allocated(cp, "before")
     assert cp.leader() == "c1"
+    # c2 watches the Lease before c1 dies (a candidate waits a lease duration
+    # from its first sight of the holder: started late on a loaded machine, it
+    # would measure its own start-up, not the failover)
+    wait_until(lambda: "c2 is a candidate" in cp.log("c2"), 30, what="c2 a candidate")
     t0 = time.monotonic()
     cp.kill_controller("c1", signal.SIGKILL)
     make_pod(cp, "after")            # created while nobody leads
