@@ -177,7 +177,7 @@ class OwnerIndex:
 
 class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
     """IDL that feeds every row change to a RowEventHandler (and to its owner
-    index)."""
+    index and its row watchers)."""
 
     def __init__(self, remote, helper, handler, after_change=None):
         super().__init__(remote, helper)
@@ -185,6 +185,8 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         self.compactor = _Compactor()
         self.after_change = after_change
         self.owners = OwnerIndex()
+        # table -> [fn(event, row, updates)]: see ApiBase.watch_rows
+        self.row_watchers: dict[str, list[Callable]] = {}
 
     connected = False   # published by the connection thread, see run()
 
@@ -206,6 +208,11 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         elif event == ovs_idl.ROW_UPDATE and updates is not None:
             self.compactor.compact(row._data, updates._data)  # the changed columns
         self.owners.changed(event, row, updates)
+        for fn in self.row_watchers.get(row._table.name, ()):
+            try:
+                fn(event, row, updates)
+            except Exception:   # a watcher's bug must not stop the replica's update
+                LOG.exception("row watcher %r failed on %s of %s", fn, event, row._table.name)
         self.notify_handler.notify(event, row, updates)
 
     def _Idl__apply_diff(self, table, row, row_diff):
@@ -364,6 +371,13 @@ class _Predicate(ovsdbapp_event.WaitEvent):
 
     def match_fn(self, event, row, old):
         return bool(self._predicate(row))
+
+    def matches(self, event, row, old=None):
+        # ovsdbapp's matches() plus a debug message whose arguments (every
+        # column of row and old, formatted) it builds even with debug logging
+        # off, in the connection thread: without that message
+        return (event in self.events and row._table.name == self.table
+                and self.base_match(event, row, old) and self.match_fn(event, row, old))
 
     def run(self, event, row, old):
         self.row = row
@@ -841,6 +855,25 @@ class ApiBase:
             return event.row
         self._handler.unwatch_event(event)
         return None
+
+    def watch_rows(self, table: str, fn: Callable[[str, Any, Any], None]) -> None:
+        """Call fn(event, row, updates) for every change of a row of `table`, in the
+        connection thread under its lock, as the IDL applies it (ovs.db.idl's
+        ROW_CREATE/UPDATE/DELETE; `updates` holds the changed columns' old values
+        on an update); first for each row already there, as a ROW_CREATE.
+
+        For a cheap index kept current with the replica: fn must be quick and
+        must not block.  Unlike a RowEvent (watch_event), no frozen copy of the
+        row is made and nothing is queued to the event thread, and ovsdbapp's
+        RowEvent.matches formats both rows for a debug message on every match
+        (all columns, also with debug logging off): for an event that matches
+        every row of a busy table (Interface: statistics every 5 s, ovs-vswitchd
+        and ovn-controller on each new port) that work held the connection
+        thread, and every transaction behind it, for milliseconds per change."""
+        with self.ovsdb_connection.lock:
+            self.idl.row_watchers.setdefault(table, []).append(fn)
+            for row in list(self.tables[table].rows.values()):
+                fn(ovs_idl.ROW_CREATE, row, None)
 
     def watch_event(self, event) -> None:
         """Register an ovsdbapp RowEvent (run in the event thread)."""

@@ -45,8 +45,7 @@ import contextlib
 import threading
 from typing import Any, Iterable, Iterator
 
-from ovsdbapp.backend.ovs_idl import event as ovsdbapp_event
-
+from ovs.db import idl as ovs_idl
 from ovsdbapp.backend.ovs_idl import command as ovsdbapp_cmd
 from ovsdbapp.backend.ovs_idl import idlutils
 from ovsdbapp.backend.ovs_idl import rowview
@@ -158,21 +157,25 @@ class _EnsureInterfacePort(ovsdbapp_cmd.BaseCommand):
         self.result = rowview.RowView(self.api.tables["Port"].rows[real])
 
 
-class _PodIndex(ovsdbapp_event.RowEvent):
-    """pod key -> names of its Interfaces, kept current from IDL row events."""
+class _PodIndex:
+    """pod key -> names of its Interfaces, kept current by the IDL's connection
+    thread as it applies each change (ApiBase.watch_rows)."""
 
     def __init__(self):
-        super().__init__((self.ROW_CREATE, self.ROW_UPDATE, self.ROW_DELETE), "Interface", None)
         self.lock = threading.Lock()
         self.by_pod: dict[str, set[str]] = {}
         self.pod_of: dict[str, str] = {}
 
-    def match_fn(self, event, row, old=None):
-        return True
-
-    def run(self, event, row, old):
-        pod = None if event == self.ROW_DELETE else (row.external_ids or {}).get(names.OVS_POD)
-        self.apply(row.name, pod)
+    def changed(self, event, row, updates) -> None:
+        if event == ovs_idl.ROW_UPDATE and updates is not None and not (
+                "external_ids" in updates._data or "name" in updates._data):
+            return   # statistics, ofport, ovn-installed ...: the index is unchanged
+        if event == ovs_idl.ROW_DELETE:
+            self.apply(row.name, None)
+            return
+        if event == ovs_idl.ROW_UPDATE and updates is not None and "name" in updates._data:
+            self.apply(updates.name, None)   # never renamed in practice
+        self.apply(row.name, (row.external_ids or {}).get(names.OVS_POD))
 
     def apply(self, ifname: str, pod: str | None) -> None:
         with self.lock:
@@ -206,6 +209,8 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
                  tables: Iterable[str] | None = None,
                  created_by: str | None = None):
         self.wait_vswitchd = wait_vswitchd
+        self._pod_idx: _PodIndex | None = None
+        self._pod_idx_lock = threading.Lock()
         super().__init__(remote, timeout=timeout, tables=tables,
                          created_by=created_by)
 
@@ -294,9 +299,10 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
 
     def interfaces_of_pod(self, pod_key: str) -> list:
         """Interfaces whose external_ids name the pod (`names.OVS_POD`), from an
-        index kept by IDL events: O(1) per call, where find_interfaces scans every
-        Interface under the IDL lock (at hundreds of pods per node, the pod loop's
-        scan per pod event starved the IDL thread)."""
+        index the IDL keeps as it applies changes (watch_rows): O(1) per call,
+        where find_interfaces scans every Interface under the IDL lock (at
+        hundreds of pods per node, the pod loop's scan per pod event starved the
+        IDL thread)."""
         idx = self._pod_index()
         with idx.lock:
             ifnames = sorted(idx.by_pod.get(pod_key, ()))
@@ -308,14 +314,12 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
         return out
 
     def _pod_index(self) -> "_PodIndex":
-        idx = getattr(self, "_pod_idx", None)
-        if idx is None:
-            idx = self._pod_idx = _PodIndex()
-            self.watch_event(idx)                 # first: no change is missed
-            with self.ovsdb_connection.lock:      # then what is there already
-                for r in self.tables["Interface"].rows.values():
-                    idx.apply(r.name, r.external_ids.get(names.OVS_POD))
-        return idx
+        with self._pod_idx_lock:
+            if self._pod_idx is None:
+                idx = _PodIndex()
+                self.watch_rows("Interface", idx.changed)   # and what is there already
+                self._pod_idx = idx
+        return self._pod_idx
 
     def is_ovn_installed(self, name: str) -> bool:
         """True once ovn-controller set external_ids:ovn-installed=true."""

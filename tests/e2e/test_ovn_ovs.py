@@ -77,7 +77,7 @@ def test_interface_port_create_update_find_delete(ovs):
                                       owner=POD))
     wait = time.monotonic() + 5
     while len(ovs.interfaces_of_pod("default/web-0")) != 2 and time.monotonic() < wait:
-        time.sleep(0.01)     # the index follows in the event thread
+        time.sleep(0.01)     # the index follows as the IDL applies the change
     assert [i.name for i in ovs.interfaces_of_pod("default/web-0")] == ["veth0a1b", "veth9"]
     ovs.commit(ovs.del_port("veth9"))
     ovs.commit(ovs.del_port("veth0a1b"))

@@ -1,0 +1,122 @@
+"""Row watchers (ApiBase.watch_rows) and the node's pod index built on them.
+
+The pod index used to be an ovsdbapp RowEvent matching every Interface change:
+each change (statistics every 5 s, ovs-vswitchd and ovn-controller on every new
+port) was formatted twice for a debug message and frozen for the event thread,
+in the connection thread, ahead of the CNI ADD's own transaction (issue 23).
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+from ovs.db import data as ovs_data
+from ovs.db import idl as ovs_idl
+from ovsdbapp.backend.ovs_idl import idlutils
+
+from pacific import names, ovsinstall
+from pacific.ovn import base
+from pacific.ovn.ovs import _PodIndex
+
+VSWITCH_SCHEMA = ovsinstall.from_env().schema("vswitch")
+
+
+class _Handler:
+    def __init__(self):
+        self.seen = []
+
+    def notify(self, event, row, updates=None):
+        self.seen.append(event)
+
+
+@pytest.fixture
+def idl():
+    helper = ovs_idl.SchemaHelper(location=VSWITCH_SCHEMA)
+    helper.register_columns("Interface", ["name", "external_ids", "statistics", "ofport"])
+    idl = base.NotifyingIdl("unix:/nonexistent/pacific-test.sock", helper, _Handler())
+    yield idl
+    idl.close()
+
+
+def _datum(table, column, value):
+    return ovs_data.Datum.from_python(table.columns[column].type, value, ovs_idl._row_to_uuid)
+
+
+def iface(idl, **values):
+    table = idl.tables["Interface"]
+    data = {c: (_datum(table, c, values[c]) if c in values
+                else ovs_data.Datum.default(table.columns[c].type)) for c in table.columns}
+    row = ovs_idl.Row(idl, table, uuid.uuid4(), data)
+    table.rows[row.uuid] = row
+    return row
+
+
+def update(idl, row, **values):
+    """Apply `values` to the row as the IDL does, and notify the update (the
+    `updates` Row holds the changed columns' old values)."""
+    old = {c: row._data[c] for c in values}
+    for c, v in values.items():
+        row._data[c] = _datum(row._table, c, v)
+    idl.notify(ovs_idl.ROW_UPDATE, row, ovs_idl.Row(idl, row._table, row.uuid, old))
+
+
+class CountingIndex(_PodIndex):
+    def __init__(self):
+        super().__init__()
+        self.applied = 0
+
+    def apply(self, ifname, pod):
+        self.applied += 1
+        super().apply(ifname, pod)
+
+
+def test_pod_index_follows_creates_external_ids_and_deletes_only(idl):
+    idx = CountingIndex()
+    idl.row_watchers["Interface"] = [idx.changed]
+    a = iface(idl, name="a_h", external_ids={names.OVS_POD: "ns/p"})
+    b = iface(idl, name="b_h", external_ids={names.OVS_POD: "ns/p"})
+    br = iface(idl, name="br-int")
+    for r in (a, b, br):
+        idl.notify(ovs_idl.ROW_CREATE, r)
+    assert idx.by_pod == {"ns/p": {"a_h", "b_h"}}
+    n = idx.applied
+    update(idl, a, statistics={"rx_packets": 5}, ofport=[7])   # not the index's business
+    update(idl, a, external_ids={names.OVS_POD: "ns/p", names.OVS_OVN_INSTALLED: "true"})
+    assert idx.applied == n + 1 and idx.by_pod == {"ns/p": {"a_h", "b_h"}}
+    update(idl, b, external_ids={names.OVS_POD: "ns/q"})
+    assert idx.by_pod == {"ns/p": {"a_h"}, "ns/q": {"b_h"}}
+    update(idl, b, name="c_h")
+    assert idx.by_pod == {"ns/p": {"a_h"}, "ns/q": {"c_h"}} and "b_h" not in idx.pod_of
+    idl.notify(ovs_idl.ROW_DELETE, a)
+    assert idx.by_pod == {"ns/q": {"c_h"}}
+    # every change still reaches the event handler
+    assert idl.notify_handler.seen.count(ovs_idl.ROW_UPDATE) == 4
+
+
+def test_a_failing_watcher_does_not_stop_the_update(idl, caplog):
+    calls = []
+
+    def broken(event, row, updates):
+        raise RuntimeError("bug")
+
+    idl.row_watchers["Interface"] = [broken, lambda e, r, u: calls.append(e)]
+    with caplog.at_level(logging.ERROR, logger=base.LOG.name):
+        idl.notify(ovs_idl.ROW_CREATE, iface(idl, name="x"))
+    assert calls == [ovs_idl.ROW_CREATE] and idl.notify_handler.seen == [ovs_idl.ROW_CREATE]
+    assert "row watcher" in caplog.text
+
+
+def test_wait_predicate_matches_without_formatting_rows(idl, monkeypatch):
+    """ovsdbapp's RowEvent.matches formats row and old (every column) for a debug
+    message even with debug logging off; the waiters' own matches() does not."""
+    def no(*_):
+        raise AssertionError("row formatted in matches()")
+    monkeypatch.setattr(idlutils, "row2str", no)
+    row = iface(idl, name="a_h", external_ids={names.OVS_OVN_INSTALLED: "true"})
+    ev = base._Predicate("Interface", lambda r: r.name == "a_h")
+    assert ev.matches(ev.ROW_UPDATE, row, None)
+    assert ev.matches(ev.ROW_CREATE, row)
+    assert not ev.matches(ev.ROW_DELETE, row)
+    assert not base._Predicate("Interface", lambda r: r.name == "b_h").matches(ev.ROW_UPDATE, row)
+    assert not base._Predicate("Port", lambda r: True).matches(ev.ROW_UPDATE, row)
