@@ -25,6 +25,7 @@ import logging
 import os
 import queue
 import sys
+import threading
 import time
 import uuid as uuidlib
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
@@ -185,8 +186,24 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         self.compactor = _Compactor()
         self.after_change = after_change
         self.owners = OwnerIndex()
-        # table -> [fn(event, row, updates)]: see ApiBase.watch_rows
-        self.row_watchers: dict[str, list[Callable]] = {}
+        # table -> (fn(event, row, updates), ...): see ApiBase.watch_rows.  Copied
+        # on write, so notify() iterates a snapshot and a watcher is removed
+        # without the connection lock (held across a whole transaction's round
+        # trip: a waiter woken by a change must not queue behind another's commit)
+        self.row_watchers: dict[str, tuple[Callable, ...]] = {}
+        self._watchers_lock = threading.Lock()
+
+    def add_row_watcher(self, table: str, fn: Callable) -> None:
+        with self._watchers_lock:
+            self.row_watchers[table] = self.row_watchers.get(table, ()) + (fn,)
+
+    def remove_row_watcher(self, table: str, fn: Callable) -> None:
+        with self._watchers_lock:
+            left = tuple(f for f in self.row_watchers.get(table, ()) if f is not fn)
+            if left:
+                self.row_watchers[table] = left
+            else:
+                self.row_watchers.pop(table, None)
 
     connected = False   # published by the connection thread, see run()
 
@@ -354,34 +371,23 @@ class _Compactor:
                         del values[k]
                         values[use] = None
 
-class _Predicate(ovsdbapp_event.WaitEvent):
-    """One-shot event: any create/update of `table` where predicate(row)."""
+class _RowWait:
+    """One wait_for_row: a row watcher that, in the connection thread, keeps a
+    frozen copy of the first created or updated row satisfying the predicate
+    and wakes the waiter at once (an ovsdbapp WaitEvent went through the event
+    thread: one more thread to schedule on a busy node before ADD answers)."""
 
-    def __init__(self, table: str, predicate: Callable[[Any], bool]):
-        super().__init__((self.ROW_CREATE, self.ROW_UPDATE), table, None)
-        self._predicate = predicate
+    def __init__(self, predicate: Callable[[Any], bool]):
+        self.predicate = predicate
         self.row = None
+        self.done = threading.Event()
 
-    # ovsdbapp events compare equal by (class, table, events): two waiters on
-    # one table would collapse into one entry of the handler's set.
-    __hash__ = object.__hash__
-
-    def __eq__(self, other):
-        return self is other
-
-    def match_fn(self, event, row, old):
-        return bool(self._predicate(row))
-
-    def matches(self, event, row, old=None):
-        # ovsdbapp's matches() plus a debug message whose arguments (every
-        # column of row and old, formatted) it builds even with debug logging
-        # off, in the connection thread: without that message
-        return (event in self.events and row._table.name == self.table
-                and self.base_match(event, row, old) and self.match_fn(event, row, old))
-
-    def run(self, event, row, old):
-        self.row = row
-        super().run(event, row, old)
+    def __call__(self, event, row, updates) -> None:
+        if self.done.is_set() or event == ovs_idl.ROW_DELETE:
+            return
+        if self.predicate(row):
+            self.row = idlutils.frozen_row(row)
+            self.done.set()
 
 
 def _abort(txn, idl) -> None:
@@ -838,23 +844,19 @@ class ApiBase:
     def wait_for_row(self, table: str, predicate: Callable[[Any], bool],
                      timeout: float) -> Any | None:
         """Block until a row of `table` satisfies predicate(row), without
-        polling: an IDL event fires on the update.  Returns the row (a
-        frozen copy if it came from an event) or None on timeout."""
-        event = _Predicate(table, predicate)
-        with self.ovsdb_connection.lock:
-            self._handler.watch_event(event)
-            try:
+        polling: the connection thread checks each change as it applies it
+        and wakes the caller.  Returns the row (a frozen copy if it came from
+        a change) or None on timeout."""
+        wait = _RowWait(predicate)
+        self.idl.add_row_watcher(table, wait)     # first: no change is missed
+        try:
+            with self.ovsdb_connection.lock:      # then what is there already
                 for row in self.tables[table].rows.values():
-                    if predicate(row):
-                        self._handler.unwatch_event(event)
+                    if predicate(row):            # a broken predicate raises here
                         return rowview.RowView(row)
-            except BaseException:   # a bug in the predicate: raise it here
-                self._handler.unwatch_event(event)
-                raise
-        if event.event.wait(timeout):
-            return event.row
-        self._handler.unwatch_event(event)
-        return None
+            return wait.row if wait.done.wait(timeout) else None
+        finally:
+            self.idl.remove_row_watcher(table, wait)
 
     def watch_rows(self, table: str, fn: Callable[[str, Any, Any], None]) -> None:
         """Call fn(event, row, updates) for every change of a row of `table`, in the
@@ -871,7 +873,7 @@ class ApiBase:
         and ovn-controller on each new port) that work held the connection
         thread, and every transaction behind it, for milliseconds per change."""
         with self.ovsdb_connection.lock:
-            self.idl.row_watchers.setdefault(table, []).append(fn)
+            self.idl.add_row_watcher(table, fn)
             for row in list(self.tables[table].rows.values()):
                 fn(ovs_idl.ROW_CREATE, row, None)
 

@@ -73,7 +73,7 @@ class CountingIndex(_PodIndex):
 
 def test_pod_index_follows_creates_external_ids_and_deletes_only(idl):
     idx = CountingIndex()
-    idl.row_watchers["Interface"] = [idx.changed]
+    idl.add_row_watcher("Interface", idx.changed)
     a = iface(idl, name="a_h", external_ids={names.OVS_POD: "ns/p"})
     b = iface(idl, name="b_h", external_ids={names.OVS_POD: "ns/p"})
     br = iface(idl, name="br-int")
@@ -100,23 +100,43 @@ def test_a_failing_watcher_does_not_stop_the_update(idl, caplog):
     def broken(event, row, updates):
         raise RuntimeError("bug")
 
-    idl.row_watchers["Interface"] = [broken, lambda e, r, u: calls.append(e)]
+    idl.add_row_watcher("Interface", broken)
+    idl.add_row_watcher("Interface", lambda e, r, u: calls.append(e))
     with caplog.at_level(logging.ERROR, logger=base.LOG.name):
         idl.notify(ovs_idl.ROW_CREATE, iface(idl, name="x"))
     assert calls == [ovs_idl.ROW_CREATE] and idl.notify_handler.seen == [ovs_idl.ROW_CREATE]
     assert "row watcher" in caplog.text
 
 
-def test_wait_predicate_matches_without_formatting_rows(idl, monkeypatch):
-    """ovsdbapp's RowEvent.matches formats row and old (every column) for a debug
-    message even with debug logging off; the waiters' own matches() does not."""
+def test_a_row_wait_wakes_on_the_first_matching_change_without_formatting_rows(
+        idl, monkeypatch):
+    """wait_for_row's watcher runs in the connection thread: it wakes the waiter
+    itself (no event thread) and never formats rows for a debug message, as
+    ovsdbapp's RowEvent.matches does even with debug logging off."""
     def no(*_):
-        raise AssertionError("row formatted in matches()")
+        raise AssertionError("row formatted")
     monkeypatch.setattr(idlutils, "row2str", no)
-    row = iface(idl, name="a_h", external_ids={names.OVS_OVN_INSTALLED: "true"})
-    ev = base._Predicate("Interface", lambda r: r.name == "a_h")
-    assert ev.matches(ev.ROW_UPDATE, row, None)
-    assert ev.matches(ev.ROW_CREATE, row)
-    assert not ev.matches(ev.ROW_DELETE, row)
-    assert not base._Predicate("Interface", lambda r: r.name == "b_h").matches(ev.ROW_UPDATE, row)
-    assert not base._Predicate("Port", lambda r: True).matches(ev.ROW_UPDATE, row)
+    wait = base._RowWait(lambda r: r.external_ids.get(names.OVS_OVN_INSTALLED) == "true")
+    idl.add_row_watcher("Interface", wait)
+    row = iface(idl, name="a_h")
+    idl.notify(ovs_idl.ROW_CREATE, row)
+    assert not wait.done.is_set()
+    update(idl, row, external_ids={names.OVS_OVN_INSTALLED: "true"})
+    assert wait.done.is_set() and wait.row.name == "a_h"
+    update(idl, row, external_ids={names.OVS_OVN_INSTALLED: "true", "x": "y"})
+    assert "x" not in wait.row.external_ids          # the first match, frozen
+    gone = base._RowWait(lambda r: True)
+    gone(ovs_idl.ROW_DELETE, row, None)
+    assert not gone.done.is_set()                    # a deleted row never satisfies a wait
+
+
+def test_watchers_are_removed_without_disturbing_the_others(idl):
+    seen = []
+    a, b = (lambda e, r, u: seen.append("a")), (lambda e, r, u: seen.append("b"))
+    idl.add_row_watcher("Interface", a)
+    idl.add_row_watcher("Interface", b)
+    idl.remove_row_watcher("Interface", a)
+    idl.notify(ovs_idl.ROW_CREATE, iface(idl, name="x"))
+    idl.remove_row_watcher("Interface", b)
+    idl.notify(ovs_idl.ROW_CREATE, iface(idl, name="y"))
+    assert seen == ["b"] and "Interface" not in idl.row_watchers
