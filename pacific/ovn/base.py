@@ -402,6 +402,94 @@ def _abort(txn, idl) -> None:
         idl.force_reconnect()
 
 
+class GroupCommit:
+    """Commands of concurrent callers committed together (group commit).
+
+    ``run(commands)`` returns once its commands are committed, as a transaction
+    of their own would, but a caller that arrives while another caller's
+    transaction is in flight queues its commands, and whichever caller commits
+    next takes every queued caller's commands in ONE transaction: a burst of
+    pod ADDs costs the database, ovs-vswitchd (a reconfiguration per
+    transaction) and ovn-controller (a pass per change) a few transactions, not
+    one each behind each other's round trip.  A lone caller commits at once.
+
+    If a joined transaction fails, each caller's commands are committed again
+    alone, so a caller gets its own error (the OvnError its own transaction
+    would have raised) and the others are not failed by it.  Commands must be
+    re-runnable, as ovsdbapp's are (it re-runs them on TRY_AGAIN).
+
+        ports = GroupCommit(ovs, wait_vswitchd=False)
+        ports.run([ovs.add_interface_port(...)])      # from many threads
+    """
+
+    def __init__(self, api, **txn_kwargs):
+        self.api = api
+        self.txn_kwargs = txn_kwargs
+        self._cond = threading.Condition()
+        self._queued: list[_Joined] = []
+        self._busy = False
+        self.transactions = 0     # committed or attempted (tests, metrics)
+
+    def run(self, commands: list) -> None:
+        me = _Joined(list(commands))
+        with self._cond:
+            self._queued.append(me)
+            while self._busy and not me.done:
+                self._cond.wait()
+            if not me.done:
+                self._busy = True
+                batch, self._queued = self._queued, []
+        if not me.done:
+            try:
+                self._commit(batch)
+            finally:
+                with self._cond:
+                    for j in batch:
+                        if not j.done:   # _commit was interrupted (KeyboardInterrupt...)
+                            j.error = j.error or OvnError(
+                                "the joined transaction was interrupted: committed or not")
+                            j.done = True
+                    self._busy = False
+                    self._cond.notify_all()
+        if me.error is not None:
+            raise me.error
+
+    def _commit(self, batch: list["_Joined"]) -> None:
+        try:
+            self._transact([c for j in batch for c in j.commands])
+        except OvnTimeoutError as e:
+            # the server, not a command: alone each would wait as long again
+            for j in batch:
+                j.error = e
+        except Exception as e:   # noqa: BLE001 - handed to the caller(s)
+            if len(batch) == 1:
+                batch[0].error = e
+            else:
+                for j in batch:       # whose command failed: each alone
+                    try:
+                        self._transact(j.commands)
+                    except Exception as e1:   # noqa: BLE001 - handed to its caller
+                        j.error = e1
+                    j.done = True
+        for j in batch:
+            j.done = True
+
+    def _transact(self, commands: list) -> None:
+        self.transactions += 1
+        with self.api.transaction(**self.txn_kwargs) as txn:
+            for c in commands:
+                txn.add(c)
+
+
+class _Joined:
+    __slots__ = ("commands", "done", "error")
+
+    def __init__(self, commands: list):
+        self.commands = commands
+        self.done = False
+        self.error: BaseException | None = None
+
+
 class PacificTransaction(ovsdbapp_txn.Transaction):
     """ovsdbapp transaction whose failures are OvnTransactionError.
 
