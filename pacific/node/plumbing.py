@@ -72,6 +72,9 @@ class Plumber:
         # one each, one after the other); no wait for ovs-vswitchd: ADD waits
         # for ovn-installed, which comes after it
         self._ports = GroupCommit(ovs, wait_vswitchd=False)
+        # ADD and DEL look interfaces up in the OVS API's interface index, not
+        # under the IDL's lock (held across every transaction's round trip)
+        ovs.index_interfaces()
 
     # ------------------------------------------------------------------ ADD
     def add(self, att: PodAttachment) -> dict:
@@ -85,7 +88,7 @@ class Plumber:
         made_veth = made_port = False
         try:
             with ns:
-                existing = self.ovs.get_interface(host)
+                existing = self.ovs.interface_record(host)
                 if existing is not None:
                     other = _recorded_for_other(existing, att.container_id, att.ifname)
                     if other:
@@ -99,6 +102,7 @@ class Plumber:
                     log.info("ADD: replacing existing OVS port %s", host)
                     self._del_ports([host])
                 self._remove_stale_sandboxes(att)
+                steps.mark("lookup")
                 self._create_veth(ns, att, host, host_mac)
                 made_veth = True
                 steps.mark("veth")
@@ -144,7 +148,7 @@ class Plumber:
         runtime crash).  Left there, ovn-controller would install both and which one
         gets the pod's traffic would be undefined.  A second interface of the
         same container is refused (CniError)."""
-        bound = self.ovs.find_interfaces({names.OVS_IFACE_ID: att.lsp})
+        bound = self.ovs.interfaces_with(names.OVS_IFACE_ID, att.lsp)
         twin = [i for i in bound if i.external_ids.get(names.OVS_CONTAINER_ID) == att.container_id
                 and i.external_ids.get(names.OVS_IFNAME, att.ifname) != att.ifname]
         if twin:
@@ -198,9 +202,10 @@ class Plumber:
         host = host_ifname(container_id, ifname)
         # the ports OVS records for this attachment: their names are the veths
         # (one plumbed before the hashed names has its own)
-        ports = {iface.name for iface in self.ovs.find_interfaces({names.OVS_CONTAINER_ID: container_id})
+        ports = {iface.name for iface in self.ovs.interfaces_with(names.OVS_CONTAINER_ID,
+                                                                  container_id)
                  if iface.external_ids.get(names.OVS_IFNAME, ifname) == ifname}
-        iface = self.ovs.get_interface(host)
+        iface = self.ovs.interface_record(host)
         other = iface is not None and _recorded_for_other(iface, container_id, ifname)
         if other:
             log.info("DEL %s %s: OVS port %s belongs to %s; left alone", container_id[:12],
@@ -327,8 +332,9 @@ class Plumber:
 
 
 def _recorded_for_other(iface, container_id: str, ifname: str) -> str:
-    """'' if OVS Interface `iface` is recorded for attachment (container_id,
-    ifname) or carries no record, else a description of whose it is."""
+    """'' if OVS Interface `iface` (anything with external_ids) is recorded for
+    attachment (container_id, ifname) or carries no record, else a description
+    of whose it is."""
     ids = iface.external_ids
     cid, name = ids.get(names.OVS_CONTAINER_ID), ids.get(names.OVS_IFNAME)
     if cid is None or (cid, name) == (container_id, ifname):

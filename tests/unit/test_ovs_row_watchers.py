@@ -1,4 +1,4 @@
-"""Row watchers (ApiBase.watch_rows) and the node's pod index built on them.
+"""Row watchers (ApiBase.watch_rows) and the node's interface index built on them.
 
 The pod index used to be an ovsdbapp RowEvent matching every Interface change:
 each change (statistics every 5 s, ovs-vswitchd and ovn-controller on every new
@@ -17,7 +17,7 @@ from ovsdbapp.backend.ovs_idl import idlutils
 
 from pacific import names, ovsinstall
 from pacific.ovn import base
-from pacific.ovn.ovs import _PodIndex
+from pacific.ovn.ovs import IfaceRecord, _IfaceIndex
 
 VSWITCH_SCHEMA = ovsinstall.from_env().schema("vswitch")
 
@@ -61,37 +61,58 @@ def update(idl, row, **values):
     idl.notify(ovs_idl.ROW_UPDATE, row, ovs_idl.Row(idl, row._table, row.uuid, old))
 
 
-class CountingIndex(_PodIndex):
+class CountingIndex(_IfaceIndex):
     def __init__(self):
         super().__init__()
         self.applied = 0
 
-    def apply(self, ifname, pod):
+    def apply(self, ifname, ids):
         self.applied += 1
-        super().apply(ifname, pod)
+        super().apply(ifname, ids)
 
 
-def test_pod_index_follows_creates_external_ids_and_deletes_only(idl):
+def pods(idx):
+    return {v: names_ for (k, v), names_ in idx.by.items() if k == names.OVS_POD}
+
+
+def test_interface_index_follows_creates_external_ids_and_deletes_only(idl):
     idx = CountingIndex()
     idl.add_row_watcher("Interface", idx.changed)
-    a = iface(idl, name="a_h", external_ids={names.OVS_POD: "ns/p"})
-    b = iface(idl, name="b_h", external_ids={names.OVS_POD: "ns/p"})
+    a = iface(idl, name="a_h", external_ids={names.OVS_POD: "ns/p", names.OVS_IFACE_ID: "lsp-p"})
+    b = iface(idl, name="b_h", external_ids={names.OVS_POD: "ns/p", names.OVS_CONTAINER_ID: "c1"})
     br = iface(idl, name="br-int")
     for r in (a, b, br):
         idl.notify(ovs_idl.ROW_CREATE, r)
-    assert idx.by_pod == {"ns/p": {"a_h", "b_h"}}
+    assert pods(idx) == {"ns/p": {"a_h", "b_h"}}
+    assert idx.find(names.OVS_IFACE_ID, "lsp-p") == [
+        IfaceRecord("a_h", {names.OVS_POD: "ns/p", names.OVS_IFACE_ID: "lsp-p"})]
+    assert [r.name for r in idx.find(names.OVS_CONTAINER_ID, "c1")] == ["b_h"]
+    assert idx.get("br-int") == IfaceRecord("br-int", {}) and idx.get("nope") is None
     n = idx.applied
     update(idl, a, statistics={"rx_packets": 5}, ofport=[7])   # not the index's business
+    assert idx.applied == n
     update(idl, a, external_ids={names.OVS_POD: "ns/p", names.OVS_OVN_INSTALLED: "true"})
-    assert idx.applied == n + 1 and idx.by_pod == {"ns/p": {"a_h", "b_h"}}
+    assert idx.applied == n + 1 and pods(idx) == {"ns/p": {"a_h", "b_h"}}
+    assert idx.find(names.OVS_IFACE_ID, "lsp-p") == []          # the key went
+    assert idx.get("a_h").external_ids[names.OVS_OVN_INSTALLED] == "true"
     update(idl, b, external_ids={names.OVS_POD: "ns/q"})
-    assert idx.by_pod == {"ns/p": {"a_h"}, "ns/q": {"b_h"}}
+    assert pods(idx) == {"ns/p": {"a_h"}, "ns/q": {"b_h"}}
     update(idl, b, name="c_h")
-    assert idx.by_pod == {"ns/p": {"a_h"}, "ns/q": {"c_h"}} and "b_h" not in idx.pod_of
+    assert pods(idx) == {"ns/p": {"a_h"}, "ns/q": {"c_h"}} and idx.get("b_h") is None
     idl.notify(ovs_idl.ROW_DELETE, a)
-    assert idx.by_pod == {"ns/q": {"c_h"}}
+    assert pods(idx) == {"ns/q": {"c_h"}} and idx.get("a_h") is None
     # every change still reaches the event handler
     assert idl.notify_handler.seen.count(ovs_idl.ROW_UPDATE) == 4
+
+
+def test_interface_index_records_are_copies():
+    idx = _IfaceIndex()
+    ids = {names.OVS_POD: "ns/p"}
+    idx.apply("a_h", ids)
+    got = idx.get("a_h")
+    got.external_ids["x"] = "y"
+    idx.find(names.OVS_POD, "ns/p")[0].external_ids.clear()
+    assert idx.get("a_h").external_ids == {names.OVS_POD: "ns/p"}
 
 
 def test_a_failing_watcher_does_not_stop_the_update(idl, caplog):
