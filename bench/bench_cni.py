@@ -42,6 +42,7 @@ import nb_commands  # noqa: E402  (the NB rows the bench sets up by hand)
 from pacific import contract, names, ovsinstall
 from pacific.sandbox import cniruntime as runtime
 from pacific.kube import client as kclient
+from pacific.kube.errors import AlreadyExists
 from pacific.kube import resources as kr
 from pacific.sandbox import nodedaemons as launch
 from pacific.ovn.base import Owner
@@ -59,6 +60,19 @@ BURST = 20
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def register_node(api, name: str) -> None:
+    """The Node the bench's pods are bound to.  The bench runs no kubelet or pod
+    runner, which would register it, and kube-controller-manager's pod GC deletes
+    pods bound to a node that does not exist (every 20 s, after 40 s): a run
+    longer than that lost pods it had just created (a PATCH answered 404, an ADD
+    that waited 60 s for a pod deleted meanwhile)."""
+    try:
+        kr.create(api, kr.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "labels": {"kubernetes.io/hostname": name}}})
+    except AlreadyExists:
+        pass
 
 
 def wait_for_service_account(api, ns: str, timeout: float = 60.0) -> None:
@@ -253,6 +267,7 @@ def run(args, ovs_prefix: str) -> None:
         daemon_log = os.path.join(sb.dir, "services", launch.tag(b.node) + ".log")
         kr.create(b.api, kr.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                          "metadata": {"name": "bench"}})
+        register_node(b.api, b.node.name)
         wait_for_service_account(b.api, "bench")
         res = {w: {"single_add": [], "single_del": [], "burst_add": [], "burst_del": [],
                    "burst_wall": []} for w in ("pacific", "reference")}

@@ -36,6 +36,7 @@ MIRROR_IDS = {names.EXT_CREATED_BY: "pacific-node", names.EXT_OWNER_KIND: "Mirro
 
 class MirrorSetting(PortSetting):
     name = "mirror"
+    fresh = False            # a new port is in no Mirror row's selection
 
     def __init__(self, ovs, mode: str, bridge: str = names.INTEGRATION_BRIDGE,
                  ovs_rundir: str = "/var/run/openvswitch"):

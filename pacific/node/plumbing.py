@@ -8,7 +8,8 @@ ADD, arranged for latency (each step's time is in the "plumbed" log line):
    checksum offload off (ethtool ioctl) and sends lo up, eth0 up, the address
    and the default route as one netlink batch (~1 ms), while this thread adds
    the host end to br-int in one OVSDB transaction that does not wait for
-   ovs-vswitchd (a few ms: the OVSDB round trip);
+   ovs-vswitchd (a few ms: the OVSDB round trip; concurrent ADDs and DELs
+   share transactions, base.GroupCommit);
 3. finally it waits (IDL event, no polling) until ovn-controller marks the
    interface `ovn-installed`: only then can the pod talk.
 
@@ -35,7 +36,7 @@ from pacific.cni.plugin import CniError
 from pacific.node import rtnl
 from pacific.node.attachment import PodAttachment, host_ifname
 from pacific.node.nsutil import Netns, NetnsError
-from pacific.ovn.base import Owner
+from pacific.ovn.base import GroupCommit, Owner
 from pacific.ovn.errors import OvnError
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,14 @@ class Plumber:
         self.bridge = bridge
         self.installed_timeout = installed_timeout
         self.on_installed_wait = on_installed_wait
+        # concurrent ADDs' and DELs' port changes share transactions (a burst of
+        # pods: a few OVSDB round trips and ovs-vswitchd reconfigurations, not
+        # one each, one after the other); no wait for ovs-vswitchd: ADD waits
+        # for ovn-installed, which comes after it
+        self._ports = GroupCommit(ovs, wait_vswitchd=False)
+        # ADD and DEL look interfaces up in the OVS API's interface index, not
+        # under the IDL's lock (held across every transaction's round trip)
+        ovs.index_interfaces()
 
     # ------------------------------------------------------------------ ADD
     def add(self, att: PodAttachment) -> dict:
@@ -79,7 +88,7 @@ class Plumber:
         made_veth = made_port = False
         try:
             with ns:
-                existing = self.ovs.get_interface(host)
+                existing = self.ovs.interface_record(host)
                 if existing is not None:
                     other = _recorded_for_other(existing, att.container_id, att.ifname)
                     if other:
@@ -93,15 +102,15 @@ class Plumber:
                     log.info("ADD: replacing existing OVS port %s", host)
                     self._del_ports([host])
                 self._remove_stale_sandboxes(att)
+                steps.mark("lookup")
                 self._create_veth(ns, att, host, host_mac)
                 made_veth = True
                 steps.mark("veth")
                 pod_side = ns.start(lambda: _configure_pod_side(att))
                 try:
-                    with self.ovs.transaction(wait_vswitchd=False) as txn:
-                        txn.add(self.ovs.add_interface_port(
-                            self.bridge, host, external_ids=att.ovs_external_ids(),
-                            owner=Owner(names.OWNER_KIND_POD, att.pod)))
+                    self._ports.run([self.ovs.add_interface_port(
+                        self.bridge, host, external_ids=att.ovs_external_ids(),
+                        owner=Owner(names.OWNER_KIND_POD, att.pod))])
                 except BaseException:
                     pod_side.wait()  # never roll back under its feet
                     raise
@@ -139,7 +148,7 @@ class Plumber:
         runtime crash).  Left there, ovn-controller would install both and which one
         gets the pod's traffic would be undefined.  A second interface of the
         same container is refused (CniError)."""
-        bound = self.ovs.find_interfaces({names.OVS_IFACE_ID: att.lsp})
+        bound = self.ovs.interfaces_with(names.OVS_IFACE_ID, att.lsp)
         twin = [i for i in bound if i.external_ids.get(names.OVS_CONTAINER_ID) == att.container_id
                 and i.external_ids.get(names.OVS_IFNAME, att.ifname) != att.ifname]
         if twin:
@@ -193,9 +202,10 @@ class Plumber:
         host = host_ifname(container_id, ifname)
         # the ports OVS records for this attachment: their names are the veths
         # (one plumbed before the hashed names has its own)
-        ports = {iface.name for iface in self.ovs.find_interfaces({names.OVS_CONTAINER_ID: container_id})
+        ports = {iface.name for iface in self.ovs.interfaces_with(names.OVS_CONTAINER_ID,
+                                                                  container_id)
                  if iface.external_ids.get(names.OVS_IFNAME, ifname) == ifname}
-        iface = self.ovs.get_interface(host)
+        iface = self.ovs.interface_record(host)
         other = iface is not None and _recorded_for_other(iface, container_id, ifname)
         if other:
             log.info("DEL %s %s: OVS port %s belongs to %s; left alone", container_id[:12],
@@ -212,9 +222,7 @@ class Plumber:
 
     def _del_ports(self, ports: list[str]) -> None:
         # No wait for ovs-vswitchd: nothing after a removal depends on it.
-        with self.ovs.transaction(wait_vswitchd=False) as txn:
-            for port in ports:
-                txn.add(self.ovs.del_port(port, if_exists=True))
+        self._ports.run([self.ovs.del_port(port, if_exists=True) for port in ports])
 
     # ------------------------------------------------------------------ CHECK
     def check(self, att: PodAttachment, prev_result: dict | None = None) -> None:
@@ -324,8 +332,9 @@ class Plumber:
 
 
 def _recorded_for_other(iface, container_id: str, ifname: str) -> str:
-    """'' if OVS Interface `iface` is recorded for attachment (container_id,
-    ifname) or carries no record, else a description of whose it is."""
+    """'' if OVS Interface `iface` (anything with external_ids) is recorded for
+    attachment (container_id, ifname) or carries no record, else a description
+    of whose it is."""
     ids = iface.external_ids
     cid, name = ids.get(names.OVS_CONTAINER_ID), ids.get(names.OVS_IFNAME)
     if cid is None or (cid, name) == (container_id, ifname):

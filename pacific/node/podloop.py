@@ -8,12 +8,14 @@ queues keys, and its own `start()` runs one worker:
 
     loop = PodLoop(ctx)   # settings.build(): QosSetting, MirrorSetting, ...
     loop.start()          # the daemon starts it once the pods are listed
-    loop.apply_now(key)   # right after ADD plumbed the pod
+    loop.apply_now(key)   # right after ADD plumbed the pod: what it wants beyond
+                          # a new port's defaults (PortSetting.fresh)
 
 A `PortSetting` (portsetting.py) is one node-side setting, a small class:
 
     class MySetting(PortSetting):
         name = "my-setting"
+        fresh = None                      # wanted() of a port without it (a new one)
         def wanted(self, pod):            # pod dict -> what the port should have
             ...                           #  (hashable; None = the default)
         def apply(self, att, wanted):     # make the port so; idempotent
@@ -95,12 +97,15 @@ class PodLoop(NodeFeature):
 
     def apply_now(self, key: str) -> None:
         """Apply the settings of a just-plumbed pod in the caller's thread (CNI
-        ADD); a failure is logged and left to the loop's retries, never fails
-        the ADD."""
-        if not self.settings:
-            return
+        ADD), before ADD answers: only those the pod wants other than a new
+        port has (`PortSetting.fresh`), so a pod without bandwidth limits or
+        mirroring costs its ADD no netlink or OVSDB round trip.  A failure is
+        logged and left to the loop's retries, never fails the ADD."""
         try:
-            self.reconcile(key)
+            pod = self.pods.get(key)
+            pending = [s for s in self.settings if s.wanted(pod) != s.fresh] if pod else []
+            if pending:
+                self.reconcile(key, pending)
         except Exception as exc:
             log.warning("pod %s: port settings not applied yet (%s); retrying", key, exc)
             self.queue.add_rate_limited(key)
@@ -135,7 +140,8 @@ class PodLoop(NodeFeature):
                 self.queue.add(key)
 
     # -- reconcile -----------------------------------------------------------------
-    def reconcile(self, key: str) -> None:
+    def reconcile(self, key: str, settings: list[PortSetting] | None = None) -> None:
+        """Apply `settings` (all by default) to the pod's ports."""
         pod = self.pods.get(key)
         if pod is None:
             return
@@ -144,7 +150,7 @@ class PodLoop(NodeFeature):
             return   # not (yet) the controller's record for this pod: not plumbed
         atts = [a for a in self.find_attachments(key) if a.lsp == rec.port]
         failed = []
-        for s in self.settings:
+        for s in self.settings if settings is None else settings:
             want = s.wanted(pod)
             for att in atts:
                 try:

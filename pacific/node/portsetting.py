@@ -11,6 +11,10 @@ from pacific.node.attachment import PodAttachment
 
 class PortSetting:
     name = ""
+    # what wanted() is for a port that has none of this setting, as CNI ADD
+    # makes every port (new veth, new OVS port): ADD applies only the settings
+    # whose wanted() differs from it (PodLoop.apply_now)
+    fresh: Hashable = None
 
     def start(self) -> None:
         """Once, before the loop runs (node-wide set-up such as mirror0)."""

@@ -69,6 +69,7 @@ def _tbf_rate(qdisc) -> int | None:
 
 class QosSetting(PortSetting):
     name = "qos"
+    fresh = (None, None)     # no tbf on either end, no QoS row on the port
 
     def __init__(self, ovs):
         self.ovs = ovs

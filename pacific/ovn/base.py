@@ -25,6 +25,7 @@ import logging
 import os
 import queue
 import sys
+import threading
 import time
 import uuid as uuidlib
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
@@ -177,7 +178,7 @@ class OwnerIndex:
 
 class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
     """IDL that feeds every row change to a RowEventHandler (and to its owner
-    index)."""
+    index and its row watchers)."""
 
     def __init__(self, remote, helper, handler, after_change=None):
         super().__init__(remote, helper)
@@ -185,6 +186,24 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         self.compactor = _Compactor()
         self.after_change = after_change
         self.owners = OwnerIndex()
+        # table -> (fn(event, row, updates), ...): see ApiBase.watch_rows.  Copied
+        # on write, so notify() iterates a snapshot and a watcher is removed
+        # without the connection lock (held across a whole transaction's round
+        # trip: a waiter woken by a change must not queue behind another's commit)
+        self.row_watchers: dict[str, tuple[Callable, ...]] = {}
+        self._watchers_lock = threading.Lock()
+
+    def add_row_watcher(self, table: str, fn: Callable) -> None:
+        with self._watchers_lock:
+            self.row_watchers[table] = self.row_watchers.get(table, ()) + (fn,)
+
+    def remove_row_watcher(self, table: str, fn: Callable) -> None:
+        with self._watchers_lock:
+            left = tuple(f for f in self.row_watchers.get(table, ()) if f is not fn)
+            if left:
+                self.row_watchers[table] = left
+            else:
+                self.row_watchers.pop(table, None)
 
     connected = False   # published by the connection thread, see run()
 
@@ -206,6 +225,11 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         elif event == ovs_idl.ROW_UPDATE and updates is not None:
             self.compactor.compact(row._data, updates._data)  # the changed columns
         self.owners.changed(event, row, updates)
+        for fn in self.row_watchers.get(row._table.name, ()):
+            try:
+                fn(event, row, updates)
+            except Exception:   # a watcher's bug must not stop the replica's update
+                LOG.exception("row watcher %r failed on %s of %s", fn, event, row._table.name)
         self.notify_handler.notify(event, row, updates)
 
     def _Idl__apply_diff(self, table, row, row_diff):
@@ -347,27 +371,23 @@ class _Compactor:
                         del values[k]
                         values[use] = None
 
-class _Predicate(ovsdbapp_event.WaitEvent):
-    """One-shot event: any create/update of `table` where predicate(row)."""
+class _RowWait:
+    """One wait_for_row: a row watcher that, in the connection thread, keeps a
+    frozen copy of the first created or updated row satisfying the predicate
+    and wakes the waiter at once (an ovsdbapp WaitEvent went through the event
+    thread: one more thread to schedule on a busy node before ADD answers)."""
 
-    def __init__(self, table: str, predicate: Callable[[Any], bool]):
-        super().__init__((self.ROW_CREATE, self.ROW_UPDATE), table, None)
-        self._predicate = predicate
+    def __init__(self, predicate: Callable[[Any], bool]):
+        self.predicate = predicate
         self.row = None
+        self.done = threading.Event()
 
-    # ovsdbapp events compare equal by (class, table, events): two waiters on
-    # one table would collapse into one entry of the handler's set.
-    __hash__ = object.__hash__
-
-    def __eq__(self, other):
-        return self is other
-
-    def match_fn(self, event, row, old):
-        return bool(self._predicate(row))
-
-    def run(self, event, row, old):
-        self.row = row
-        super().run(event, row, old)
+    def __call__(self, event, row, updates) -> None:
+        if self.done.is_set() or event == ovs_idl.ROW_DELETE:
+            return
+        if self.predicate(row):
+            self.row = idlutils.frozen_row(row)
+            self.done.set()
 
 
 def _abort(txn, idl) -> None:
@@ -380,6 +400,94 @@ def _abort(txn, idl) -> None:
         LOG.warning("aborting IDL transaction failed; resyncing the cache "
                     "from the server", exc_info=True)
         idl.force_reconnect()
+
+
+class GroupCommit:
+    """Commands of concurrent callers committed together (group commit).
+
+    ``run(commands)`` returns once its commands are committed, as a transaction
+    of their own would, but a caller that arrives while another caller's
+    transaction is in flight queues its commands, and whichever caller commits
+    next takes every queued caller's commands in ONE transaction: a burst of
+    pod ADDs costs the database, ovs-vswitchd (a reconfiguration per
+    transaction) and ovn-controller (a pass per change) a few transactions, not
+    one each behind each other's round trip.  A lone caller commits at once.
+
+    If a joined transaction fails, each caller's commands are committed again
+    alone, so a caller gets its own error (the OvnError its own transaction
+    would have raised) and the others are not failed by it.  Commands must be
+    re-runnable, as ovsdbapp's are (it re-runs them on TRY_AGAIN).
+
+        ports = GroupCommit(ovs, wait_vswitchd=False)
+        ports.run([ovs.add_interface_port(...)])      # from many threads
+    """
+
+    def __init__(self, api, **txn_kwargs):
+        self.api = api
+        self.txn_kwargs = txn_kwargs
+        self._cond = threading.Condition()
+        self._queued: list[_Joined] = []
+        self._busy = False
+        self.transactions = 0     # committed or attempted (tests, metrics)
+
+    def run(self, commands: list) -> None:
+        me = _Joined(list(commands))
+        with self._cond:
+            self._queued.append(me)
+            while self._busy and not me.done:
+                self._cond.wait()
+            if not me.done:
+                self._busy = True
+                batch, self._queued = self._queued, []
+        if not me.done:
+            try:
+                self._commit(batch)
+            finally:
+                with self._cond:
+                    for j in batch:
+                        if not j.done:   # _commit was interrupted (KeyboardInterrupt...)
+                            j.error = j.error or OvnError(
+                                "the joined transaction was interrupted: committed or not")
+                            j.done = True
+                    self._busy = False
+                    self._cond.notify_all()
+        if me.error is not None:
+            raise me.error
+
+    def _commit(self, batch: list["_Joined"]) -> None:
+        try:
+            self._transact([c for j in batch for c in j.commands])
+        except OvnTimeoutError as e:
+            # the server, not a command: alone each would wait as long again
+            for j in batch:
+                j.error = e
+        except Exception as e:   # noqa: BLE001 - handed to the caller(s)
+            if len(batch) == 1:
+                batch[0].error = e
+            else:
+                for j in batch:       # whose command failed: each alone
+                    try:
+                        self._transact(j.commands)
+                    except Exception as e1:   # noqa: BLE001 - handed to its caller
+                        j.error = e1
+                    j.done = True
+        for j in batch:
+            j.done = True
+
+    def _transact(self, commands: list) -> None:
+        self.transactions += 1
+        with self.api.transaction(**self.txn_kwargs) as txn:
+            for c in commands:
+                txn.add(c)
+
+
+class _Joined:
+    __slots__ = ("commands", "done", "error")
+
+    def __init__(self, commands: list):
+        self.commands = commands
+        self.done = False
+        self.error: BaseException | None = None
 
 
 class PacificTransaction(ovsdbapp_txn.Transaction):
@@ -824,23 +932,38 @@ class ApiBase:
     def wait_for_row(self, table: str, predicate: Callable[[Any], bool],
                      timeout: float) -> Any | None:
         """Block until a row of `table` satisfies predicate(row), without
-        polling: an IDL event fires on the update.  Returns the row (a
-        frozen copy if it came from an event) or None on timeout."""
-        event = _Predicate(table, predicate)
-        with self.ovsdb_connection.lock:
-            self._handler.watch_event(event)
-            try:
+        polling: the connection thread checks each change as it applies it
+        and wakes the caller.  Returns the row (a frozen copy if it came from
+        a change) or None on timeout."""
+        wait = _RowWait(predicate)
+        self.idl.add_row_watcher(table, wait)     # first: no change is missed
+        try:
+            with self.ovsdb_connection.lock:      # then what is there already
                 for row in self.tables[table].rows.values():
-                    if predicate(row):
-                        self._handler.unwatch_event(event)
+                    if predicate(row):            # a broken predicate raises here
                         return rowview.RowView(row)
-            except BaseException:   # a bug in the predicate: raise it here
-                self._handler.unwatch_event(event)
-                raise
-        if event.event.wait(timeout):
-            return event.row
-        self._handler.unwatch_event(event)
-        return None
+            return wait.row if wait.done.wait(timeout) else None
+        finally:
+            self.idl.remove_row_watcher(table, wait)
+
+    def watch_rows(self, table: str, fn: Callable[[str, Any, Any], None]) -> None:
+        """Call fn(event, row, updates) for every change of a row of `table`, in the
+        connection thread under its lock, as the IDL applies it (ovs.db.idl's
+        ROW_CREATE/UPDATE/DELETE; `updates` holds the changed columns' old values
+        on an update); first for each row already there, as a ROW_CREATE.
+
+        For a cheap index kept current with the replica: fn must be quick and
+        must not block.  Unlike a RowEvent (watch_event), no frozen copy of the
+        row is made and nothing is queued to the event thread, and ovsdbapp's
+        RowEvent.matches formats both rows for a debug message on every match
+        (all columns, also with debug logging off): for an event that matches
+        every row of a busy table (Interface: statistics every 5 s, ovs-vswitchd
+        and ovn-controller on each new port) that work held the connection
+        thread, and every transaction behind it, for milliseconds per change."""
+        with self.ovsdb_connection.lock:
+            self.idl.add_row_watcher(table, fn)
+            for row in list(self.tables[table].rows.values()):
+                fn(ovs_idl.ROW_CREATE, row, None)
 
     def watch_event(self, event) -> None:
         """Register an ovsdbapp RowEvent (run in the event thread)."""

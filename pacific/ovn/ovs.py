@@ -43,10 +43,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, NamedTuple
 
-from ovsdbapp.backend.ovs_idl import event as ovsdbapp_event
-
+from ovs.db import idl as ovs_idl
 from ovsdbapp.backend.ovs_idl import command as ovsdbapp_cmd
 from ovsdbapp.backend.ovs_idl import idlutils
 from ovsdbapp.backend.ovs_idl import rowview
@@ -158,32 +157,69 @@ class _EnsureInterfacePort(ovsdbapp_cmd.BaseCommand):
         self.result = rowview.RowView(self.api.tables["Port"].rows[real])
 
 
-class _PodIndex(ovsdbapp_event.RowEvent):
-    """pod key -> names of its Interfaces, kept current from IDL row events."""
+class IfaceRecord(NamedTuple):
+    """An Interface as the interface index holds it: its name and a copy of its
+    external_ids, read without the IDL's lock."""
+
+    name: str
+    external_ids: dict[str, str]
+
+
+class _IfaceIndex:
+    """Interface name -> a copy of its external_ids, and the names under each
+    value of the keys the node daemon looks up (pod, iface-id, container id),
+    kept current by the IDL's connection thread as it applies each change
+    (ApiBase.watch_rows).
+
+    Read under its own small lock, never the connection's: ovsdbapp's
+    connection thread holds that across each transaction's whole round trip,
+    so in a burst of ADDs every reader of the IDL queued behind every other
+    ADD's transaction."""
+
+    KEYS = (names.OVS_POD, names.OVS_IFACE_ID, names.OVS_CONTAINER_ID)
 
     def __init__(self):
-        super().__init__((self.ROW_CREATE, self.ROW_UPDATE, self.ROW_DELETE), "Interface", None)
         self.lock = threading.Lock()
-        self.by_pod: dict[str, set[str]] = {}
-        self.pod_of: dict[str, str] = {}
+        self.ids: dict[str, dict[str, str]] = {}
+        self.by: dict[tuple[str, str], set[str]] = {}
 
-    def match_fn(self, event, row, old=None):
-        return True
+    def changed(self, event, row, updates) -> None:
+        if event == ovs_idl.ROW_UPDATE and updates is not None and not (
+                "external_ids" in updates._data or "name" in updates._data):
+            return   # statistics, ofport, link state ...: the index is unchanged
+        if event == ovs_idl.ROW_DELETE:
+            self.apply(row.name, None)
+            return
+        if event == ovs_idl.ROW_UPDATE and updates is not None and "name" in updates._data:
+            self.apply(updates.name, None)   # never renamed in practice
+        self.apply(row.name, dict(row.external_ids or {}))
 
-    def run(self, event, row, old):
-        pod = None if event == self.ROW_DELETE else (row.external_ids or {}).get(names.OVS_POD)
-        self.apply(row.name, pod)
-
-    def apply(self, ifname: str, pod: str | None) -> None:
+    def apply(self, ifname: str, ids: dict[str, str] | None) -> None:
         with self.lock:
-            prev = self.pod_of.pop(ifname, None)
-            if prev is not None:
-                self.by_pod.get(prev, set()).discard(ifname)
-                if not self.by_pod.get(prev):
-                    self.by_pod.pop(prev, None)
-            if pod:
-                self.pod_of[ifname] = pod
-                self.by_pod.setdefault(pod, set()).add(ifname)
+            prev = self.ids.pop(ifname, None)
+            for k in self.KEYS if prev else ():
+                v = prev.get(k)
+                held = self.by.get((k, v)) if v else None
+                if held is not None:
+                    held.discard(ifname)
+                    if not held:
+                        del self.by[(k, v)]
+            if ids is not None:
+                self.ids[ifname] = ids
+                for k in self.KEYS:
+                    v = ids.get(k)
+                    if v:
+                        self.by.setdefault((k, v), set()).add(ifname)
+
+    def get(self, ifname: str) -> IfaceRecord | None:
+        with self.lock:
+            ids = self.ids.get(ifname)
+            return IfaceRecord(ifname, dict(ids)) if ids is not None else None
+
+    def find(self, key: str, value: str) -> list[IfaceRecord]:
+        with self.lock:
+            return [IfaceRecord(n, dict(self.ids[n]))
+                    for n in sorted(self.by.get((key, value), ()))]
 
 
 class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
@@ -206,6 +242,8 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
                  tables: Iterable[str] | None = None,
                  created_by: str | None = None):
         self.wait_vswitchd = wait_vswitchd
+        self._iface_idx: _IfaceIndex | None = None
+        self._iface_idx_lock = threading.Lock()
         super().__init__(remote, timeout=timeout, tables=tables,
                          created_by=created_by)
 
@@ -292,30 +330,41 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
                     for r in self.tables["Interface"].rows.values()
                     if want <= r.external_ids.items()]
 
-    def interfaces_of_pod(self, pod_key: str) -> list:
-        """Interfaces whose external_ids name the pod (`names.OVS_POD`), from an
-        index kept by IDL events: O(1) per call, where find_interfaces scans every
-        Interface under the IDL lock (at hundreds of pods per node, the pod loop's
-        scan per pod event starved the IDL thread)."""
-        idx = self._pod_index()
-        with idx.lock:
-            ifnames = sorted(idx.by_pod.get(pod_key, ()))
-        out = []
-        for n in ifnames:
-            row = self.get_interface(n)
-            if row is not None and row.external_ids.get(names.OVS_POD) == pod_key:
-                out.append(row)
-        return out
+    def interfaces_of_pod(self, pod_key: str) -> list[IfaceRecord]:
+        """Interfaces whose external_ids name the pod (`names.OVS_POD`)."""
+        return self.interfaces_with(names.OVS_POD, pod_key)
 
-    def _pod_index(self) -> "_PodIndex":
-        idx = getattr(self, "_pod_idx", None)
-        if idx is None:
-            idx = self._pod_idx = _PodIndex()
-            self.watch_event(idx)                 # first: no change is missed
-            with self.ovsdb_connection.lock:      # then what is there already
-                for r in self.tables["Interface"].rows.values():
-                    idx.apply(r.name, r.external_ids.get(names.OVS_POD))
-        return idx
+    def interfaces_with(self, key: str, value: str) -> list[IfaceRecord]:
+        """Interfaces whose external_ids have key=value, for key one of the pod,
+        iface-id or container id (names.OVS_POD, OVS_IFACE_ID, OVS_CONTAINER_ID),
+        sorted by name.  From an index the IDL keeps as it applies changes
+        (watch_rows): O(1) per call and without the IDL's lock, where
+        find_interfaces scans every Interface under it (at hundreds of pods per
+        node, the pod loop's scan per pod event starved the IDL thread)."""
+        if key not in _IfaceIndex.KEYS:
+            raise ValueError(f"{key} is not indexed (one of {', '.join(_IfaceIndex.KEYS)})")
+        return self._iface_index().find(key, value)
+
+    def interface_record(self, name: str) -> IfaceRecord | None:
+        """Interface `name` as the index holds it (name, external_ids), or None:
+        get_interface without the IDL's lock."""
+        return self._iface_index().get(name)
+
+    def index_interfaces(self) -> None:
+        """Build the interface index now (else the first lookup builds it: a scan
+        of every Interface under the IDL's lock)."""
+        self._iface_index()
+
+    def _iface_index(self) -> "_IfaceIndex":
+        idx = self._iface_idx
+        if idx is not None:
+            return idx
+        with self._iface_idx_lock:
+            if self._iface_idx is None:
+                idx = _IfaceIndex()
+                self.watch_rows("Interface", idx.changed)   # and what is there already
+                self._iface_idx = idx
+        return self._iface_idx
 
     def is_ovn_installed(self, name: str) -> bool:
         """True once ovn-controller set external_ids:ovn-installed=true."""

@@ -124,3 +124,38 @@ def test_no_settings_no_worker():
     loop.on_pod(None, pod("10"))
     assert loop.queue.pending() == 0 and loop._threads == []
     loop.stop()
+
+
+def test_add_applies_only_what_a_new_port_lacks():
+    """CNI ADD (apply_now) skips a setting whose wanted() is what a new port
+    already has (PortSetting.fresh): a pod without limits costs its ADD nothing."""
+    s, found = Rate(), []
+
+    def find(key):
+        found.append(key)
+        return [att()]
+    loop = make(Pods(pod()), find, [s])
+    loop.apply_now("default/web")
+    assert s.applied == [] and found == [] and loop.queue.pending() == 0
+    loop.reconcile("default/web")            # the loop itself applies every setting
+    assert s.applied == [(att().host_ifname, None)]
+
+
+def test_add_applies_the_settings_a_pod_wants_before_answering():
+    plain, limited = Rate(), Rate()
+    plain.wanted = lambda pod: None           # nothing wanted: skipped at ADD
+    loop = make(Pods(pod("10")), lambda key: [att()], [plain, limited])
+    loop.apply_now("default/web")
+    assert limited.applied == [(att().host_ifname, "10")] and plain.applied == []
+    loop.apply_now("default/gone")           # no such pod: nothing, no error
+    assert loop.queue.pending() == 0
+
+
+def test_qos_and_mirror_fresh_values_match_their_wanted_defaults():
+    from pacific.node.mirror import MirrorSetting
+    from pacific.node.qos import QosSetting
+    bare = pod()
+    assert QosSetting(None).wanted(bare) == QosSetting.fresh
+    assert MirrorSetting(None, "annotated").wanted(bare) == MirrorSetting.fresh
+    assert MirrorSetting(None, "off").wanted(bare) == MirrorSetting.fresh
+    assert MirrorSetting(None, "all").wanted(bare) != MirrorSetting.fresh
