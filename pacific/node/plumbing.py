@@ -8,8 +8,7 @@ ADD, arranged for latency (each step's time is in the "plumbed" log line):
    checksum offload off (ethtool ioctl) and sends lo up, eth0 up, the address
    and the default route as one netlink batch (~1 ms), while this thread adds
    the host end to br-int in one OVSDB transaction that does not wait for
-   ovs-vswitchd (a few ms: the OVSDB round trip; concurrent ADDs and DELs
-   share transactions, base.GroupCommit);
+   ovs-vswitchd (a few ms: the OVSDB round trip);
 3. finally it waits (IDL event, no polling) until ovn-controller marks the
    interface `ovn-installed`: only then can the pod talk.
 
@@ -36,7 +35,7 @@ from pacific.cni.plugin import CniError
 from pacific.node import rtnl
 from pacific.node.attachment import PodAttachment, host_ifname
 from pacific.node.nsutil import Netns, NetnsError
-from pacific.ovn.base import GroupCommit, Owner
+from pacific.ovn.base import Owner
 from pacific.ovn.errors import OvnError
 
 log = logging.getLogger(__name__)
@@ -67,11 +66,6 @@ class Plumber:
         self.bridge = bridge
         self.installed_timeout = installed_timeout
         self.on_installed_wait = on_installed_wait
-        # concurrent ADDs' and DELs' port changes share transactions (a burst of
-        # pods: a few OVSDB round trips and ovs-vswitchd reconfigurations, not
-        # one each, one after the other); no wait for ovs-vswitchd: ADD waits
-        # for ovn-installed, which comes after it
-        self._ports = GroupCommit(ovs, wait_vswitchd=False)
         # ADD and DEL look interfaces up in the OVS API's interface index, not
         # under the IDL's lock (held across every transaction's round trip)
         ovs.index_interfaces()
@@ -108,9 +102,10 @@ class Plumber:
                 steps.mark("veth")
                 pod_side = ns.start(lambda: _configure_pod_side(att))
                 try:
-                    self._ports.run([self.ovs.add_interface_port(
-                        self.bridge, host, external_ids=att.ovs_external_ids(),
-                        owner=Owner(names.OWNER_KIND_POD, att.pod))])
+                    with self.ovs.transaction(wait_vswitchd=False) as txn:
+                        txn.add(self.ovs.add_interface_port(
+                            self.bridge, host, external_ids=att.ovs_external_ids(),
+                            owner=Owner(names.OWNER_KIND_POD, att.pod)))
                 except BaseException:
                     pod_side.wait()  # never roll back under its feet
                     raise
@@ -222,7 +217,9 @@ class Plumber:
 
     def _del_ports(self, ports: list[str]) -> None:
         # No wait for ovs-vswitchd: nothing after a removal depends on it.
-        self._ports.run([self.ovs.del_port(port, if_exists=True) for port in ports])
+        with self.ovs.transaction(wait_vswitchd=False) as txn:
+            for port in ports:
+                txn.add(self.ovs.del_port(port, if_exists=True))
 
     # ------------------------------------------------------------------ CHECK
     def check(self, att: PodAttachment, prev_result: dict | None = None) -> None:

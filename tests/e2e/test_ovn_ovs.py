@@ -158,32 +158,3 @@ def test_concurrent_waiters_on_one_table_each_wake(ovsdb, ovs):
     for t in threads:
         t.join(10)
     assert sorted(n for n, row in results.items() if row is not None) == names_
-
-
-def test_group_commit_joins_concurrent_port_adds_and_fails_only_the_bad_one(ovs):
-    """The node's port changes in a burst of ADDs share transactions
-    (base.GroupCommit); a command that fails fails only its own caller."""
-    from pacific.ovn.base import GroupCommit
-    ovs.commit(ovs.add_br(BR))
-    gc = GroupCommit(ovs, wait_vswitchd=False)
-    names_ = [f"veth{i}" for i in range(12)]
-    errors = {}
-
-    def add(n):
-        bridge = "br-missing" if n == "veth5" else BR
-        try:
-            gc.run([ovs.add_interface_port(bridge, n, owner=POD)])
-        except OvnTransactionError as e:
-            errors[n] = e
-
-    threads = [threading.Thread(target=add, args=(n,)) for n in names_]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
-    assert list(errors) == ["veth5"] and "br-missing" in str(errors["veth5"])
-    assert sorted(i.name for i in ovs.find_interfaces({}) if i.name != BR) == sorted(
-        n for n in names_ if n != "veth5")
-    assert gc.transactions <= len(names_) + 2      # at most: each alone, plus a joined try
-    gc.run([ovs.del_port(n, if_exists=True) for n in names_])
-    assert [i.name for i in ovs.find_interfaces({})] == [BR]
