@@ -23,9 +23,10 @@ group; decision 0031), in ONE transaction:
 
 A new pod joins the groups selecting it in the transaction that creates its
 port (`port_builders`), so it never sends or receives a packet a policy
-forbids.  A pod event wakes only the groups it can matter to (its namespace's,
-and those with a namespaceSelector peer; a relabel only where a selection
-changes), a policy event its old and new group.  Rows of groups gone, and the
+forbids.  A pod event wakes only the groups of its namespace whose selection
+of it changes (and those of policies naming a port) and the peers' sets that
+take or drop it, each set once per namespace naming it (policy_index.py); a
+policy event wakes its old and new group.  Rows of groups gone, and the
 per-policy groups of earlier versions, are collected at resync.
 """
 from __future__ import annotations
@@ -39,10 +40,10 @@ from ovsdbapp.backend.ovs_idl import idlutils
 from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
+from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (PodInfo, PolicyError, World, canonical,
-                                             compile_policy, has_named_ports, peer_moved,
-                                             peer_pods, pod_matters, pod_peers,
-                                             selector_matches, set_namespace)
+                                             compile_policy, peer_moved, peer_pods,
+                                             pod_matters, selector_matches)
 from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
@@ -68,14 +69,17 @@ def policy_ids(key: str, **extra) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
 
 
-def set_key(name: str, namespace: str) -> str:
-    """The queue key of a peer's address set: `namespace/$np_as_<hash>`, `*/$...`
-    for a set of pods of any namespace (`$` is not allowed in object names)."""
-    return f"{namespace or '*'}/${name}"
-
-
 def _takes(selector: dict, labels: dict | None) -> bool:
     return labels is not None and selector_matches(selector, labels)
+
+
+def _moves(test, *args) -> bool:
+    """test(*args), True if a selector in it is invalid (PolicyError): the
+    reconcile then says so, instead of the event being lost."""
+    try:
+        return test(*args)
+    except PolicyError:
+        return True
 
 
 def group_ids(gkey: str, applied: list[str] | None = None) -> dict:
@@ -141,20 +145,9 @@ class PolicyFeature(Feature):
         self._dirty: set[str] = set()
         self._ns_labels: dict[str, dict] = {}
         self._world_cache: World | None = None
-        # kept from policy events: policy key -> its group key; group key -> its
-        # policies; policy key -> does it select peers by namespaceSelector (then
-        # a pod of any namespace may be its peer; else only pods of its own
-        # namespace matter to it).  A pod event wakes only the groups that can
-        # select it, not every policy of the cluster
-        self._group_of: dict[str, str] = {}
-        self._members_of: dict[str, set[str]] = {}
-        self._named: dict[str, bool] = {}       # policy key -> names a port (see _on_pod)
-        # pod peers' address sets (shared between policies): set name -> (the
-        # namespace of its pods, "" for any; the peer) and policy key -> its sets.
-        # A pod event re-computes only the sets whose peer takes or drops the
-        # pod, without compiling any policy
-        self._set_def: dict[str, tuple[str, dict]] = {}
-        self._sets_of: dict[str, set[str]] = {}
+        # the groups, namespaces and peer sets of the policies, kept from their
+        # events: a pod event looks only at what it can move
+        self.index = PolicyIndex(group_key)
 
     # -- wiring ----------------------------------------------------------------------
     def handlers(self):
@@ -162,30 +155,9 @@ class PolicyFeature(Feature):
 
     def _on_policy(self, old, new):
         m = model.meta(new or old)
-        key = model.object_key(m.get("namespace"), m.get("name"))
-        with self._lock:
-            before = self._group_of.pop(key, None)
-            if before is not None:
-                self._members_of.get(before, set()).discard(key)
-            self._named.pop(key, None)
-            self._sets_of.pop(key, None)
-            if new is not None:
-                after = self._group_of[key] = group_key(new)
-                self._members_of.setdefault(after, set()).add(key)
-                self._named[key] = has_named_ports(new)
-                peers = pod_peers(new)
-                self._sets_of[key] = set(peers)
-                for name, (pns, peer) in peers.items():
-                    self._set_def[name] = (set_namespace(pns, peer), peer)
-            used = set().union(*self._sets_of.values()) if self._sets_of else set()
-            for name in [n for n in self._set_def if n not in used]:
-                del self._set_def[name]         # its rows go at the next "*"
+        before, after = self.index.update(model.object_key(m.get("namespace"), m.get("name")), new)
         # a group left empty is kept until its reconcile removes its rows
-        return [g for g in {before, group_key(new) if new is not None else None} if g]
-
-    def _policies_of(self, gkey: str) -> list[str]:
-        with self._lock:
-            return sorted(self._members_of.get(gkey, ()))
+        return sorted({g for g in (before, after) if g})
 
     def _all(self) -> list[str]:
         return sorted({group_key(p) for p in self.ctl.informer("policies").list()})
@@ -218,22 +190,20 @@ class PolicyFeature(Feature):
         cache = self.ctl.informer("policies")
         ns_obj = self.ctl.informer("namespaces").get(ns)
         ns_labels = model.labels_of(ns_obj) if ns_obj else {}
-        prefix = f"{ns}/"
-        with self._lock:
-            candidates = [(k, g) for k, g in self._group_of.items()
-                          if k.startswith(prefix) or self._named.get(k)]
-            named = dict(self._named)
-            sets = list(self._set_def.items())
 
-        def group_moved(k: str, pol: dict) -> bool:
-            if named.get(k):          # its ACLs name ports resolved on pods
+        def group_moved(pol: dict, named: bool) -> bool:
+            if named:                 # its ACLs name ports resolved on pods
                 return any(pod_matters(pol, ns, ns_labels, b, a) for b, a in changes)
             sel = (pol.get("spec") or {}).get("podSelector") or {}
             return any(_takes(sel, b) != _takes(sel, a) for b, a in changes)
-        groups = {g for k, g in candidates if (pol := cache.get(k)) is None or group_moved(k, pol)}
-        peers = {set_key(name, pns) for name, (pns, peer) in sets
-                 if any(peer_moved(peer, pns or ns, ns, ns_labels, b, a) for b, a in changes)}
-        return sorted(groups) + sorted(peers)
+
+        def set_moved(pns: str, peer: dict) -> bool:
+            return any(peer_moved(peer, pns or ns, ns, ns_labels, b, a) for b, a in changes)
+        groups = {g for k, g, named in self.index.candidates(ns)
+                  if (pol := cache.get(k)) is None or _moves(group_moved, pol, named)}
+        sets = {k for _, pns, peer, keys in self.index.sets() if _moves(set_moved, pns, peer)
+                for k in keys}
+        return sorted(groups) + sorted(sets)
 
     def _on_namespace(self, old, new):
         if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):
@@ -245,14 +215,10 @@ class PolicyFeature(Feature):
             else:
                 self._ns_labels[name] = model.labels_of(new)
             self._world_cache = None
-        return self._all() + self._all_sets()
-
-    def _all_sets(self) -> list[str]:
-        with self._lock:
-            return sorted(set_key(n, pns) for n, (pns, _) in self._set_def.items())
+        return self._all() + self.index.set_keys()
 
     def resync_keys(self):
-        keys = set(self._all()) | set(self._all_sets())
+        keys = set(self._all()) | set(self.index.set_keys())
         for row in self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY_GROUP):
             keys.add(row.external_ids.get(names.EXT_OWNER))
         keys.add("*")     # stale address sets, groups of earlier versions
@@ -276,38 +242,28 @@ class PolicyFeature(Feature):
     # -- a new pod's port joins the groups selecting it ----------------------------------
     def port_builders(self, pod: dict, lsp: str) -> list:
         m = model.meta(pod)
-        ns, labels = m.get("namespace"), model.labels_of(pod)
-        cache, out, seen = self.ctl.informer("policies"), [], set()
-        for key in self._policies_in(ns):
-            pol = cache.get(key)
-            if pol is None:
-                continue
-            sel = (pol.get("spec") or {}).get("podSelector")
-            gkey = group_key(pol)
-            if gkey not in seen and selector_matches({} if sel is None else sel, labels):
-                seen.add(gkey)
+        labels, out = model.labels_of(pod), []
+        for gkey, sel in self.index.groups_in(m.get("namespace")):
+            if _moves(selector_matches, sel, labels):
                 pg = gkey.split("/", 1)[1]
                 out += [lambda api, pg=pg, g=gkey: ensure.EnsurePortGroup(api, pg, group_ids(g)),
                         lambda api, pg=pg: ensure.PortGroupAddPorts(api, pg, [lsp])]
         return out
-
-    def _policies_in(self, ns: str | None) -> list[str]:
-        prefix = f"{ns}/"
-        with self._lock:
-            return [k for k in self._group_of if k.startswith(prefix)]
 
     # -- reconcile -------------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
         if key == "*":
             self._collect()
             return
-        if "/$" in key:
+        if "/$" in key:            # a peer's address set (policy_index.set_key)
             self._reconcile_set(key.split("/$", 1)[1])
             return
         pg = key.split("/", 1)[1]
         cache = self.ctl.informer("policies")
-        policies = [(k, pol) for k in self._policies_of(key) if (pol := cache.get(k)) is not None
-                    and group_key(pol) == key]
+        # (a policy whose cached spec moved it to another group since the index
+        # saw it is left to that group: its event queues both)
+        policies = [(k, pol) for k in self.index.policies_of(key)
+                    if (pol := cache.get(k)) is not None and group_key(pol) == key]
         if not policies:
             if self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY_GROUP, key):
                 self.ctl.writer.run([lambda api: ensure.DeletePortGroup(api, pg)],
@@ -338,15 +294,14 @@ class PolicyFeature(Feature):
             changes += self._set_builders(name, ips)
         have, listed = self._members(pg)
         ids = group_ids(key, applied)
-        if listed != ids[names.EXT_POLICIES]:
-            changes.append(lambda api: ensure.EnsurePortGroup(api, pg, ids))
         if have is not None and want - have:
             changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want - have)))
         if have is not None and have - want:
             changes.append(lambda api: ensure.PortGroupRemovePorts(api, pg, sorted(have - want)))
         if have is None and want:
             changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want)))
-        if not changes and have is not None and acl.acls_are(self.ctl.nb, pg, specs_list):
+        if (not changes and have is not None and listed == ids[names.EXT_POLICIES]
+                and acl.acls_are(self.ctl.nb, pg, specs_list)):
             return     # the replica already holds exactly this
         # ONE transaction: group, peers' sets, members and ACLs change together
         self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, ids), *changes,
@@ -389,13 +344,14 @@ class PolicyFeature(Feature):
 
     def _reconcile_set(self, name: str) -> None:
         """One pod peer's address set (shared by every policy naming the peer)."""
-        with self._lock:
-            found = self._set_def.get(name)
+        found = self.index.set_def(name)
         if found is None:
             return                   # no policy names it now: collected at "*"
         pns, peer = found
-        world = self._world()
-        ips = frozenset(p.ip for p in peer_pods(peer, pns, world))
+        try:
+            ips = frozenset(p.ip for p in peer_pods(peer, pns, self._world()))
+        except PolicyError:
+            return                   # its policies' groups report it
         changes = self._set_builders(name, ips)
         if changes:
             self.ctl.writer.run(changes, what=f"NetworkPolicy peers {name}")
@@ -419,15 +375,8 @@ class PolicyFeature(Feature):
         """Address sets no policy names any more, and the per-policy port groups
         of versions before decision 0031 once their policy's group holds its ACLs
         (so no pod is unprotected in between)."""
-        world = self._world()
-        used = set()
+        used = self.index.set_names()
         cache = self.ctl.informer("policies")
-        for pol in cache.list():
-            try:
-                _, rules, _ = compile_policy(pol, world)
-            except PolicyError:
-                continue
-            used |= {n for r_ in rules for n, _ in r_.address_sets}
         cmds = [lambda api, n=row.name: ensure.DeleteAddressSet(api, n)
                 for row in self.ctl.nb.rows_owned(ensure.AS, KIND_PEER) if row.name not in used]
         waiting = False

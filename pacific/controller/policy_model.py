@@ -106,14 +106,6 @@ def selector_matches(sel: dict | None, labels: dict) -> bool:
     return True
 
 
-def selects_other_namespaces(policy: dict) -> bool:
-    """Has the policy a peer with a namespaceSelector (pods of other namespaces)?"""
-    spec = policy.get("spec") or {}
-    return any("namespaceSelector" in (peer or {})
-               for direction, side in (("ingress", "from"), ("egress", "to"))
-               for rule in spec.get(direction) or [] for peer in (rule or {}).get(side) or [])
-
-
 def _labels_match(sel, labels) -> bool:
     return labels is not None and selector_matches(sel, labels)
 
@@ -149,19 +141,12 @@ def pod_matters(policy: dict, ns: str, ns_labels: dict, before: dict | None,
             peers = (rule or {}).get(side) or []
             if (direction == "egress" and (before is None) != (after is None)
                     and not any("ipBlock" not in (p or {}) for p in peers)
-                    and any(isinstance((p or {}).get("port"), str) and not p["port"].isdigit()
-                            for p in (rule or {}).get("ports") or [])):
+                    and _names_a_port(rule)):
                 return True              # a named port resolved on every pod
             if any(peer_moved(peer or {}, m.get("namespace"), ns, ns_labels, before, after)
                    for peer in peers):
                 return True
     return False
-
-
-def relabel_matters(policy: dict, ns: str, ns_labels: dict, before: dict, after: dict) -> bool:
-    """Does relabelling a pod of `ns` (labels `before` -> `after`) change
-    whether the policy selects it, as subject or as a peer?"""
-    return pod_matters(policy, ns, ns_labels, before, after)
 
 
 def policy_types(spec: dict) -> list[str]:
@@ -226,11 +211,18 @@ def set_namespace(namespace: str, peer: dict) -> str:
 
 
 def pod_peers(policy: dict) -> dict[str, tuple[str, dict]]:
-    """The policy's pod peers: address set name -> (the policy's namespace, peer)."""
+    """The address sets compile_policy makes the policy name: set name -> (the
+    policy's namespace, peer); none for a policy whose types are invalid."""
     ns = (policy.get("metadata") or {}).get("namespace", "")
     spec = policy.get("spec") or {}
+    try:
+        types = policy_types(spec)
+    except PolicyError:
+        return {}
     out = {}
     for direction, side in (("ingress", "from"), ("egress", "to")):
+        if direction.capitalize() not in types:
+            continue
         for rule in spec.get(direction) or []:
             for peer in (rule or {}).get(side) or []:
                 if peer and "ipBlock" not in peer:
@@ -238,12 +230,16 @@ def pod_peers(policy: dict) -> dict[str, tuple[str, dict]]:
     return out
 
 
+def _names_a_port(rule: dict | None) -> bool:
+    return any(isinstance(p.get("port"), str) and not p["port"].isdigit()
+               for p in (rule or {}).get("ports") or [])
+
+
 def has_named_ports(policy: dict) -> bool:
     """Does a rule name a port (resolved on pods: the ACLs then depend on pods)?"""
     spec = policy.get("spec") or {}
-    return any(isinstance(p.get("port"), str) and not p["port"].isdigit()
-               for direction in ("ingress", "egress") for rule in spec.get(direction) or []
-               for p in (rule or {}).get("ports") or [])
+    return any(_names_a_port(rule) for direction in ("ingress", "egress")
+               for rule in spec.get(direction) or [])
 
 
 def _ip_block(block: dict, field_: str) -> str:

@@ -7,8 +7,9 @@ import pytest
 from controller_fakes import drain, make_controller
 from pacific import names
 from pacific.controller import policy
+from pacific.controller.policy_index import set_key
 from pacific.controller.policy_model import (PodInfo, PolicyError, World, compile_policy,
-                                             pod_matters, policy_types, relabel_matters,
+                                             pod_matters, policy_types,
                                              selector_matches, set_name)
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
@@ -158,8 +159,9 @@ def test_a_pod_event_wakes_only_the_groups_that_can_select_the_pod():
     drain(ctl)
     allocated = r.get(ctl.kube, r.PODS, "a", "x")
     own = f"x/{policy.group_name('x', {})}"
-    wide_peer = policy.set_key(set_name("z", {"namespaceSelector": {}}), "")
-    assert wide_peer.startswith("*/$np_as_")
+    # queued in the turn of the namespace whose policy names the set
+    wide_peer = set_key(set_name("z", {"namespaceSelector": {}}), "z")
+    assert wide_peer.startswith("z/$np_as_")
     assert feat._on_pod(running, allocated) == [own, wide_peer]
     feat._on_policy(np({}, "z", "wide"), None)
     assert feat._on_pod(allocated, None) == [own]
@@ -178,11 +180,11 @@ def test_a_relabel_wakes_only_the_policies_whose_selection_of_the_pod_changes():
          "podSelector": {"matchLabels": {"role": "b"}}}]}]}, ns="y")
     whole_namespaces = np({"podSelector": {}, "egress": [{"to": [{"namespaceSelector": {}}]}]},
                           ns="y")
-    assert not relabel_matters(everyone, "x", ns_labels, before, after)
-    assert relabel_matters(role_subject, "x", ns_labels, before, after)
-    assert relabel_matters(role_peer_other_ns, "x", ns_labels, before, after)
-    assert not relabel_matters(unmatched_ns, "x", ns_labels, before, after)
-    assert not relabel_matters(whole_namespaces, "x", ns_labels, before, after)
+    assert not pod_matters(everyone, "x", ns_labels, before, after)
+    assert pod_matters(role_subject, "x", ns_labels, before, after)
+    assert pod_matters(role_peer_other_ns, "x", ns_labels, before, after)
+    assert not pod_matters(unmatched_ns, "x", ns_labels, before, after)
+    assert not pod_matters(whole_namespaces, "x", ns_labels, before, after)
 
 
 def test_a_new_or_deleted_pod_matters_only_where_a_selector_takes_it():
@@ -204,3 +206,39 @@ def test_a_new_or_deleted_pod_matters_only_where_a_selector_takes_it():
     named = np({"podSelector": {"matchLabels": {"app": "a"}}, "egress": [
         {"ports": [{"protocol": "TCP", "port": "http"}]}]}, ns="y")
     assert pod_matters(named, "x", {}, None, {"app": "q"})    # its named port may resolve on it
+
+
+def test_attack_a_tenant_sharing_a_peer_set_neither_owns_its_turn_nor_removes_it():
+    """A tenant naming the same namespaceSelector peer as another tenant shares
+    its address set; the set is still reconciled in the victim's own turn of
+    the fair work queue (not one queue slot that the attacker's many sets
+    crowd), and the attacker deleting its policy leaves the victim's set."""
+    from pacific.controller.policy_index import PolicyIndex
+    index = PolicyIndex(policy.group_key)
+    peer = {"namespaceSelector": {"matchLabels": {"team": "shared"}}}
+    index.update("vic/allow", np({"podSelector": {}, "ingress": [{"from": [peer]}]}, "vic", "allow"))
+    for i in range(50):
+        index.update(f"atk/p{i}", np({"podSelector": {}, "ingress": [{"from": [
+            {"namespaceSelector": {"matchLabels": {"n": str(i)}}}, peer]}]}, "atk", f"p{i}"))
+    shared = set_name("vic", peer)
+    keys = {name: k for name, _, _, k in index.sets()}
+    assert keys[shared] == [set_key(shared, "atk"), set_key(shared, "vic")]
+    assert all(k.startswith("atk/") for name, ks in keys.items() if name != shared for k in ks)
+    for i in range(50):
+        index.update(f"atk/p{i}", None)
+    assert index.set_def(shared) == ("", peer)
+    assert [k for _, _, _, k in index.sets()] == [[set_key(shared, "vic")]]
+    index.update("vic/allow", None)
+    assert index.sets() == [] and index.set_keys() == []
+
+
+def test_the_index_follows_a_policy_moving_between_groups():
+    from pacific.controller.policy_index import PolicyIndex
+    index = PolicyIndex(policy.group_key)
+    a, b = {"matchLabels": {"a": "1"}}, {"matchLabels": {"b": "1"}}
+    ga, gb = f"x/{policy.group_name('x', a)}", f"x/{policy.group_name('x', b)}"
+    assert index.update("x/p", np({"podSelector": a})) == (None, ga)
+    assert index.update("x/p", np({"podSelector": b})) == (ga, gb)
+    assert index.groups_in("x") == [(gb, b)] and index.policies_of(ga) == []
+    assert index.update("x/p", None) == (gb, None)
+    assert index.groups_in("x") == [] and index.candidates("x") == []
