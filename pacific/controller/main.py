@@ -298,8 +298,9 @@ def main(argv=None) -> int:
     LOG.info("pacific-controller %s starting (NB %s, API %s, leader election %s)", args.identity,
              cfg.nb_remote, kube.configuration.host, "on" if args.leader_elect else "off")
     LOG.info("%s", nb.capabilities().describe())
-    from pacific.controller.service import slice_version
-    cfg.endpointslice_version = slice_version(kube)     # once, not per leadership term
+    from pacific.kube import versions
+    # once, not per leadership term
+    cfg.endpointslice_version = versions.served_endpointslice_version(kube)
     try:
         if args.leader_elect:
             if not run_leader_elected(cfg, args, kube, nb, shutdown, health):

@@ -28,9 +28,7 @@ from pacific import contract, exposure, names
 from pacific.controller import informers, model
 from pacific.controller import service_model as sm
 from pacific.controller.feature import Feature, InformerSpec
-from pacific.kube import errors as kerr
 from pacific.kube import resources as r
-from pacific.kube import versions
 from pacific.ovn import lb
 
 LOG = logging.getLogger(__name__)
@@ -38,15 +36,6 @@ LOG = logging.getLogger(__name__)
 
 def service_ids(key: str) -> dict:
     return {names.EXT_OWNER_KIND: names.OWNER_KIND_SERVICE, names.EXT_OWNER: key}
-
-
-def slice_version(kube) -> str:
-    """The EndpointSlice version the API server serves (asked once, at start)."""
-    try:
-        return versions.endpointslice_version(kube)
-    except (kerr.ApiError, OSError) as e:
-        LOG.warning("EndpointSlice version not discovered (%s): using discovery.k8s.io/v1", e)
-        return "v1"
 
 
 def slim_slice(s: dict) -> dict:
@@ -104,7 +93,7 @@ def service_informers(cfg) -> dict:
     IP may take).  One spec, so the features share one cache."""
     return {"services": informers.SERVICES, "nodes": informers.NODES,
             "subnets": informers.SUBNETS,
-            "endpointslices": InformerSpec(
+            "endpointslices": InformerSpec(  # (resources spelt out: deploy's RBAC scan reads them)
                 r.ENDPOINTSLICES_V1BETA1 if cfg.endpointslice_version == "v1beta1"
                 else r.ENDPOINTSLICES, slim_slice)}
 

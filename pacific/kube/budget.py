@@ -9,8 +9,8 @@ One tenant creating a thousand pods the controller must refuse costs the API
 server one Event per refusal otherwise, and every other tenant's pods wait
 behind those writes (issue 22, bench_fairness).  With a budget, a namespace
 gets `burst` Events at once and `per_second` after that; what is over budget
-is counted (`suppressed()`, reported in the log at most once per namespace
-per `report_every` seconds) and not written.  The refusal itself stays on the
+is counted (`take_suppressed()`: the controller logs the counts every 10 s)
+and not written.  The refusal itself stays on the
 pod (its annotation, which the CNI plugin returns to the runtime), so nothing
 a tenant needs to see is lost.  Another namespace's budget is its own: a
 noisy tenant cannot spend it.

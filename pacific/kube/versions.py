@@ -14,9 +14,12 @@ became `nodeName`/`zone` in v1, which `endpoint_node` hides.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pacific.kube import errors, resources
+
+log = logging.getLogger(__name__)
 
 _PREFERENCE = ("v1", "v1beta1")
 
@@ -42,8 +45,21 @@ def endpointslice_version(api: Any) -> str:
 
 
 def endpointslices(api: Any) -> resources.Resource:
-    return (resources.ENDPOINTSLICES_V1BETA1 if endpointslice_version(api) == "v1beta1"
-            else resources.ENDPOINTSLICES)
+    return endpointslice_resource(endpointslice_version(api))
+
+
+def endpointslice_resource(version: str) -> resources.Resource:
+    return resources.ENDPOINTSLICES_V1BETA1 if version == "v1beta1" else resources.ENDPOINTSLICES
+
+
+def served_endpointslice_version(api: Any) -> str:
+    """endpointslice_version(), asked once at a daemon's start: "v1" (logged)
+    when the server does not say."""
+    try:
+        return endpointslice_version(api)
+    except (errors.ApiError, OSError) as e:
+        log.warning("EndpointSlice version not discovered (%s): using discovery.k8s.io/v1", e)
+        return "v1"
 
 
 def endpoint_node(endpoint: dict) -> str | None:

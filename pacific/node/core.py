@@ -52,13 +52,8 @@ def fan_out(inf_name: str, subs: list) -> dict:
 
 def served_endpointslices(api) -> r.Resource:
     """EndpointSlices in the version the API server serves (v1; v1beta1 on 1.20)."""
-    from pacific.kube import errors as kerr
     from pacific.kube import versions
-    try:
-        return versions.endpointslices(api)
-    except (kerr.ApiError, OSError) as e:
-        log.warning("EndpointSlice version not discovered (%s): using v1", e)
-        return r.ENDPOINTSLICES
+    return versions.endpointslice_resource(versions.served_endpointslice_version(api))
 
 
 class NodeFeatures:
