@@ -645,3 +645,31 @@ def test_8_mirror0_shows_the_tenant_s_mirrored_pod_and_never_another_pod_of_its_
     finally:
         for ns, name in made:
             cnipods.delete_pod(sb, ns, name, api=admin)
+
+
+# --- resource fairness: a tenant's flood of refusals spends its own Event budget ---
+# (last in the module: it leaves the attacker's namespace over its Event budget)
+def test_a_flood_of_refused_pods_does_not_silence_another_tenant_s_events(env):
+    """The controller writes at most --event-burst (20) Events about one
+    namespace at once: the attacker's 40 refused pods spend the attacker's
+    budget (each pod still carries its refusal), never the victim's, whose
+    own refusal is reported with an Event."""
+    sb, admin, atk = env
+    node = sb.node("node1").name
+    flood = [f"flood{i}" for i in range(40)]
+    try:
+        for name in flood:
+            r.create(atk, r.PODS, af.pod_body(ATK, name, node, {"pacific.io/ip_address":
+                                                                "192.0.2.9"}), ATK)
+        for name in flood:                  # every refusal is on its pod, over budget or not
+            assert "192.0.2.9" in af.allocation_refused(admin, ATK, name)
+        silenced = [n for n in flood if not af.events_of(admin, ATK, n)]
+        assert silenced, "40 refusals at once, and none over the attacker's Event budget"
+        r.create(admin, r.PODS, af.pod_body(VIC, "own", node, {"pacific.io/ip_address":
+                                                               "192.0.2.10"}), VIC)
+        assert "192.0.2.10" in af.allocation_refused(admin, VIC, "own")
+        wait_until(lambda: af.events_of(admin, VIC, "own"), 30,
+                   what="the victim's own refusal Event")
+    finally:
+        for ns, name in [(ATK, n) for n in flood] + [(VIC, "own")]:
+            r.delete(admin, r.PODS, name, ns, grace_period=0)
