@@ -47,15 +47,18 @@ demo: setup
 	.venv/bin/pacific demo
 
 # the image too: tests/e2e/test_deploy_mode.py runs Pacific from it (a no-op when
-# the archive is up to date with pacific/)
+# the archive is up to date with pacific/).  Two workers: the modules with a
+# Kubernetes sandbox one after the other on one, the unit tests and the modules
+# without one beside them (tests/conftest.py says which and why)
+PYTEST_WORKERS = -n 2 --dist loadgroup
 test: setup image
-	.venv/bin/pytest -q -p no:cacheprovider --durations=30 tests/unit tests/e2e
+	.venv/bin/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) --durations=30 tests/unit tests/e2e
 
 test-unit: setup
 	.venv/bin/pytest -q -p no:cacheprovider tests/unit
 
 test-e2e: setup image
-	.venv/bin/pytest -q -p no:cacheprovider tests/e2e
+	.venv/bin/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) tests/e2e
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -6,6 +6,14 @@
     def test_y(sandbox_factory):     # private sandboxes, down()ed at the module's end
         sb = sandbox_factory(nodes=2)
 
+`make test` runs two pytest workers (pytest-xdist, `-n 2 --dist loadgroup`): every
+end-to-end module with a Kubernetes sandbox runs on one worker, one module after the
+other (group "datapath": they share the session sandbox, and the rates, outages and
+failover times they measure assume no other cluster loads the 2 cores); the unit
+tests and the modules that set `BESIDE_THE_DATAPATH = True` (an NB ovsdb-server, an
+API server or a bare OVN sandbox of their own, nothing timed tighter than a 3 s
+lease) run beside them on the other.
+
 PACIFIC_KEEP_SANDBOXES=1 leaves them up after the session (to inspect a failure;
 `pacific sandbox down --name NAME` removes each).  Sandbox names are unique per test run (`t<pid><n>`), so runs and other sandboxes
 on the machine never collide.  End-to-end tests need root and OVS/OVN (`make setup`:
@@ -29,6 +37,19 @@ from pacific.sandbox.daemons import default_install
 # a module whose sandbox runs another one (ovs_prefix=...) gets it back at its end
 SESSION_OVS = default_install()
 ovsinstall.activate(SESSION_OVS)
+
+BESIDE = "beside"
+DATAPATH = "datapath"
+
+
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            beside = (item.path.parent.name == "unit"
+                      or getattr(item.module, "BESIDE_THE_DATAPATH", False))
+            item.add_marker(pytest.mark.xdist_group(BESIDE if beside else DATAPATH))
+
 
 _counter = itertools.count(1)
 _REQUIRED = ("ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovs-vsctl",

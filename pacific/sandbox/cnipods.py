@@ -204,12 +204,26 @@ def _delete_and_wait(sb, api, namespace, name, uid, timeout) -> None:
         pod = kr.get(api, kr.PODS, name, namespace)
         rec = None if getattr(sb, "kubelet", False) else load(sb, namespace, name)
         if (pod is None or pod["metadata"]["uid"] != uid) and (rec is None or rec.uid != uid):
-            if kubelet_pod is None or _kubelet_pod_gone(sb, kubelet_pod):
+            if kubelet_pod is not None:
+                if _kubelet_pod_gone(sb, kubelet_pod):
+                    return
+            elif pod is not None or not _runner_netns_left(sb, namespace, name):
                 return
         if time.monotonic() > deadline:
             raise PodError(f"pod {namespace}/{name} still terminating after {timeout:.0f} s "
                            "(is its node's pod runner running?)")
         time.sleep(0.05)
+
+
+def _runner_netns_left(sb, namespace: str, name: str) -> bool:
+    """A pod runner's retried start may still be in flight when its Pod goes
+    (a refused ADD is retried): its network namespace is gone once that start
+    failed or the runner tore the pod down.  Only asked when no newer Pod of the
+    name exists, so the namespace can be nobody else's."""
+    if getattr(sb, "kubelet", False):
+        return False
+    from pacific.sandbox import netns
+    return netns.exists(podrunner.pod_netns_name(k8s.pod_netns_prefix(sb), namespace, name))
 
 
 def _kubelet_pod_gone(sb, pod: SandboxPod) -> bool:

@@ -24,6 +24,7 @@ from pacific.ovn.nb import NorthboundAPI
 from pacific.ovn.ovs import OvsAPI
 
 pytestmark = pytest.mark.e2e
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 SWITCH, CIDR, GW = "plumb-sw", "10.81.0.0/16", "10.81.0.1"
 
 

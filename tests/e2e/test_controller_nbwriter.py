@@ -14,6 +14,7 @@ from pacific.controller.subnet import subnet_ids
 from pacific.ovn import NorthboundAPI, ensure
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 SW = "blue"
 
 

@@ -9,6 +9,7 @@ from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
 from pacific.ovn import NorthboundAPI, ensure
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 IDS = {"pacific.io/owner": "ns/p"}
 ADDR = ["0a:58:0a:11:00:05 10.17.0.5"]
 

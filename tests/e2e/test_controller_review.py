@@ -11,6 +11,7 @@ from pacific.kube import resources as r
 from test_controller_api import allocated, ann, cp, events_for, lsp, make_pod, record  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 
 def test_running_pod_keeps_its_address_when_its_annotations_are_edited(cp):

@@ -20,6 +20,7 @@ from pacific.kube.leader import LeaderElector
 from kube_fixtures import COMPACTION_INTERVAL, ApiServerProcess, CuttableProxy, api_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from pacific.kube.informer import Informer
 from kube_fixtures import ApiServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

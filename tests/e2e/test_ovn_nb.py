@@ -14,6 +14,7 @@ from pacific.ovn import (NorthboundAPI, OvnConnectionError, OvnTimeoutError,
                          OvnTransactionError, Owner)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 CLUSTER = Owner(names.OWNER_KIND_CLUSTER, names.CLUSTER_ROUTER)
 SUBNET = Owner(names.OWNER_KIND_SUBNET, names.DEFAULT_SUBNET)

@@ -16,6 +16,7 @@ from pacific import names
 from pacific.ovn import NorthboundAPI, OvnTransactionError, OvsAPI, Owner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 POD = Owner(names.OWNER_KIND_POD, "default/web-0")
 BR = names.INTEGRATION_BRIDGE

@@ -14,6 +14,7 @@ from pacific.ovn import NorthboundAPI, OvsAPI, Owner
 from pacific.sandbox.daemons import default_install
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 
 def test_bound_port_becomes_ovn_installed_and_up(sandbox_factory):

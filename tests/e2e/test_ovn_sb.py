@@ -16,6 +16,7 @@ from pacific.node.egresssnat import gateways
 from pacific.ovn.sb import SouthboundWatch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 KEY = "shop/web"                                  # a Service with egress SNAT
 PORT = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX + KEY))
 

@@ -17,6 +17,7 @@ from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
 from pacific.sandbox.k8s.pki import Pki
 
 pytestmark = pytest.mark.e2e
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 CLIENT = """
 import sys

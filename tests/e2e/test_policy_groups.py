@@ -27,6 +27,7 @@ from pacific.kube import resources as r  # noqa: E402
 from pacific.ovn import NorthboundAPI, ensure  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 ROLE_A = {"matchLabels": {"role": "a"}}
 
 

@@ -13,6 +13,7 @@ from pacific import names
 from pacific.ovn.nb import NorthboundAPI, Owner
 
 pytestmark = pytest.mark.e2e
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 ROUTER = "t-router"
 SWITCHES = {  # switch: (gateway/prefix, router port MAC)
