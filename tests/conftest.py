@@ -51,6 +51,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(BESIDE if beside else DATAPATH))
 
 
+def pytest_collection_finish(session):
+    """In a worker of `--dist loadgroup`: every test must carry its group, or
+    pytest-xdist silently spreads the datapath modules over both workers (as with
+    pytest 9.2, pytest-xdist issue 1386: hence pyproject's pin)."""
+    if getattr(session.config.option, "loadgroup", False) and not all(
+            "@" in item.nodeid for item in session.items):
+        raise pytest.UsageError("pytest-xdist did not group the tests (--dist loadgroup): "
+                                "this pytest and pytest-xdist do not work together")
+
+
 _counter = itertools.count(1)
 _REQUIRED = ("ovsdb-server", "ovs-vswitchd", "ovn-controller", "ovn-northd", "ovs-vsctl",
              "ovn-nbctl", "ip", "ethtool")
@@ -126,3 +136,58 @@ def sandbox():
         yield next(factory)(nodes=3, services=None)
     finally:
         factory.close()
+
+
+class _Shared:
+    """One running set-up of `shared()`: its generator and its sandboxes' factory."""
+
+    def __init__(self) -> None:
+        self.factory = self.gen = self.value = None
+
+    def close(self) -> None:
+        factory, gen = self.factory, self.gen
+        self.factory = self.gen = self.value = None
+        try:
+            if gen is not None:
+                gen.close()          # runs the set-up's own clean-up (its finally)
+        finally:
+            if factory is not None:
+                factory.close()      # brings its sandboxes down
+
+
+_SHARED: dict[str, _Shared] = {}
+
+
+@pytest.fixture(scope="session")
+def shared():
+    """`shared(name, setup)`: one set-up for consecutive tests, across modules.
+
+    `setup(make_sandbox)` is a generator function (`make_sandbox` as from
+    `sandbox_factory`) that yields the value once.  Call it from a function-scoped
+    fixture called `name`: the first test asking for `name` makes it, and it goes
+    (its generator closed, its sandboxes down) after the last test in a row that
+    asks for it, so it loads no later module.  A pod-laden sandbox that two modules
+    check the same way is brought up once, not twice."""
+    def get(name: str, setup):
+        s = _SHARED.setdefault(name, _Shared())
+        if s.gen is None:
+            s.factory = _factory()
+            try:
+                s.gen = setup(next(s.factory))
+                s.value = next(s.gen)
+            except BaseException:
+                s.close()
+                raise
+        return s.value
+    try:
+        yield get
+    finally:
+        for s in _SHARED.values():
+            s.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    for name, s in _SHARED.items():
+        if s.gen is not None and (nextitem is None or name not in nextitem.fixturenames):
+            s.close()

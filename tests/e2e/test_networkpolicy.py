@@ -37,38 +37,39 @@ NAMED = [{"name": "serve-80", "containerPort": 80, "protocol": "TCP"},
          {"name": "serve-80-udp", "containerPort": 80, "protocol": "UDP"}]
 
 
-@pytest.fixture(scope="module")
-def env(sandbox_factory):
-    """A 2-node sandbox of this module's own (brought down after it)."""
-    sandbox = sandbox_factory(nodes=2, services=None)
+@pytest.fixture
+def np_env(shared):
+    """A 2-node sandbox with the 9 pods and their servers, shared with
+    test_networkpolicy_more (tests/conftest.py `shared`): made once, brought down
+    after the last test of the two modules."""
+    return shared("np_env", _np_env)
+
+
+def _np_env(make_sandbox):
+    sandbox = make_sandbox(nodes=2, services=None)
     api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
     servers = []
-    for i, (ns, pod) in enumerate(itertools.product(NSS, PODS)):
-        if r.get(api, r.NAMESPACES, ns) is None:
-            r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": {
-                "ns": ns, names.LABEL_TENANT: "np"}}})
-        added = sandboxpods.add_pod(sandbox, ns, pod, ("node1", "node2")[i % 2], api=api,
-                                    labels={"pod": pod}, container_ports=NAMED)
-        POD_NETNS[(sandbox.name, ns, pod)] = added.netns
-        for port in (80, 81):
-            p = subprocess.Popen(["ip", "netns", "exec", added.netns,
-                                  sys.executable, NETCHECK, "serve", str(port)],
-                                 stdout=subprocess.PIPE, text=True)
-            assert p.stdout.readline().strip() == "ready"
-            servers.append(p)
-    ips = {(ns, pod): contract.own_record(r.get(api, r.PODS, pod, ns)).ip
-           for ns, pod in itertools.product(NSS, PODS)}
-    yield sandbox, api, ips
-    for p in servers:
-        p.kill()
-        p.wait()
-    if os.environ.get("PACIFIC_KEEP_SANDBOXES"):
-        return            # to inspect a failure (tests/conftest.py)
     try:
-        for ns, pod in itertools.product(NSS, PODS):
-            sandboxpods.delete_pod(sandbox, ns, pod, api=api)
-    finally:
-        sandbox.down()    # also when a deletion failed: its daemons would load the next tests
+        for i, (ns, pod) in enumerate(itertools.product(NSS, PODS)):
+            if r.get(api, r.NAMESPACES, ns) is None:
+                r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": {
+                    "ns": ns, names.LABEL_TENANT: "np"}}})
+            added = sandboxpods.add_pod(sandbox, ns, pod, ("node1", "node2")[i % 2], api=api,
+                                        labels={"pod": pod}, container_ports=NAMED)
+            POD_NETNS[(sandbox.name, ns, pod)] = added.netns
+            for port in (80, 81):
+                p = subprocess.Popen(["ip", "netns", "exec", added.netns,
+                                      sys.executable, NETCHECK, "serve", str(port)],
+                                     stdout=subprocess.PIPE, text=True)
+                servers.append(p)
+                assert p.stdout.readline().strip() == "ready"
+        ips = {(ns, pod): contract.own_record(r.get(api, r.PODS, pod, ns)).ip
+               for ns, pod in itertools.product(NSS, PODS)}
+        yield sandbox, api, ips
+    finally:          # the sandbox itself goes down with the shared set-up
+        for p in servers:
+            p.kill()
+            p.wait()
 
 
 def probe(sb, src, ip, proto, port) -> bool:
@@ -136,8 +137,8 @@ def pol(name, ns, spec):
 
 
 @pytest.fixture
-def cluster(env):
-    sb, api, ips = env
+def cluster(np_env):
+    sb, api, ips = np_env
     clean(api)
     yield sb, api, ips
     clean(api)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_networkpolicy import CASES, FIRST, check, cluster, env, run_case  # noqa: F401 (fixtures)
+from test_networkpolicy import CASES, FIRST, check, cluster, np_env, run_case  # noqa: F401 (fixtures)
 import subprocess
 import sys
 import time

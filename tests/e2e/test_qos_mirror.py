@@ -132,7 +132,9 @@ def test_rates_hold_for_tcp_and_udp_in_one_direction_only(env, peer, direction):
     sb, api = env
     key = names.ANN_INGRESS_RATE if direction == "ingress" else names.ANN_EGRESS_RATE
     try:
-        for rate in (10, 50, 100):
+        # every rate through the tunnel; on the pod's own node the rate is the same
+        # tbf on the same veth, so only the highest, which the datapath must carry
+        for rate in ((10, 50, 100) if peer == "far" else (100,)):
             annotate(api, "lim", **{key: str(rate)})
             wait(lambda: tbf_rate(sb, "lim", direction) == f"{rate}Mbit", 5, f"{rate}Mbit {direction}")
             src, dst = (peer, "lim") if direction == "ingress" else ("lim", peer)
