@@ -12,7 +12,9 @@ other (group "datapath": they share the session sandbox, and the rates, outages 
 failover times they measure assume no other cluster loads the 2 cores); the unit
 tests and the modules that set `BESIDE_THE_DATAPATH = True` (an NB ovsdb-server, an
 API server or a bare OVN sandbox of their own, nothing timed tighter than a 3 s
-lease) run beside them on the other.
+lease, or a private sandbox whose test measures no time) run beside them on the
+other.  On the datapath worker the modules that set `MEASURES_TIME = True` (rates,
+outages, failovers) run last, when the other worker is done with its sandboxes.
 
 PACIFIC_KEEP_SANDBOXES=1 leaves them up after the session (to inspect a failure;
 `pacific sandbox down --name NAME` removes each).  Sandbox names are unique per test run (`t<pid><n>`), so runs and other sandboxes
@@ -49,6 +51,7 @@ def pytest_collection_modifyitems(config, items):
             beside = (item.path.parent.name == "unit"
                       or getattr(item.module, "BESIDE_THE_DATAPATH", False))
             item.add_marker(pytest.mark.xdist_group(BESIDE if beside else DATAPATH))
+    items[:] = sorted(items, key=lambda i: getattr(i.module, "MEASURES_TIME", False))
 
 
 def pytest_collection_finish(session):

@@ -24,6 +24,7 @@ from pacific.kube import client as kclient
 from pacific.sandbox import nodedaemons as launch
 
 pytestmark = pytest.mark.e2e
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from pacific import contract, names
 from pacific.kube import resources as r
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 SUBNETS = {"blue": ("10.17.0.0/24", "ns-a"), "green": ("10.18.0.0/24", "ns-b")}
 

@@ -20,6 +20,7 @@ from pacific.kube import resources as r
 from pacific.sandbox import cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 PODS = [("blue", "b1", "node1"), ("blue", "b2", "node2"), ("green", "g1", "node3")]
 
 

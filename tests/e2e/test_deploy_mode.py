@@ -17,6 +17,7 @@ from pacific.sandbox.k8s import deploy
 from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = pytest.mark.e2e
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

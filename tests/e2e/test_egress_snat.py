@@ -22,6 +22,7 @@ from pacific.kube import resources as r
 from pacific.sandbox import cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, SUBNET, CIDR = "esnat", "esnat", "10.67.0.0/24"
 OUT_PORT, POD_PORT = 7474, 7475

@@ -25,6 +25,7 @@ from pacific.kube import resources as r
 from pacific.sandbox import bringup, cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, SUBNET, CIDR, PORT = "egw", "egw-central", "10.65.0.0/24", 7272
 

@@ -17,6 +17,7 @@ from pacific.kube import resources as r
 from pacific.sandbox import cnipods, ovnha
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
 NS = "ha"
 
 

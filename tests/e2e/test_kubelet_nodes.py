@@ -29,6 +29,7 @@ from pacific.sandbox.k8s import bins, hoststate, images, kubelet
 from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = pytest.mark.e2e
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 DEPLOYMENT = """
 apiVersion: apps/v1

@@ -18,6 +18,7 @@ from pacific.kube import resources as r
 from pacific.sandbox import bringup, cnipods, nodedaemons
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
 NS = "restarts"
 INTERVAL = 0.01
 

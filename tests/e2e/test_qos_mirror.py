@@ -18,6 +18,7 @@ from pacific.sandbox import bringup, nodedaemons
 from pacific.sandbox import cnipods as sandboxpods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
 NS = "qos"
 
 
