@@ -107,7 +107,9 @@ def stop_pid(pid: int, started: int | None = None, what: str = "",
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return True
-    deadline = time.monotonic() + 5
+    # a killed process is gone once the kernel has released what it held: an
+    # ovs-vswitchd with hundreds of ports takes seconds to give their devices back
+    deadline = time.monotonic() + 30
     while alive(pid, started) and time.monotonic() < deadline:
         _reap(pid)
         time.sleep(0.02)
