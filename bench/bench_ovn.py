@@ -60,7 +60,6 @@ import os
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
