@@ -47,7 +47,8 @@ Then it measures, each the p50 of --samples:
   (sb_cfg) and until every chassis has it in its OpenFlow tables (hv_cfg: what
   `ovn-nbctl --wait=hv` waits for); each sample then checks node1's br-int for
   the rule's port on the node of the group's pod (ovn-controller expands a
-  port group to its local ports).
+  port group to its local ports), and counts the full recomputes it caused
+  (engine node `lflow` of ovn-northd, node1's lflow_output).
 
 The time to program everything from scratch (first NB write -> hv_cfg) is
 printed too.  The sandbox (`bovn<pid>`) goes down in any case (Ctrl-C
@@ -433,7 +434,7 @@ def bench(args, prefix: str) -> dict:
         # one ACL added to one group -> SB -> every chassis's OpenFlow
         keys = sorted(g for g in p.groups if p.groups[g]["ports"])
         node_of = {pod.lsp: sb.node(pod.node) for pod in p.pods}
-        to_sb, to_hv = [], []
+        to_sb, to_hv, n_recomputes, c_recomputes = [], [], [], []
         for i in range(args.samples):
             g = p.groups[keys[(i * 7919) % len(keys)]]
             pg, port = g["pg"], 40000 + i
@@ -443,6 +444,7 @@ def bench(args, prefix: str) -> dict:
                               "allow-related", name=f"np:{pkey}:ingress/9"[:63],
                               external_ids=policy_ids(pkey, **{names.EXT_RULE: "ingress/9"}))
             specs = [*g["specs"].values(), new]
+            r0, c0 = recomputes(sb, northd_ctl, "lflow"), recomputes(sb, ctrl_ctl, cnode)
             s, h = change_and_wait(nb, writer, [lambda api, pg=pg, specs=specs:
                                                 acl.EnsurePortGroupACLs(api, pg, specs)],
                                    CPU_TIMEOUT)
@@ -452,12 +454,16 @@ def bench(args, prefix: str) -> dict:
             if not flows_with(sb, where, f"tcp,tp_dst={port}"):
                 raise SystemExit(f"hv_cfg reached but no flow for tcp.dst == {port} on "
                                  f"{where.name}")
+            n_recomputes.append(recomputes(sb, northd_ctl, "lflow") - r0)
+            c_recomputes.append(recomputes(sb, ctrl_ctl, cnode) - c0)
             g["specs"][new.key] = new
             to_sb.append(s * 1000)
             to_hv.append(h * 1000)
         res["acl_sb"], res["acl_hv"] = to_sb, to_hv
+        res["acl_northd_rc"], res["acl_ctrl_rc"] = n_recomputes, c_recomputes
         print(f"  one ACL added: in SB {fmt(to_sb)} ms, in every chassis's OpenFlow "
-              f"{fmt(to_hv)} ms", flush=True)
+              f"{fmt(to_hv)} ms; full recomputes it caused: ovn-northd's lflow "
+              f"{fmt(n_recomputes)}, node1's {cnode} {fmt(c_recomputes)}", flush=True)
         failed = False
     finally:
         if writer:
@@ -489,6 +495,8 @@ ROWS = [("ovn-northd recompute: loop, p50", "northd_loop", "ms"),
         ("OpenFlow flows (node1 br-int)", "openflows", ""),
         ("one ACL added -> in SB (sb_cfg), p50", "acl_sb", "ms"),
         ("one ACL added -> every chassis's OpenFlow (hv_cfg), p50", "acl_hv", "ms"),
+        ("one ACL added: ovn-northd lflow recomputes, p50", "acl_northd_rc", ""),
+        ("one ACL added: node1 ovn-controller lflow recomputes, p50", "acl_ctrl_rc", ""),
         ("everything from scratch -> every chassis", "scratch", "s")]
 
 
