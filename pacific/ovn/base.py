@@ -44,6 +44,7 @@ from ovsdbapp import exceptions as ovsdbapp_exc
 
 from pacific import names
 from pacific.ovn import cjson
+from pacific.ovn.refs import RefSharer
 from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
                                 OvnTransactionError)
 
@@ -186,6 +187,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         self.compactor = _Compactor()
         self.after_change = after_change
         self.owners = OwnerIndex()
+        self.refs = RefSharer(self.tables)
         # table -> (fn(event, row, updates), ...): see ApiBase.watch_rows.  Copied
         # on write, so notify() iterates a snapshot and a watcher is removed
         # without the connection lock (held across a whole transaction's round
@@ -214,6 +216,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         try:
             return super().run()
         finally:
+            self.refs.forget()
             self.connected = self._session.is_connected()
             if self.after_change is not None and self.change_seqno != seqno:
                 self.after_change(self)     # also after a reconnect's re-read
@@ -222,6 +225,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         # the connection thread, under the connection lock (inside run())
         if event == ovs_idl.ROW_CREATE:
             self.compactor.compact(row._data, row._data)
+            self.refs.created(row)
         elif event == ovs_idl.ROW_UPDATE and updates is not None:
             self.compactor.compact(row._data, updates._data)  # the changed columns
         self.owners.changed(event, row, updates)
@@ -252,6 +256,8 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
                 datum_diff = ovs_data.Datum.from_json(column.type, datum_diff_json)
             except ovs_error.Error:
                 continue
+            if column.type.key.ref_table_name:
+                self.refs.share(column.type, datum_diff)
             cur = row._data[column_name]
             if len(cur.values) <= _BIG_COLUMN:
                 # a small column is diffed on a copy, never in place: the

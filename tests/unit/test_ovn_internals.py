@@ -290,3 +290,31 @@ def test_compactor_shares_equal_small_datums_and_an_update_never_reaches_another
 class _Updates:
     def __init__(self, data):
         self._data = data
+
+
+def test_references_hold_the_referenced_rows_own_uuid_object(idl):
+    """pacific.ovn.refs: a reference Atom is made to hold its row's UUID object
+    (equal value), whether the row came before the reference or after it in
+    the same run, and through a diff too."""
+    sw = idl.tables["Logical_Switch"]
+    first = committed_row(idl, "Logical_Switch_Port", name="p0")
+    idl.notify(ovs_idl.ROW_CREATE, first)
+    row = committed_row(idl, "Logical_Switch", name="s1", ports=[])
+    row._data["ports"] = ovs_data.Datum.from_json(
+        sw.columns["ports"].type, ["set", [["uuid", str(first.uuid)], ["uuid", str(uuid.UUID(int=7))]]])
+    idl.notify(ovs_idl.ROW_CREATE, row)
+    late = ovs_idl.Row(idl, idl.tables["Logical_Switch_Port"], uuid.UUID(int=7),
+                       {c: ovs_data.Datum.default(t.type)
+                        for c, t in idl.tables["Logical_Switch_Port"].columns.items()})
+    idl.tables["Logical_Switch_Port"].rows[late.uuid] = late
+    idl.notify(ovs_idl.ROW_CREATE, late)          # came after the reference
+    third = committed_row(idl, "Logical_Switch_Port", name="p2")
+    idl.notify(ovs_idl.ROW_CREATE, third)
+    idl._Idl__apply_diff(sw, row, {"ports": ["set", [["uuid", str(third.uuid)]]]})
+    held = {a.value for a in row._data["ports"].values}
+    assert held == {first.uuid, late.uuid, third.uuid}
+    for a in row._data["ports"].values:
+        assert a.value is idl.tables["Logical_Switch_Port"].rows[a.value].uuid
+    assert {p.uuid for p in row.ports} == {first.uuid, late.uuid, third.uuid}
+    idl.refs.forget()
+    assert not idl.refs.pending
