@@ -103,9 +103,12 @@ def acls_are(api, group: str, specs: list[AclSpec], table: str = PG) -> bool:
         return all(_same_extras(rows[s.key], s) for s in specs)
 
 
-def groups_holding(api, ports: list[str], groups: list[str]) -> dict[str, set[str]]:
-    """port name -> the names (of `groups`) of the port groups it is in."""
-    out: dict[str, set[str]] = {p: set() for p in ports}
+def groups_holding(api, ports: list[str], groups: list[str]) -> dict[str, frozenset[str]]:
+    """port name -> the names (of `groups`) of the port groups it is in, for
+    the ports the replica holds: a port not (yet) in NB is left out (a
+    membership command naming it would fail its whole transaction)."""
+    out: dict[str, frozenset[str]] = {}
+    same: dict[frozenset[str], frozenset[str]] = {}    # 100,000 ports, a few distinct answers
     with api.ovsdb_connection.lock:
         pgs = []
         for g in groups:
@@ -118,5 +121,6 @@ def groups_holding(api, ports: list[str], groups: list[str]) -> dict[str, set[st
                 lsp = api.lookup(LSP, p)
             except idlutils.RowNotFound:
                 continue
-            out[p] = {pg.name for pg in pgs if has_ref(pg, "ports", lsp)}
+            held = frozenset(pg.name for pg in pgs if has_ref(pg, "ports", lsp))
+            out[p] = same.setdefault(held, held)
     return out

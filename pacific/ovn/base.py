@@ -44,6 +44,7 @@ from ovsdbapp import exceptions as ovsdbapp_exc
 
 from pacific import names
 from pacific.ovn import cjson
+from pacific.ovn.refs import RefSharer
 from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
                                 OvnTransactionError)
 
@@ -186,6 +187,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         self.compactor = _Compactor()
         self.after_change = after_change
         self.owners = OwnerIndex()
+        self.refs = RefSharer(self.tables)
         # table -> (fn(event, row, updates), ...): see ApiBase.watch_rows.  Copied
         # on write, so notify() iterates a snapshot and a watcher is removed
         # without the connection lock (held across a whole transaction's round
@@ -214,6 +216,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         try:
             return super().run()
         finally:
+            self.refs.forget()
             self.connected = self._session.is_connected()
             if self.after_change is not None and self.change_seqno != seqno:
                 self.after_change(self)     # also after a reconnect's re-read
@@ -222,6 +225,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         # the connection thread, under the connection lock (inside run())
         if event == ovs_idl.ROW_CREATE:
             self.compactor.compact(row._data, row._data)
+            self.refs.created(row)
         elif event == ovs_idl.ROW_UPDATE and updates is not None:
             self.compactor.compact(row._data, updates._data)  # the changed columns
         self.owners.changed(event, row, updates)
@@ -252,8 +256,16 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
                 datum_diff = ovs_data.Datum.from_json(column.type, datum_diff_json)
             except ovs_error.Error:
                 continue
+            if column.type.key.ref_table_name:
+                self.refs.share(column.type, datum_diff)
             cur = row._data[column_name]
-            old_row[column_name] = cur.copy() if len(cur.values) <= _BIG_COLUMN else cur
+            if len(cur.values) <= _BIG_COLUMN:
+                # a small column is diffed on a copy, never in place: the
+                # compactor shares small Datums among rows (_Compactor)
+                old_row[column_name] = cur
+                cur = cur.copy()
+            else:
+                old_row[column_name] = cur
             # sets and maps are edited in place (diff returns self); a column the
             # server never sent is a default Datum made on read (ColumnDefaultDict),
             # so the result is stored in any case (ovs compares it, O(n) for a set)
@@ -269,6 +281,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
 _BIG_COLUMN = 256     # set/map members above which an update's old value is not copied
 _MAP_INTERN_MAX = 64
 _SMALL_SET = 4
+_SMALL_MAP = 8      # set/map members up to which equal Datums are shared
 
 
 class _Compactor:
@@ -288,11 +301,18 @@ class _Compactor:
       (a port's type "", a router port's peer): ovs replaces such a Datum on
       update (``Datum.diff`` returns the new one), never edits it;
     * inside one row, reuses an Atom for an equal string in another small set
-      (a pod port's port_security is its addresses).
+      (a pod port's port_security is its addresses);
+    * shares a whole small set or map Datum (at most _SMALL_MAP entries)
+      with an equal one: of another column of the same row and type (a pod
+      port's port_security Datum is its addresses Datum), or of other rows
+      when the value recurs (a pod port's options, requested-chassis=<node>).
+      Safe because NotifyingIdl diffs a small column on a copy (its
+      ``__apply_diff``), and ovs replaces every other Datum it changes.
 
     Atoms and Datums are values for the IDL: it builds new ones on every
     change and never edits them in place, except ``Datum.diff`` on sets and
-    maps (edits the row's own values dict: those dicts are never shared).
+    maps, which NotifyingIdl runs on a copy of a small column (a big one, a
+    switch's ports, is never shared).
     tests/unit/test_ovn_internals.py pins both.  Connection thread only.
     Big sets (a switch's 100,000 ports) are left alone."""
 
@@ -370,6 +390,33 @@ class _Compactor:
                     if use is not k:   # in place: a 1-entry dict keeps its size
                         del values[k]
                         values[use] = None
+            if t.n_max > 1 and 0 < len(datum.values) <= _SMALL_MAP:
+                self._share_datum(data, name, datum, local)
+
+    def _share_datum(self, data, name, datum, local) -> None:
+        """Replace a small set or map Datum by an equal one already held: of
+        the same row (another column of an equal type) or, for a value that
+        recurs, of any row."""
+        t = datum.type
+        try:
+            if t.value is None:
+                content = frozenset(k.value for k in datum.values)
+            else:
+                content = frozenset((k.value, v.value) for k, v in datum.values.items())
+        except TypeError:     # an unhashable value: left alone
+            return
+        same = local.get(("D", content))
+        if same is not None and same.type == t:
+            data[name] = same
+            return
+        local[("D", content)] = datum
+        key = ("D", id(t), content)
+        shared = self.datums.get(key)
+        if shared is not None:
+            data[name] = shared
+            local[("D", content)] = shared
+        elif self._recurs(key) and len(self.datums) < self.SHARED_MAX:
+            self.datums[key] = datum
 
 class _RowWait:
     """One wait_for_row: a row watcher that, in the connection thread, keeps a

@@ -95,3 +95,35 @@ def test_same_for_allocation_ignores_labels_but_the_cache_keeps_them():
     assert not model.same_for_allocation(a, c)
     d = model.slim_pod(full_pod(ann={names.ANN_IP_ADDRESS: "10.16.0.9"}))
     assert not model.same_for_allocation(a, d)
+
+
+def test_cache_entries_answer_as_dicts_and_cannot_be_changed_through_a_reader():
+    full = full_pod(owner=("StatefulSet", "web"), ann={k: v for k, v in ALLOCATED.items() if v})
+    full["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": 80}]
+    slim = model.slim_pod(full)
+    as_dict = {"kind": "Pod", "apiVersion": "v1",
+               "metadata": {"name": "web-0", "namespace": "default", "uid": "uid-web-0",
+                            "resourceVersion": "17", "labels": {"app": "web"},
+                            "annotations": {k: v for k, v in ALLOCATED.items() if v},
+                            "ownerReferences": [{"kind": "StatefulSet", "name": "web", "controller": True}]},
+               "spec": {"nodeName": "node1", "containers": [{"ports": [
+                   {"name": "http", "containerPort": 80, "protocol": "TCP"}]}]},
+               "status": {"phase": "Running"}}
+    assert slim == as_dict and as_dict == slim and dict(slim) == as_dict
+    assert {**slim, "x": 1} == {**as_dict, "x": 1}
+    assert copy.deepcopy(slim) == slim and copy.copy(slim) == slim
+    assert eval(repr(slim)) == as_dict       # noqa: S307 (a dict literal)
+    slim["metadata"]["annotations"].clear()   # a reader's change stays in its own copy
+    slim["spec"]["nodeName"] = "other"
+    assert slim == as_dict
+    assert model.slim_pod(full) == slim and model.slim_pod(full_pod()) != slim
+    assert "status" not in model.slim_pod(full_pod(phase=None))
+
+    ip = model.ip_object("default", "web-0", "ovn-default", "10.16.0.5", "0a:58:0a:10:00:05", "node1")
+    ip["metadata"].update(uid="u1", resourceVersion="9")
+    a, b = model.slim_ip(ip), model.slim_ip(copy.deepcopy(ip))
+    assert a == b and a["spec"] == ip["spec"] and a.spec_get("ipAddress") == "10.16.0.5"
+    assert a.skeys is b.skeys                           # one key tuple per shape
+    assert a.spec_get("pod") is model.slim_pod(full)["metadata"]["name"]   # one copy of the name
+    a["spec"]["ipAddress"] = "10.16.0.6"
+    assert a == b and a.get("status") is None and a.get("kind") == "IP"

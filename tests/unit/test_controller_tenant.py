@@ -1,6 +1,8 @@
 """Tenant model, the tenant feature on the fakes, and private Subnets' ACL."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from controller_fakes import drain, make_controller
@@ -105,6 +107,9 @@ def test_a_tenant_change_moves_every_pod_in_one_transaction():
     for i in range(3):
         ctl.kube.add(r.PODS, pod_body(f"p{i}", "team-b"), "team-b")
     drain(ctl)
+    for i in range(3):      # the ports are in NB (FakeNB holds what a test adds)
+        ctl.nb.owned.append(SimpleNamespace(table=ensure.LSP, name=names.pod_lsp_name("team-b", f"p{i}"),
+                                            external_ids={}))
     before = len(ctl.writer.writes)
     r.patch_merge(ctl.kube, r.NAMESPACES, "team-b",
                   {"metadata": {"labels": {names.LABEL_TENANT: "team-a"}}})
@@ -131,3 +136,24 @@ def test_allow_subnets_must_be_cidrs():
     with pytest.raises(model.SubnetSpecError, match="allowSubnets entry 'nope'"):
         model.parse_subnet({"metadata": {"name": "x"}, "spec": {
             "cidrBlock": "10.50.0.0/24", "private": True, "allowSubnets": ["nope"]}})
+
+
+def test_ports_not_in_nb_are_left_to_the_pod_feature():
+    """A restart on an emptied NB: the pods have their records, their ports are
+    not there yet.  The namespace's reconcile names none of them (a membership
+    command for a missing port fails the whole transaction); each joins its
+    groups in the transaction that re-creates it."""
+    ctl = make_controller()
+    ctl.kube.add(r.NAMESPACES, ns("team-c"))
+    for i in range(3):
+        ctl.kube.add(r.PODS, pod_body(f"p{i}", "team-c"), "team-c")
+    drain(ctl)
+    there = names.pod_lsp_name("team-c", "p0")
+    ctl.nb.owned.append(SimpleNamespace(table=ensure.LSP, name=there, external_ids={}))
+    before = len(ctl.writer.writes)
+    r.patch_merge(ctl.kube, r.NAMESPACES, "team-c", {"metadata": {"labels": {names.LABEL_TENANT: "team-a"}}})
+    drain(ctl)
+    named = {m for w, cmds in ctl.writer.writes[before:] if w == "tenant of namespace team-c"
+             for c in cmds if isinstance(c, (ensure.PortGroupAddPorts, ensure.PortGroupRemovePorts))
+             for m in c.members}
+    assert named == {there}

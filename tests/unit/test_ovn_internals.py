@@ -253,3 +253,68 @@ def test_apply_diff_stores_a_column_the_server_never_sent(idl):
     row = ovs_idl.Row(idl, sw, uuid.uuid4(), ovs_idl.ColumnDefaultDict(sw))
     idl._Idl__apply_diff(sw, row, {"ports": ["set", [["uuid", str(port.uuid)]]]})
     assert [p.uuid for p in row.ports] == [port.uuid]
+
+
+def test_compactor_shares_equal_small_datums_and_an_update_never_reaches_another_row():
+    """A pod port's port_security Datum is its addresses Datum, and a recurring
+    options map is one Datum for all rows; the update of one row's shared
+    Datum (diffed on a copy by NotifyingIdl) leaves the other rows' alone."""
+    helper = ovs_idl.SchemaHelper(location=NB_SCHEMA)
+    helper.register_columns("Logical_Switch_Port", ["name", "addresses", "port_security", "options"])
+    idl = base.NotifyingIdl("unix:/nonexistent/pacific-test.sock", helper, _NullHandler())
+    try:
+        lsp = idl.tables["Logical_Switch_Port"]
+        rows = []
+        for i in range(3):
+            a = f"0a:58:0a:10:00:0{i} 10.16.0.{i}"
+            r = committed_row(idl, "Logical_Switch_Port", name=f"p{i}", addresses=[a],
+                              port_security=["".join([a, ""])],
+                              options={"requested-chassis": "".join(["node", "1"])})
+            idl.notify(ovs_idl.ROW_CREATE, r)
+            rows.append(r)
+        for r in rows:
+            assert r._data["port_security"] is r._data["addresses"]
+        assert rows[1]._data["options"] is rows[2]._data["options"]    # recurring: shared
+        old = idl._Idl__apply_diff(lsp, rows[1], {
+            "options": ["map", [["requested-chassis", "node2"]]],            # value replaced
+            "port_security": ["set", ["0a:58:0a:10:00:01 10.16.0.1"]]})      # member removed
+        idl.notify(ovs_idl.ROW_UPDATE, rows[1], _Updates(old))
+        assert rows[1].options == {"requested-chassis": "node2"} and rows[1].port_security == []
+        assert rows[1].addresses == ["0a:58:0a:10:00:01 10.16.0.1"]
+        assert rows[2].options == {"requested-chassis": "node1"}
+        assert rows[2].port_security == rows[2].addresses == ["0a:58:0a:10:00:02 10.16.0.2"]
+    finally:
+        idl.close()
+
+
+class _Updates:
+    def __init__(self, data):
+        self._data = data
+
+
+def test_references_hold_the_referenced_rows_own_uuid_object(idl):
+    """pacific.ovn.refs: a reference Atom is made to hold its row's UUID object
+    (equal value), whether the row came before the reference or after it in
+    the same run, and through a diff too."""
+    sw = idl.tables["Logical_Switch"]
+    first = committed_row(idl, "Logical_Switch_Port", name="p0")
+    idl.notify(ovs_idl.ROW_CREATE, first)
+    row = committed_row(idl, "Logical_Switch", name="s1", ports=[])
+    row._data["ports"] = ovs_data.Datum.from_json(
+        sw.columns["ports"].type, ["set", [["uuid", str(first.uuid)], ["uuid", str(uuid.UUID(int=7))]]])
+    idl.notify(ovs_idl.ROW_CREATE, row)
+    late = ovs_idl.Row(idl, idl.tables["Logical_Switch_Port"], uuid.UUID(int=7),
+                       {c: ovs_data.Datum.default(t.type)
+                        for c, t in idl.tables["Logical_Switch_Port"].columns.items()})
+    idl.tables["Logical_Switch_Port"].rows[late.uuid] = late
+    idl.notify(ovs_idl.ROW_CREATE, late)          # came after the reference
+    third = committed_row(idl, "Logical_Switch_Port", name="p2")
+    idl.notify(ovs_idl.ROW_CREATE, third)
+    idl._Idl__apply_diff(sw, row, {"ports": ["set", [["uuid", str(third.uuid)]]]})
+    held = {a.value for a in row._data["ports"].values}
+    assert held == {first.uuid, late.uuid, third.uuid}
+    for a in row._data["ports"].values:
+        assert a.value is idl.tables["Logical_Switch_Port"].rows[a.value].uuid
+    assert {p.uuid for p in row.ports} == {first.uuid, late.uuid, third.uuid}
+    idl.refs.forget()
+    assert not idl.refs.pending
