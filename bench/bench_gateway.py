@@ -140,12 +140,7 @@ def main() -> int:
     ap.add_argument("--failovers", type=int, default=10)
     ap.add_argument("--subnets", type=int, default=100)
     ap.add_argument("--pods", type=int, default=100)
-    ap.add_argument("--ovs-prefix", action="append", metavar="DIR",
-                    help="run on this OVS/OVN installation (repeatable: one run each, "
-                    "compared at the end; default: the sandbox's default, and Debian's "
-                    "/usr as well when that is another one)")
-    ap.add_argument("--keep", action="store_true",
-                    help="leave the sandbox up when a part fails, to inspect it")
+    add_install_options(ap)
     args = ap.parse_args()
     prefixes = args.ovs_prefix or list(dict.fromkeys(
         [default_install().prefix, ovsinstall.SYSTEM_PREFIX]))
@@ -222,11 +217,26 @@ def bench(args, ovs_prefix: str) -> dict:
     finally:
         if server:
             server.kill()
-        if failed and args.keep:
-            print(f"left sandbox {sb.name} up (--keep); `pacific sandbox down --name {sb.name}`")
-        else:
-            sb.down()
+        down_unless_kept(sb, failed and args.keep)
     return res
+
+
+def add_install_options(ap: argparse.ArgumentParser) -> None:
+    """--ovs-prefix and --keep, as every benchmark of one sandbox per installation has them."""
+    ap.add_argument("--ovs-prefix", action="append", metavar="DIR",
+                    help="run on this OVS/OVN installation (repeatable: one run each, "
+                    "compared at the end; default: the sandbox's default, and Debian's "
+                    "/usr as well when that is another one)")
+    ap.add_argument("--keep", action="store_true",
+                    help="leave the sandbox up when a part fails, to inspect it")
+
+
+def down_unless_kept(sb, keep: bool) -> None:
+    """The benchmark's sandbox goes down, unless --keep asked to inspect a failure."""
+    if keep:
+        print(f"left sandbox {sb.name} up (--keep); `pacific sandbox down --name {sb.name}`")
+    else:
+        sb.down()
 
 
 if __name__ == "__main__":

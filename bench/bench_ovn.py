@@ -81,6 +81,7 @@ from pacific.ipam.ipam import IPAM  # noqa: E402
 from pacific.node.attachment import PodAttachment  # noqa: E402
 from pacific.ovn import NorthboundAPI, Owner, acl, ensure, lb  # noqa: E402
 from pacific.ovn.ovs import OvsAPI  # noqa: E402
+from bench_gateway import add_install_options, down_unless_kept  # noqa: E402
 from pacific.ovn.query import Query  # noqa: E402
 from pacific.sandbox.cluster import Sandbox  # noqa: E402
 from pacific.sandbox.daemons import default_install  # noqa: E402
@@ -470,10 +471,7 @@ def bench(args, prefix: str) -> dict:
             writer.stop()
         if nb:
             nb.close()
-        if failed and args.keep:
-            print(f"left sandbox {sb.name} up (--keep); `pacific sandbox down --name {sb.name}`")
-        else:
-            sb.down()
+        down_unless_kept(sb, failed and args.keep)
     return res
 
 
@@ -535,12 +533,7 @@ def main() -> int:
     ap.add_argument("--subnets", type=int, default=4, help="Subnet switches")
     ap.add_argument("--bind", type=float, default=1.0,
                     help="share of the pods bound on their node (0-1)")
-    ap.add_argument("--ovs-prefix", action="append", metavar="DIR",
-                    help="run on this OVS/OVN installation (repeatable: one run each, "
-                    "compared at the end; default: the sandbox's default, and Debian's "
-                    "/usr as well when that is another one)")
-    ap.add_argument("--keep", action="store_true",
-                    help="leave the sandbox up when a part fails, to inspect it")
+    add_install_options(ap)
     args = ap.parse_args()
     if not 0 <= args.bind <= 1:
         ap.error("--bind is a share, 0 to 1")
