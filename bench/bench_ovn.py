@@ -82,6 +82,7 @@ from pacific.node.attachment import PodAttachment  # noqa: E402
 from pacific.ovn import NorthboundAPI, Owner, acl, ensure, lb  # noqa: E402
 from pacific.ovn.ovs import OvsAPI  # noqa: E402
 from bench_gateway import add_install_options, down_unless_kept  # noqa: E402
+from bench_kube import cpu_seconds  # noqa: E402
 from pacific.ovn.query import Query  # noqa: E402
 from pacific.sandbox.cluster import Sandbox  # noqa: E402
 from pacific.sandbox.daemons import default_install  # noqa: E402
@@ -258,13 +259,6 @@ def recomputes(sb, ctl: str, node: str) -> int:
     return int(appctl(sb, ctl, "inc-engine/show-stats", node, "recompute").split()[0])
 
 
-def cpu_ms(pid: int) -> float:
-    """User + system CPU time of process `pid` (all its threads), ms."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
-
-
 def timed_recompute(sb, ctl: str, pid: int, node: str, watches: list[str],
                     timeout: float) -> dict:
     """Force a full recompute, wait until engine node `node` has recomputed and
@@ -273,7 +267,7 @@ def timed_recompute(sb, ctl: str, pid: int, node: str, watches: list[str],
     less disturbed by other processes on the cores than the stopwatches)."""
     appctl(sb, ctl, "stopwatch/reset")
     before = recomputes(sb, ctl, node)
-    cpu0 = cpu_ms(pid)
+    cpu0 = cpu_seconds(pid)
     appctl(sb, ctl, "inc-engine/recompute")
     wait_for(lambda: recomputes(sb, ctl, node) > before, timeout, f"{ctl}: {node} recomputed",
              interval=0.05)
@@ -294,7 +288,7 @@ def timed_recompute(sb, ctl: str, pid: int, node: str, watches: list[str],
         if not got or got[0] < 1:
             raise SystemExit(f"{ctl}: stopwatch {w} took no sample in the recompute")
         out[w] = got[1]
-    out["cpu"] = cpu_ms(pid) - cpu0
+    out["cpu"] = (cpu_seconds(pid) - cpu0) * 1000
     return out
 
 

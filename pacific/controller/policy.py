@@ -201,8 +201,8 @@ class PolicyFeature(Feature):
             return any(peer_moved(peer, pns or ns, ns, ns_labels, b, a) for b, a in changes)
         groups = {g for k, g, named in self.index.candidates(ns)
                   if (pol := cache.get(k)) is None or _moves(group_moved, pol, named)}
-        sets = {k for _, pns, peer, keys in self.index.sets() if _moves(set_moved, pns, peer)
-                for k in keys}
+        sets = {k for name, pns, peer in self.index.sets() if _moves(set_moved, pns, peer)
+                for k in self.index.keys_of(name)}
         return sorted(groups) + sorted(sets)
 
     def _on_namespace(self, old, new):

@@ -5,7 +5,8 @@ move without looking at every policy (policy.py; decision 0031).  No I/O.
     index = PolicyIndex()
     before, after = index.update("ns/p", new_policy)    # its old and new group keys
     index.candidates("ns")        # [(policy key, group key, names a port?)]
-    index.sets()                  # [(set name, pods' namespace or "", peer, keys)]
+    index.sets()                  # [(set name, pods' namespace or "", peer)]
+    index.keys_of("np_as_...")    # a set's queue keys, one per namespace naming it
 
 Each group is `namespace/np_<hash>` of one podSelector of one namespace.  A
 peer's address set may be named by policies of several namespaces (a
@@ -102,11 +103,15 @@ class PolicyIndex:
             keys = self._in_ns.get(ns, set()) | self._named
             return [(k, self._group_of[k], k in self._named) for k in keys]
 
-    def sets(self) -> list[tuple[str, str, dict, list[str]]]:
-        """(set name, its pods' namespace or "", peer, its queue keys) of every set."""
+    def sets(self) -> list[tuple[str, str, dict]]:
+        """(set name, its pods' namespace or "", peer) of every set."""
         with self._lock:
-            return [(name, pns, peer, self._keys_of(name))
-                    for name, (pns, peer) in self._set_def.items()]
+            return [(name, pns, peer) for name, (pns, peer) in self._set_def.items()]
+
+    def keys_of(self, name: str) -> list[str]:
+        """The queue keys of set `name`: one per namespace whose policies name it."""
+        with self._lock:
+            return self._keys_of(name)
 
     def set_def(self, name: str) -> tuple[str, dict] | None:
         with self._lock:

@@ -258,14 +258,11 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
                 continue
             if column.type.key.ref_table_name:
                 self.refs.share(column.type, datum_diff)
-            cur = row._data[column_name]
+            cur = old_row[column_name] = row._data[column_name]
             if len(cur.values) <= _BIG_COLUMN:
                 # a small column is diffed on a copy, never in place: the
                 # compactor shares small Datums among rows (_Compactor)
-                old_row[column_name] = cur
                 cur = cur.copy()
-            else:
-                old_row[column_name] = cur
             # sets and maps are edited in place (diff returns self); a column the
             # server never sent is a default Datum made on read (ColumnDefaultDict),
             # so the result is stored in any case (ovs compares it, O(n) for a set)

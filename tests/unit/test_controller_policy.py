@@ -221,13 +221,13 @@ def test_attack_a_tenant_sharing_a_peer_set_neither_owns_its_turn_nor_removes_it
         index.update(f"atk/p{i}", np({"podSelector": {}, "ingress": [{"from": [
             {"namespaceSelector": {"matchLabels": {"n": str(i)}}}, peer]}]}, "atk", f"p{i}"))
     shared = set_name("vic", peer)
-    keys = {name: k for name, _, _, k in index.sets()}
+    keys = {name: index.keys_of(name) for name, _, _ in index.sets()}
     assert keys[shared] == [set_key(shared, "atk"), set_key(shared, "vic")]
     assert all(k.startswith("atk/") for name, ks in keys.items() if name != shared for k in ks)
     for i in range(50):
         index.update(f"atk/p{i}", None)
     assert index.set_def(shared) == ("", peer)
-    assert [k for _, _, _, k in index.sets()] == [[set_key(shared, "vic")]]
+    assert [index.keys_of(name) for name, _, _ in index.sets()] == [[set_key(shared, "vic")]]
     index.update("vic/allow", None)
     assert index.sets() == [] and index.set_keys() == []
 
