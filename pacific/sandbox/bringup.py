@@ -28,6 +28,7 @@ ENCAP = "geneve"
 
 
 def central_up(sb: "Sandbox") -> None:
+    netns.raise_packet_buffers()
     ns = sb.central_netns
     sb._record_netns(ns)
     netns.create(ns, forwarding=True)

@@ -48,6 +48,27 @@ def create(name: str, ipv6: bool = False, forwarding: bool = False) -> None:
         run(["sysctl", "-qw", *sysctls], netns=name)
 
 
+# The userspace datapath's only buffer: ovs-vswitchd reads every port through an
+# AF_PACKET socket whose receive buffer is the host's net.core.rmem_default (not
+# settable per namespace, and OVS sets none).  Its 208 kB (~90 frames) overflowed
+# in a sender's bursts at 50-100 Mbit/s whenever vswitchd waited for a busy core,
+# and TCP then ran short of every rate (`ss -0 -m` in the node counts drops: d...).
+PACKET_RCVBUF = 4 * 1024 * 1024
+RMEM_DEFAULT = "/proc/sys/net/core/rmem_default"
+
+
+def raise_packet_buffers() -> None:
+    """Raise the host's default socket receive buffer to PACKET_RCVBUF (never
+    lower it): sockets take it when created, so before any ovs-vswitchd runs."""
+    with open(RMEM_DEFAULT) as f:
+        now = int(f.read())
+    if now < PACKET_RCVBUF:
+        with open(RMEM_DEFAULT, "w") as f:
+            f.write(str(PACKET_RCVBUF))
+        log.info("net.core.rmem_default raised from %d to %d bytes: ovs-vswitchd's "
+                 "AF_PACKET sockets are the userspace datapath's only buffer", now, PACKET_RCVBUF)
+
+
 def pids(name: str) -> list[int]:
     """Pids of every process whose network namespace is `name`."""
     if not exists(name):

