@@ -15,6 +15,8 @@ from pacific.sandbox.cluster import Sandbox
 from pacific.sandbox.proc import SandboxError, alive, wait_for
 
 pytestmark = pytest.mark.e2e
+# its own sandboxes, nothing timed: runs on the other worker (tests/conftest.py)
+BESIDE_THE_DATAPATH = True
 
 
 def root_links() -> set[str]:
@@ -115,8 +117,9 @@ def test_two_sandboxes_at_once(sandbox_factory):
     two.down()
 
 
-def test_spawn_records_the_daemons_own_pid_in_its_namespace(sandbox):
-    node = sandbox.nodes[1]
+def test_spawn_records_the_daemons_own_pid_in_its_namespace(sandbox_factory):
+    sandbox = sandbox_factory(nodes=1)
+    node = sandbox.nodes[0]
     pid = sandbox.spawn("t-sleeper", ["sleep", "600"], netns=node.netns,
                         env={"PACIFIC_TEST": "1"})
     try:
