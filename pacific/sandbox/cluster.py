@@ -222,9 +222,25 @@ class Sandbox:
                 or bool(st.get("deploy")) != self.deploy \
                 or st.get("ovs_prefix") != self.ovs.prefix:
             return False
-        return (all(alive(d["pid"], d["start"]) for d in st["daemons"].values()
-                    if d.get("kind") == "ovs")
+        return (all(alive(d["pid"], d["start"]) or self.adopt_restarted(tag)
+                    for tag, d in st["daemons"].items() if d.get("kind") == "ovs")
                 and all(netns.exists(n) for n in st["netns"]))
+
+    def adopt_restarted(self, tag: str) -> int | None:
+        """The pid of daemon `tag` after its `--monitor` restarted it following a
+        crash (ovs-vswitchd, ovn-northd: as systemd restarts them), recorded in
+        the state file; None if its pidfile names no other live process."""
+        d = self.state.read()["daemons"].get(tag)
+        if not d:
+            return None
+        pid = read_pidfile(d["pidfile"])
+        started = start_time(pid) if pid else None
+        if not pid or not started or (pid, started) == (d["pid"], d["start"]):
+            return None
+        self._record_daemon(tag, Started(pid, started, d["pidfile"], d["log"], d.get("ctl")),
+                            d.get("netns"))
+        log.warning("%s restarted after a crash (pid %d); see %s", tag, pid, d["log"])
+        return pid
 
     def _leftovers(self) -> bool:
         return os.path.exists(self.dir) or bool(netns.list_with_prefix(self.netns_prefix))

@@ -71,8 +71,10 @@ def ovsdb_server(base: str, db: str, remotes: list[str], netns: str | None,
 
 
 def ovn_northd(nb_remote: str, sb_remote: str, netns: str, directory: str) -> Started:
+    # --monitor: restarted after a crash, as ovn-ctl and systemd do (OVN 26.03.1's
+    # northd once aborted in ods_assign_array_index() while switches came and went)
     return start_detached("ovn-northd", "northd",
-                          [f"--ovnnb-db={nb_remote}", f"--ovnsb-db={sb_remote}"],
+                          ["--monitor", f"--ovnnb-db={nb_remote}", f"--ovnsb-db={sb_remote}"],
                           netns, directory)
 
 

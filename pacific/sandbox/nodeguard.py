@@ -21,8 +21,7 @@ import signal
 import threading
 import time
 
-from pacific.sandbox.daemons import Started
-from pacific.sandbox.proc import read_pidfile, run, start_time
+from pacific.sandbox.proc import run
 
 log = logging.getLogger("pacific.sandbox.nodeguard")
 
@@ -50,17 +49,7 @@ def restore(sb, node) -> None:
 
 
 def record_new_pid(sb, node) -> None:
-    tag = f"{node.name}/ovs-vswitchd"
-    d = sb.state.read()["daemons"].get(tag)
-    if not d:
-        return
-    pid = read_pidfile(d["pidfile"])
-    started = start_time(pid) if pid else None
-    if pid and started and (pid, started) != (d["pid"], d["start"]):
-        sb._record_daemon(tag, Started(pid, started, d["pidfile"], d["log"], d.get("ctl")),
-                          node.netns)
-        log.warning("%s: ovs-vswitchd restarted after a crash (pid %d); see %s", node.name,
-                    pid, d["log"])
+    sb.adopt_restarted(f"{node.name}/ovs-vswitchd")
 
 
 def main(argv=None) -> int:

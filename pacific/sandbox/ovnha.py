@@ -142,7 +142,7 @@ def central_up(sb: "Sandbox") -> None:
     for i in NORTHD_MEMBERS:
         d = member_dir(sb, i)
         st = daemons.start_detached("ovn-northd", "northd",
-                                    [f"--ovnnb-db={r['nb_tcp_remote']}",
+                                    ["--monitor", f"--ovnnb-db={r['nb_tcp_remote']}",
                                      f"--ovnsb-db={r['sb_tcp_remote']}",
                                      *_ssl_args(ssl_files(sb, "northd"))],
                                     member_netns(sb, i), d)

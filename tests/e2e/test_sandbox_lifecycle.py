@@ -205,3 +205,19 @@ def test_a_crashed_ovs_vswitchd_comes_back_with_the_underlay(sandbox_factory):
     assert new != old and alive(new)
     assert sb.healthy()
     sb.down()
+
+
+def test_a_crashed_ovn_northd_comes_back_and_programs_new_ports(sandbox_factory):
+    """An aborted ovn-northd (OVN 26.03.1's once failed an assertion in
+    ods_assign_array_index while switches came and went) is restarted by --monitor,
+    as ovn-ctl and systemd do: ports added after the crash still get a datapath."""
+    sb = sandbox_factory(nodes=2)
+    old = sb.state.read()["daemons"]["central/northd"]["pid"]
+    os.kill(old, signal.SIGABRT)                 # what a failed assertion does
+    wait_for(lambda: not alive(old), 5, "the aborted northd to die")
+    a, b = pod_pair(sb)                          # their ports installed: northd is back
+    assert a.ping(b.ip, wait=10)
+    assert sb.healthy()
+    new = sb.state.read()["daemons"]["central/northd"]["pid"]
+    assert new != old and alive(new)
+    sb.down()
