@@ -14,6 +14,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -36,6 +37,8 @@ class ControlPlane:
         self.apiserver = None
         self.kubeconfig = self.dir / "kubeconfig"
         self.controllers: dict[str, subprocess.Popen] = {}
+        self._restarts = threading.Lock()     # a restart and close() do not cross
+        self._closing = False
         self.kube = None
         self.nb = None
 
@@ -65,6 +68,8 @@ class ControlPlane:
         return self
 
     def close(self) -> None:
+        with self._restarts:
+            self._closing = True
         for tag in list(self.controllers):
             self.kill_controller(tag, signal.SIGKILL)
         if self.nb is not None:
@@ -83,7 +88,12 @@ class ControlPlane:
         self.close()
 
     # -- controllers -----------------------------------------------------------------
-    def start_controller(self, tag: str = "c1", leader_elect: bool = True, extra=()) -> subprocess.Popen:
+    def start_controller(self, tag: str = "c1", leader_elect: bool = True, extra=(),
+                         restart: bool = False) -> subprocess.Popen:
+        """A pacific-controller subprocess; with `restart`, started again whenever it
+        exits on its own, as its Deployment would (a leader whose 3 s Lease could not
+        be renewed on a loaded machine steps down and exits).  kill_controller() and
+        close() end it for good."""
         argv = [sys.executable, "-m", "pacific.controller.main", "--kubeconfig", str(self.kubeconfig),
                 "--nb-remote", self.nb_remote, "--identity", tag, "--gc-interval", "30",
                 "--lease-duration", "3", "--renew-deadline", "2", "--retry-period", "0.5",
@@ -93,7 +103,16 @@ class ControlPlane:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=open(self.dir / f"{tag}.err", "ab"), cwd=str(REPO))
         self.controllers[tag] = p
+        if restart:
+            threading.Thread(target=self._restart_when_gone, args=(tag, p, leader_elect, extra),
+                             daemon=True, name=f"restart-{tag}").start()
         return p
+
+    def _restart_when_gone(self, tag: str, p: subprocess.Popen, leader_elect: bool, extra) -> None:
+        p.wait()
+        with self._restarts:
+            if not self._closing and self.controllers.get(tag) is p:  # ended on its own
+                self.start_controller(tag, leader_elect, extra, restart=True)
 
     def kill_controller(self, tag: str, sig=signal.SIGKILL, timeout: float = 15) -> None:
         p = self.controllers.pop(tag, None)

@@ -30,7 +30,7 @@ def cp(tmp_path):
     with ControlPlane(tmp_path) as plane:
         if r.get(plane.kube, r.NAMESPACES, "default") is None:
             r.create(plane.kube, r.NAMESPACES, {"metadata": {"name": "default"}})
-        plane.start_controller("c1")
+        plane.start_controller("c1", restart=True)
         wait_until(lambda: plane.leader() == "c1", 30, what="c1 leading")
         wait_until(lambda: _ready(plane, names.DEFAULT_SUBNET), 30, what="default subnet ready")
         try:
