@@ -229,13 +229,16 @@ class Sandbox:
     def adopt_restarted(self, tag: str) -> int | None:
         """The pid of daemon `tag` after its `--monitor` restarted it following a
         crash (ovs-vswitchd, ovn-northd: as systemd restarts them), recorded in
-        the state file; None if its pidfile names no other live process."""
+        the state file; None if its pidfile names no other live process, or one
+        whose command line does not name that pidfile (a stale pidfile's pid taken
+        by a stranger, whom down() would then stop: the rule of _stop_unrecorded)."""
         d = self.state.read()["daemons"].get(tag)
         if not d:
             return None
         pid = read_pidfile(d["pidfile"])
         started = start_time(pid) if pid else None
-        if not pid or not started or (pid, started) == (d["pid"], d["start"]):
+        if not pid or not started or (pid, started) == (d["pid"], d["start"]) \
+                or d["pidfile"] not in _cmdline(pid):
             return None
         self._record_daemon(tag, Started(pid, started, d["pidfile"], d["log"], d.get("ctl")),
                             d.get("netns"))
