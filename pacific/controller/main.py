@@ -274,7 +274,7 @@ def main(argv=None) -> int:
     from pacific.controller.core import Controller
     from pacific.kube import client
     from pacific.ovn.base import configure_ssl
-    from pacific.ovn.nb import CONTROLLER_MONITOR, NorthboundAPI, OvnError
+    from pacific.ovn.nb import CONTROLLER_COMPACT, CONTROLLER_MONITOR, NorthboundAPI, OvnError
 
     shutdown = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -285,7 +285,7 @@ def main(argv=None) -> int:
             configure_ssl(args.nb_ssl_key, args.nb_ssl_cert, args.nb_ssl_ca)
         # only the NB tables/columns the controller reads: a smaller replica
         nb = NorthboundAPI(cfg.nb_remote, created_by=names.CONTROLLER_NAME,
-                           monitor=CONTROLLER_MONITOR)
+                           monitor=CONTROLLER_MONITOR, compact=CONTROLLER_COMPACT)
     except (client.KubeconfigError, OvnError) as exc:
         LOG.error("%s", exc)
         return 1

@@ -401,7 +401,7 @@ class PolicyFeature(Feature):
                 row = nb.lookup(ensure.PG, pg)
             except idlutils.RowNotFound:
                 return None, None
-            return {p.name for p in row.ports}, row.external_ids.get(names.EXT_POLICIES)
+            return nb.ref_names(row, "ports"), row.external_ids.get(names.EXT_POLICIES)
 
     def _addresses(self, name: str) -> set[str] | None:
         return ensure.address_set_addresses(self.ctl.nb, name)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from ovsdbapp.backend.ovs_idl import idlutils
 
-from pacific.ovn.ensure import LS, LSP, PG, Command, find, has_ref  # noqa: F401 (LS for callers)
+from pacific.ovn.ensure import LS, LSP, PG, Command, find, has_uuid  # noqa: F401 (LS for callers)
 
 ACL = "ACL"
 
@@ -117,10 +117,9 @@ def groups_holding(api, ports: list[str], groups: list[str]) -> dict[str, frozen
             except idlutils.RowNotFound:
                 pass
         for p in ports:
-            try:
-                lsp = api.lookup(LSP, p)
-            except idlutils.RowNotFound:
+            uuid = api.row_uuid(LSP, p)
+            if uuid is None:
                 continue
-            held = frozenset(pg.name for pg in pgs if has_ref(pg, "ports", lsp))
+            held = frozenset(pg.name for pg in pgs if has_uuid(pg, "ports", uuid))
             out[p] = same.setdefault(held, held)
     return out

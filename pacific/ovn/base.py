@@ -44,6 +44,7 @@ from ovsdbapp import exceptions as ovsdbapp_exc
 
 from pacific import names
 from pacific.ovn import cjson
+from pacific.ovn.compact import CompactTable
 from pacific.ovn.refs import RefSharer
 from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
                                 OvnTransactionError)
@@ -187,7 +188,9 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
         self.compactor = _Compactor()
         self.after_change = after_change
         self.owners = OwnerIndex()
-        self.refs = RefSharer(self.tables)
+        # table -> rows of one owner kind kept as tuples, not Rows (compact.py)
+        self.compact: dict[str, CompactTable] = {}
+        self.refs = RefSharer(self.tables, self.compact)
         # table -> (fn(event, row, updates), ...): see ApiBase.watch_rows.  Copied
         # on write, so notify() iterates a snapshot and a watcher is removed
         # without the connection lock (held across a whole transaction's round
@@ -235,6 +238,25 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
             except Exception:   # a watcher's bug must not stop the replica's update
                 LOG.exception("row watcher %r failed on %s of %s", fn, event, row._table.name)
         self.notify_handler.notify(event, row, updates)
+
+    def _Idl__process_update2(self, table, uuid, row_update):
+        """ovs.db.idl.Idl.__process_update2, for a compacted table's rows
+        first offered to its CompactTable (see pacific.ovn.compact)."""
+        compact = self.compact.get(table.name)
+        if compact is not None and self.tables.get(table.name) is table:
+            handled = compact.update(uuid, row_update)
+            if handled is True:
+                self.refs.arrived(compact.get(uuid))
+                self.change_seqno += 1    # the replica changed (no Row, no notice)
+                return False
+            if handled is not None:       # an entry that stopped matching: a Row now
+                row_update = handled
+        return super()._Idl__process_update2(table, uuid, row_update)
+
+    def _Idl__clear(self):
+        super()._Idl__clear()
+        for compact in self.compact.values():
+            compact.clear()
 
     def _Idl__apply_diff(self, table, row, row_diff):
         """ovs.db.idl.Idl.__apply_diff (an "update2" modify), without copying a
@@ -624,7 +646,9 @@ class _DeleteRows(ovsdbapp_cmd.BaseCommand):
     def run_idl(self, txn):
         tables = self.api.tables
         target = tables[self.table]
-        todo = {u for u in self.uuids if u in target.rows}
+        compact = self.api.idl.compact.get(self.table)
+        todo = {u for u in self.uuids
+                if u in target.rows or (compact is not None and compact.get(u) is not None)}
         self.result = len(todo)
         if not todo:
             return
@@ -642,16 +666,16 @@ class _DeleteRows(ovsdbapp_cmd.BaseCommand):
                             and t.value.is_strong_ref())):
                     continue
                 for prow in list(parent.rows.values()):
-                    value = getattr(prow, col.name)
-                    if isinstance(value, dict):
-                        for k, v in list(value.items()):
-                            if getattr(v, "uuid", None) in todo:
-                                prow.delkey(col.name, k)
+                    # the committed uuids (``prow.<col>`` leaves compacted rows out)
+                    datum = prow._data[col.name]
+                    if t.value is not None:
+                        for k, v in list(datum.values.items()):
+                            if v.value in todo:
+                                prow.delkey(col.name, k.value)
                         continue
-                    refs = value if isinstance(value, list) else [value]
-                    for ref in refs:
-                        if getattr(ref, "uuid", None) in todo:
-                            prow.delvalue(col.name, ref)
+                    for atom in list(datum.values):
+                        if atom.value in todo:
+                            prow.delvalue(col.name, atom.value)
 
 
 _SCAN_CHUNK = 2000
@@ -724,9 +748,12 @@ class ApiBase:
                  created_by: str | None = None,
                  monitor: Mapping[str, Iterable[str] | None] | None = None,
                  conditions: Mapping[str, list] | None = None,
-                 after_change: Callable[[Any], None] | None = None):
+                 after_change: Callable[[Any], None] | None = None,
+                 compact: Mapping[str, tuple[str, str]] | None = None):
         """`conditions`: table -> OVSDB condition (clauses OR-ed) of the rows to
-        replicate, from the first monitor request on; `after_change(idl)`: called
+        replicate, from the first monitor request on; `compact`: table ->
+        (external_ids key, value) of the rows kept as tuples, not Rows
+        (pacific.ovn.compact: no events for them); `after_change(idl)`: called
         in the connection thread, under its lock, after every run of the IDL
         that changed the replica (a consistent moment to read it; must not block)."""
         self.remote = remote
@@ -761,6 +788,8 @@ class ApiBase:
         idl = NotifyingIdl(remote, helper, self._handler, after_change)
         for table, condition in (conditions or {}).items():
             idl.cond_change(table, condition)     # sent with the first monitor request
+        for table, (key, value) in (compact or {}).items():
+            idl.compact[table] = CompactTable(idl.tables[table], key, value)
         # no public API for the back-off: the IDL's private session (checked
         # by tests/unit/test_ovn_internals.py), before its thread starts
         idl._session.reconnect.set_backoff(MIN_BACKOFF_MS, MAX_BACKOFF_MS)
@@ -783,6 +812,47 @@ class ApiBase:
     @ovsdb_connection.setter
     def ovsdb_connection(self, connection):
         self._conn = connection
+
+    # --- rows -----------------------------------------------------------------
+    def _lookup(self, table, record):
+        """ovsdbapp's lookup (under the connection lock), also finding a
+        compacted row: as a TransientRow (pacific.ovn.compact)."""
+        try:
+            return super()._lookup(table, record)
+        except idlutils.RowNotFound:
+            compact = self.idl.compact.get(table)
+            entry = compact.get(record) if compact is not None else None
+            if entry is None:
+                raise
+            return compact.row(self.idl, entry)
+
+    def row_uuid(self, table: str, name: str):
+        """The uuid of the row of `table` named `name`, or None, without
+        building a row; connection thread or under the connection lock."""
+        compact = self.idl.compact.get(table)
+        uuid = compact.uuid_of(name) if compact is not None else None
+        if uuid is not None:
+            return uuid
+        try:
+            return super()._lookup(table, name).uuid
+        except idlutils.RowNotFound:
+            return None
+
+    def ref_names(self, row, column: str) -> set[str]:
+        """Names of the rows that `row`'s reference set `column` holds, as
+        committed (compacted rows included, which ``row.<column>`` leaves
+        out); connection thread or under the connection lock."""
+        ref = row._table.columns[column].type.key.ref_table_name
+        rows = self.tables[ref].rows
+        compact = self.idl.compact.get(ref)
+        out = set()
+        for atom in row._data[column].values:
+            r = rows.get(atom.value)
+            name = r.name if r is not None else (
+                compact.name_of(atom.value) if compact is not None else None)
+            if name is not None:
+                out.add(name)
+        return out
 
     # --- life cycle ----------------------------------------------------------
     def close(self) -> None:
@@ -853,11 +923,22 @@ class ApiBase:
             uuids = self.idl.owners.uuids(table, kind, owner)
             plain = [c for c, col in t.columns.items()
                      if c != "external_ids" and not _is_ref(col.type)]
+            compact = self.idl.compact.get(table)
+            if compact is not None and kind in (None, compact.match[1]):
+                uuids = uuids + list(compact.by_uuid)
         out = []
         for start in range(0, len(uuids), _SCAN_CHUNK):
             with self.ovsdb_connection.lock:
                 for uuid in uuids[start:start + _SCAN_CHUNK]:
                     row = t.rows.get(uuid)
+                    if row is None and compact is not None:
+                        entry = compact.get(uuid)
+                        if entry is not None:
+                            ids = compact.external_ids(entry)
+                            if owner is None or ids.get(names.EXT_OWNER) == owner:
+                                out.append(RowSnapshot(uuid, ids, {c: compact.value(entry, c)
+                                                                   for c in plain}))
+                            continue
                     if row is None:        # deleted while disconnected (see OwnerIndex)
                         continue
                     ids = row.external_ids

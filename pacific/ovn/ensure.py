@@ -44,6 +44,7 @@ from ovsdbapp.backend.ovs_idl import idlutils
 from ovsdbapp.backend.ovs_idl import rowview
 
 from pacific.ovn.base import _init_ref_sets
+from pacific.ovn.compact import TransientRow
 
 LS = "Logical_Switch"
 LSP = "Logical_Switch_Port"
@@ -70,14 +71,20 @@ def _created(txn) -> dict:
 
 
 def find(api, txn, table: str, name: str):
-    """Row named `name` in `table`, including rows inserted in `txn`; or None."""
-    row = _created(txn).get((table, name))
+    """Row named `name` in `table`, including rows inserted in `txn`; or None.
+    A compacted row (pacific.ovn.compact) is one TransientRow per transaction,
+    so every command of the transaction writes the same object."""
+    created = _created(txn)
+    row = created.get((table, name))
     if row is not None:
         return row
     try:
-        return api.lookup(table, name)
+        row = api.lookup(table, name)
     except idlutils.RowNotFound:
         return None
+    if isinstance(row, TransientRow):
+        created[(table, name)] = row
+    return row
 
 
 def insert(api, txn, table: str, name: str):
@@ -110,6 +117,11 @@ def has_ref(parent, column: str, child) -> bool:
     thread (a command's run_idl) or under ``api.ovsdb_connection.lock``.
     tests/unit/test_ovn_internals.py fails if ovs changes that layout."""
     return _has(parent, column, child, ovs_data.Atom(ovs_types.UuidType, child.uuid))
+
+
+def has_uuid(parent, column: str, uuid) -> bool:
+    """has_ref for a read outside a transaction, given the child's uuid."""
+    return _has(parent, column, uuid, ovs_data.Atom(ovs_types.UuidType, uuid))
 
 
 def has_value(parent, column: str, value: str) -> bool:
@@ -393,7 +405,8 @@ class DeletePort(Command):
             parents = referrers(self.api, LS, "ports", row)
         for p in parents:
             p.delvalue("ports", row)
-        row.delete()
+        if not isinstance(row, TransientRow):   # a non-root row: gone once unreferenced
+            row.delete()
         self.result = True
 
 

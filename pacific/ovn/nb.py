@@ -49,6 +49,7 @@ from typing import Iterable, Mapping
 
 from ovsdbapp.schema.ovn_northbound import impl_idl
 
+from pacific import names
 from pacific.ovn.capabilities import Capabilities
 from pacific.ovn.capabilities import from_schema as capabilities_of
 from pacific.ovn.base import DEFAULT_TIMEOUT, ApiBase, Owner
@@ -57,7 +58,7 @@ from pacific.ovn.errors import (OvnConnectionError, OvnError, OvnTimeoutError,
 
 __all__ = ["NorthboundAPI", "Owner", "OvnError", "OvnConnectionError",
            "OvnTransactionError", "OvnTimeoutError", "NB_TABLES",
-           "CONTROLLER_MONITOR"]
+           "CONTROLLER_MONITOR", "CONTROLLER_COMPACT"]
 
 # Only these tables are monitored (pass tables=[...] to add more).
 NB_TABLES = (
@@ -100,6 +101,15 @@ CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
 }
 
 
+# What pacific-controller keeps as tuples rather than IDL Rows
+# (``NorthboundAPI(..., compact=CONTROLLER_COMPACT)``, pacific.ovn.compact):
+# the pods' switch ports, 100,000 at scale.  Read them through lookup(),
+# rows_owned(), row_uuid() and ref_names(); they raise no row events.
+CONTROLLER_COMPACT: dict[str, tuple[str, str]] = {
+    "Logical_Switch_Port": (names.EXT_OWNER_KIND, names.OWNER_KIND_POD),
+}
+
+
 class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
     """OVN Northbound database; one IDL connection per instance.
 
@@ -113,6 +123,8 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
             all columns), instead of every column of NB_TABLES; e.g.
             CONTROLLER_MONITOR.  The node daemon, sandbox and tests keep
             the default (everything in NB_TABLES).
+        compact: table -> (external_ids key, value) of rows kept as tuples
+            rather than Rows, e.g. CONTROLLER_COMPACT (pacific.ovn.compact).
     """
 
     TABLES = NB_TABLES
@@ -120,9 +132,10 @@ class NorthboundAPI(ApiBase, impl_idl.OvnNbApiIdlImpl):
     def __init__(self, remote: str, timeout: float = DEFAULT_TIMEOUT,
                  tables: Iterable[str] | None = None,
                  created_by: str | None = None,
-                 monitor: Mapping[str, Iterable[str] | None] | None = None):
+                 monitor: Mapping[str, Iterable[str] | None] | None = None,
+                 compact: Mapping[str, tuple[str, str]] | None = None):
         super().__init__(remote, timeout=timeout, tables=tables,
-                         created_by=created_by, monitor=monitor)
+                         created_by=created_by, monitor=monitor, compact=compact)
 
     def capabilities(self) -> Capabilities:
         """What this server's OVN can do (pacific.ovn.capabilities)."""

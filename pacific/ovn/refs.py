@@ -10,15 +10,18 @@ and its slot in the set only.
 A reference often arrives before its row: the switch's update naming a new
 port may come first in the same update message.  Such Atoms wait in `pending`
 until the row is created (`created`); whatever is left at the end of the IDL's
-run (a row not replicated, or gone meanwhile) is forgotten (`forget`).
+run (a row not replicated, or gone meanwhile) is forgotten (`forget`).  A row
+kept as a tuple (pacific.ovn.compact) is referred to by the uuid object of its
+entry, as a row by its own (`arrived`).
 Connection thread only (called by pacific.ovn.base.NotifyingIdl).
 """
 from __future__ import annotations
 
 
 class RefSharer:
-    def __init__(self, tables):
+    def __init__(self, tables, compact=None):
         self.tables = tables     # the IDL's table name -> IdlTable
+        self.compact = compact if compact is not None else {}   # name -> CompactTable
         self.pending: dict = {}  # uuid -> [Atom, ...] waiting for that row
 
     def share(self, column_type, datum) -> None:
@@ -31,12 +34,19 @@ class RefSharer:
         if table is None:
             return
         rows = table.rows
+        compact = self.compact.get(ref)
         for atom in datum.values:
             row = rows.get(atom.value)
-            if row is None:
-                self.pending.setdefault(atom.value, []).append(atom)
-            elif row.uuid is not atom.value:
-                atom.value = row.uuid
+            if row is not None:
+                own = row.uuid
+            else:
+                entry = compact.get(atom.value) if compact is not None else None
+                if entry is None:
+                    self.pending.setdefault(atom.value, []).append(atom)
+                    continue
+                own = entry[0]
+            if own is not atom.value:
+                atom.value = own
 
     def created(self, row) -> None:
         """A row was created: its own reference columns, and the Atoms that
@@ -48,6 +58,14 @@ class RefSharer:
         waiting = self.pending.pop(row.uuid, None)
         for atom in waiting or ():
             atom.value = row.uuid
+
+    def arrived(self, entry) -> None:
+        """A compacted row was stored (its entry; entry[0] its uuid): the
+        Atoms that waited for it."""
+        if entry is None:
+            return
+        for atom in self.pending.pop(entry[0], None) or ():
+            atom.value = entry[0]
 
     def forget(self) -> None:
         if self.pending:

@@ -626,12 +626,13 @@ def test_replica_sharing_survives_updates_of_one_row(nbdb, nb):
 
 
 def test_controller_monitor_holds_only_its_columns_and_every_command_works(nbdb, nb):
-    """NorthboundAPI(monitor=CONTROLLER_MONITOR), as pacific-controller
+    """NorthboundAPI(monitor=CONTROLLER_MONITOR, compact=...), as pacific-controller
     connects: the replica has only the listed tables/columns, and everything
     the controller and the ensure layer do still works on it."""
     from pacific.ovn import ensure
-    from pacific.ovn.nb import CONTROLLER_MONITOR
-    ctl = NorthboundAPI(nbdb.remote, timeout=10, created_by="test", monitor=CONTROLLER_MONITOR)
+    from pacific.ovn.nb import CONTROLLER_COMPACT, CONTROLLER_MONITOR
+    ctl = NorthboundAPI(nbdb.remote, timeout=10, created_by="test", monitor=CONTROLLER_MONITOR,
+                        compact=CONTROLLER_COMPACT)
     try:
         assert set(ctl.tables) == set(CONTROLLER_MONITOR)
         assert set(ctl.tables["Logical_Switch_Port"].columns) == set(

@@ -198,6 +198,21 @@ class FakeNB:
                 return row
         raise idlutils.RowNotFound(table=table, col="name", match=name)
 
+    def row_uuid(self, table, name):
+        """As NorthboundAPI.row_uuid: the uuid of an owned row (one made from
+        its name if the test gave none), else None."""
+        import uuid
+        from ovsdbapp.backend.ovs_idl import idlutils
+        try:
+            row = self.lookup(table, name)
+        except idlutils.RowNotFound:
+            return None
+        return getattr(row, "uuid", None) or uuid.uuid5(uuid.NAMESPACE_OID, f"{table}/{name}")
+
+    def ref_names(self, row, column):
+        """As NorthboundAPI.ref_names: the names of the rows `row.<column>` holds."""
+        return {r.name for r in getattr(row, column)}
+
     def is_connected(self):
         return True
 

@@ -12,7 +12,10 @@ the library has no public way to do the same thing cheaply:
   which relies on ``Datum.diff`` replacing a single-valued scalar and
   editing only a set's or map's own dict;
 * ``Idl._session`` (``reconnect.set_backoff``, ``is_connected``):
-  ``ApiBase.__init__`` and ``NotifyingIdl.run``.
+  ``ApiBase.__init__`` and ``NotifyingIdl.run``;
+* ``Idl.__process_update2`` / ``Idl.__clear`` (name-mangled), overridden by
+  ``NotifyingIdl`` for ``compact.CompactTable``, and a Row that is not in
+  its table written in a transaction (``compact.TransientRow``).
 
 Each test here pins one of them, without a server, so an ovs upgrade that
 changes them fails here by name instead of silently (e.g. a membership check
@@ -318,3 +321,42 @@ def test_references_hold_the_referenced_rows_own_uuid_object(idl):
     assert {p.uuid for p in row.ports} == {first.uuid, late.uuid, third.uuid}
     idl.refs.forget()
     assert not idl.refs.pending
+
+
+def test_process_update2_and_clear_overrides_keep_compacted_rows(idl):
+    """NotifyingIdl overrides the name-mangled Idl.__process_update2 and
+    Idl.__clear: the ovs methods must exist under those names (else pod ports
+    become Rows again, silently)."""
+    from pacific.ovn.compact import CompactTable
+    for name in ("_Idl__process_update2", "_Idl__clear"):
+        assert hasattr(ovs_idl.Idl, name)
+        assert getattr(base.NotifyingIdl, name) is not getattr(ovs_idl.Idl, name)
+    lsp = idl.tables["Logical_Switch_Port"]
+    idl.compact["Logical_Switch_Port"] = compact = CompactTable(lsp, "kind", "Pod")
+    pod, infra = uuid.uuid4(), uuid.uuid4()
+    assert idl._Idl__process_update2(lsp, pod, {"insert": {
+        "name": "p", "addresses": "a b", "external_ids": ["map", [["kind", "Pod"]]]}}) is False
+    assert idl._Idl__process_update2(lsp, infra, {"insert": {"name": "i"}})
+    assert list(lsp.rows) == [infra] and compact.uuid_of("p") == pod
+    assert compact.value(compact.get(pod), "addresses") == ["a b"]
+    idl._Idl__process_update2(lsp, pod, {"modify": {"addresses": ["set", ["a b", "c d"]]}})
+    assert compact.value(compact.get("p"), "addresses") == ["c d"]
+    idl._Idl__clear()
+    assert not lsp.rows and len(compact) == 0
+
+
+def test_a_row_outside_its_table_is_written_by_uuid(idl):
+    """compact.TransientRow: a Row the table does not hold, changed in a
+    transaction, is recorded as a table's row is (the IDL sends an "update"
+    where _uuid == its uuid: tests/e2e/test_ovn_compact.py), and the
+    transaction's end does not put it into the table."""
+    from pacific.ovn.compact import CompactTable
+    lsp = idl.tables["Logical_Switch_Port"]
+    compact = CompactTable(lsp, "kind", "Pod")
+    compact.update(uuid.uuid4(), {"insert": {"name": "p", "external_ids": ["map", [["kind", "Pod"]]]}})
+    row = compact.row(idl, compact.get("p"))
+    txn = ovs_idl.Transaction(idl)
+    row.addresses = ["a b"]
+    assert txn._txn_rows == {row.uuid: row} and "addresses" in row._changes
+    txn.abort()
+    assert row.uuid not in lsp.rows and row._changes == {}
