@@ -245,7 +245,9 @@ def test_add_waits_for_allocation_and_reports_refusal(cluster):
             ctl.informer.wait_for("default/refused", lambda p: True, 10)
             ctl.refuse("default", "refused", "subnet cni-test is full")
             with pytest.raises(PodError, match="code 101.*subnet cni-test is full"):
-                fut.result(timeout=30)
+                # add_pod deletes the refused pod before it raises (up to 60 s
+                # when the kubelet is slow to give the pod up)
+                fut.result(timeout=90)
         assert sandboxpods.load(sb, "default", "refused") is None  # nothing left behind
         assert not os.path.exists(f"/run/netns/{sb.netns_prefix}pod-default-refused")
     finally:

@@ -71,10 +71,15 @@ def env(sandbox):
     return sb, api, svc["spec"]["clusterIP"], servers
 
 
-def answers(sb, netns, proto, ip, port, n):
+def answers(sb, netns, proto, ip, port, n, timeout=5.0):
+    """Who answered each of `n` requests.  Each may take `timeout` s: an answer
+    comes in milliseconds, but a node's first packets of a connection go
+    through ovs-vswitchd's slow path, and a lost TCP SYN is sent again after
+    1 s and 3 s: with 2 s, a suite run on a loaded 2-core machine saw one of
+    node3's twelve TCP requests unanswered."""
     got = collections.Counter()
     for _ in range(n):
-        rc, out = ask(sb, netns, proto, ip, port)
+        rc, out = ask(sb, netns, proto, ip, port, timeout=timeout)
         got[out.split()[0] if rc == 0 else f"rc={rc}"] += 1
     return got
 
