@@ -5,6 +5,10 @@
     with OvsdbServer(tmp_path / "nb", NB_SCHEMA) as srv:
         api = NorthboundAPI(srv.remote)
 
+or, as pytest fixtures (a server per test, and an ordinary client of it):
+
+    from ovsdb_fixtures import nb, nbdb  # noqa: F401 (fixtures)
+
 The server is a child process of the test (own --pidfile, --unixctl,
 --log-file, -vconsole:off); stop() kills and reaps it, kill9() simulates a
 crash, start() again reuses the same socket and database file.
@@ -18,6 +22,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from pacific import ovsinstall
 
@@ -103,3 +109,24 @@ def sandbox_programs(sb) -> dict[str, str]:
     of sandbox `sb`."""
     return {tag: os.readlink(f"/proc/{d['pid']}/exe")
             for tag, d in sb.state.read()["daemons"].items() if d.get("kind") == "ovs"}
+
+
+@pytest.fixture
+def nbdb(tmp_path):
+    """A real NB ovsdb-server for one test."""
+    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def nb(nbdb):
+    """An ordinary NorthboundAPI client of `nbdb` (every table, every column)."""
+    from pacific.ovn import NorthboundAPI
+    api = NorthboundAPI(nbdb.remote, timeout=10, created_by="test")
+    try:
+        yield api
+    finally:
+        api.close()

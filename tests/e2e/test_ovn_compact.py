@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
+from ovsdb_fixtures import nb, nbdb  # noqa: F401 (fixtures)
 from pacific import names
 from pacific.ovn import NorthboundAPI, ensure
 from pacific.ovn.compact import TransientRow
@@ -23,24 +23,6 @@ A2 = ["0a:00:00:10:00:06 10.16.0.6"]
 
 def pod_ids(pod: str) -> dict:
     return {names.EXT_OWNER_KIND: names.OWNER_KIND_POD, names.EXT_OWNER: pod}
-
-
-@pytest.fixture
-def nbdb(tmp_path):
-    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
-def nb(nbdb):
-    api = NorthboundAPI(nbdb.remote, timeout=10, created_by="test")
-    try:
-        yield api
-    finally:
-        api.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
+from ovsdb_fixtures import NB_SCHEMA, OvsdbServer, nb, nbdb  # noqa: F401 (fixtures)
 import nb_commands
 from pacific import names
 from pacific.ovn import (NorthboundAPI, OvnConnectionError, OvnTimeoutError,
@@ -21,24 +21,6 @@ SUBNET = Owner(names.OWNER_KIND_SUBNET, names.DEFAULT_SUBNET)
 POD = Owner(names.OWNER_KIND_POD, "default/web-0")
 SW = names.DEFAULT_SUBNET
 LR = names.CLUSTER_ROUTER
-
-
-@pytest.fixture
-def nbdb(tmp_path):
-    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-
-
-@pytest.fixture
-def nb(nbdb):
-    api = NorthboundAPI(nbdb.remote, timeout=10, created_by="test")
-    try:
-        yield api
-    finally:
-        api.close()
 
 
 def owned_by(row, owner: Owner) -> bool:
