@@ -17,6 +17,7 @@ plugin's message.  The runner records each running pod in
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 import time
@@ -211,8 +212,23 @@ def _delete_and_wait(sb, api, namespace, name, uid, timeout) -> None:
                 return
         if time.monotonic() > deadline:
             raise PodError(f"pod {namespace}/{name} still terminating after {timeout:.0f} s "
-                           "(is its node's pod runner running?)")
+                           f"(is its node's pod runner running?){_runner_log(sb, pod)}")
         time.sleep(0.05)
+
+
+def _runner_log(sb, pod: dict | None) -> str:
+    """The end of the pod's node's pod runner log, for an error message."""
+    node = ((pod or {}).get("spec") or {}).get("nodeName")
+    if getattr(sb, "kubelet", False) or not node:
+        return ""
+    try:
+        with open(os.path.join(sb.dir, "services", f"{node}-podrunner.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 1500))
+            tail = f.read().decode(errors="replace").strip()
+    except OSError:
+        return ""
+    return f"; {node}'s pod runner log ends:\n{tail}"
 
 
 def _runner_netns_left(sb, namespace: str, name: str) -> bool:
