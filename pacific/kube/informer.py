@@ -63,8 +63,15 @@ LIST_PAGE_SIZE = 5000
 BACKOFF_MIN, BACKOFF_MAX = 0.2, 10.0
 
 
+DELETED_UIDS_KEPT = 4096      # uids of recently deleted objects, for wait_for(uid=...)
+
+
 class _Relist(Exception):
     """The watch cannot continue from the current resourceVersion."""
+
+
+class ObjectDeleted(Exception):
+    """wait_for(uid=...): the object with that uid was deleted meanwhile."""
 
 
 class Informer:
@@ -84,6 +91,7 @@ class Informer:
         self.resync = resync
         self.transform = transform
         self._cache: dict[str, dict] = {}
+        self._deleted: dict[str, None] = {}    # uids of recent deletions, oldest first
         self._cond = threading.Condition()
         self._synced = threading.Event()
         self._stop = threading.Event()
@@ -138,15 +146,20 @@ class Informer:
             return list(self._cache)
 
     def wait_for(self, key: str, predicate: Callable[[dict], bool],
-                 timeout: float | None) -> dict | None:
+                 timeout: float | None, uid: str | None = None) -> dict | None:
         """Block until the cached object `key` exists and predicate(obj) is true;
-        returns it, or None on timeout or stop."""
+        returns it, or None on timeout or stop.  With `uid`: raises
+        ObjectDeleted as soon as the object with that uid is deleted (one of
+        the last DELETED_UIDS_KEPT deletions this informer saw), instead of
+        waiting out the timeout for an object that cannot come back."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while not self._stop.is_set():
                 obj = self._cache.get(key)
                 if obj is not None and predicate(obj):
                     return obj
+                if uid and uid in self._deleted:
+                    raise ObjectDeleted(f"{self.res.kind} {key} (uid {uid}) was deleted")
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return None
@@ -165,6 +178,14 @@ class Informer:
                     return False
                 self._cond.wait(left)
         return False
+
+    def _forget(self, obj: dict) -> None:
+        """Remember a deleted object's uid (under the lock)."""
+        uid = (obj.get("metadata") or {}).get("uid")
+        if uid:
+            self._deleted[uid] = None
+            if len(self._deleted) > DELETED_UIDS_KEPT:
+                del self._deleted[next(iter(self._deleted))]
 
     # -- the loop -------------------------------------------------------------
     def _run(self) -> None:
@@ -227,6 +248,9 @@ class Informer:
             old = self._cache
             self._cache = fresh
             self._rv = rv
+            for key, obj in old.items():
+                if key not in fresh:
+                    self._forget(obj)
             self._cond.notify_all()
         for key, obj in old.items():
             if key not in fresh:
@@ -292,6 +316,7 @@ class Informer:
             prev = self._cache.get(key)
             if typ == "DELETED":
                 self._cache.pop(key, None)
+                self._forget(obj)
             else:
                 self._cache[key] = obj
             if rv:

@@ -15,6 +15,7 @@ from typing import Callable
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
 from pacific.contract import ContractError, PodRecord, allocation_error, own_record
+from pacific.kube.informer import ObjectDeleted
 from pacific.node.attachment import PodAttachment
 from pacific.node.cnirequest import CniRequest
 from pacific.node.plumbing import Plumber
@@ -94,7 +95,15 @@ class CniHandler:
             return belongs(pod) and (own_record(pod) is not None
                                      or allocation_error(pod) is not None)
 
-        pod = self.pods.wait_for(req.pod_key, ready, self.allocation_timeout)
+        try:
+            pod = self.pods.wait_for(req.pod_key, ready, self.allocation_timeout,
+                                     uid=req.pod_uid or None)
+        except ObjectDeleted:
+            # the runtime tears the sandbox down; waiting out the timeout only
+            # held its pod worker (and the pod's network namespace) for nothing
+            raise CniError(proto.ERR_UNKNOWN_CONTAINER,
+                           f"pod {req.pod_key} (uid {req.pod_uid}) was deleted while its ADD "
+                           "waited for an address") from None
         if pod is None:
             raise CniError(proto.ERR_TRY_AGAIN, f"{self._why_waiting(req)} (waited "
                            f"{self.allocation_timeout:g} s)")

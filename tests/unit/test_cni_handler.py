@@ -33,7 +33,7 @@ class Pods:
     def __init__(self, delay=0.0, pod=ALLOCATED):
         self.delay, self.pod = delay, pod
 
-    def wait_for(self, key, predicate, timeout):
+    def wait_for(self, key, predicate, timeout, uid=None):
         time.sleep(self.delay)
         return self.pod if self.pod is not None and predicate(self.pod) else None
 
@@ -165,3 +165,26 @@ def test_host_veth_names_differ_per_container_and_interface_and_fit_ifnamsiz():
     assert len(made) == 6
     assert all(len(n) <= 15 and n.endswith("_h") for n in made)
     assert host_ifname(ids[0], "eth0") == host_ifname(ids[0], "eth0")     # deterministic
+
+
+def test_a_pod_deleted_while_its_add_waits_ends_the_add_at_once():
+    """The real informer: the Pod deleted (grace 0) while ADD waits for its
+    allocation ends the ADD with an error naming it, not after the timeout."""
+    from pacific.kube import resources
+    from pacific.kube.informer import Informer
+    pods = Informer(None, resources.PODS)
+    h = CniHandler(RecordingPlumber(), pods, 1400, lambda: None, allocation_timeout=30)
+    unallocated = {"metadata": {"uid": "u1", "namespace": "default", "name": "p1",
+                                "resourceVersion": "1"}}
+    pods._event({"type": "ADDED", "object": unallocated})
+    timer = threading.Timer(0.2, pods._event, [{"type": "DELETED", "object": unallocated}])
+    t0 = time.monotonic()
+    timer.start()
+    with pytest.raises(CniError) as e:
+        h.add(CniRequest(command="ADD", container_id="c1", netns="/run/netns/x", ifname="eth0",
+                         pod_namespace="default", pod_name="p1", pod_uid="u1"))
+    assert time.monotonic() - t0 < 5
+    assert e.value.code == proto.ERR_UNKNOWN_CONTAINER
+    assert "pod default/p1 (uid u1) was deleted while its ADD waited" in e.value.msg
+    # another pod of the name (a new uid) is waited for as before
+    assert pods.wait_for("default/p1", lambda p: True, 0.05, uid="u2") is None
