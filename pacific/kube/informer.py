@@ -248,13 +248,12 @@ class Informer:
             old = self._cache
             self._cache = fresh
             self._rv = rv
-            for key, obj in old.items():
-                if key not in fresh:
-                    self._forget(obj)
+            gone = [obj for key, obj in old.items() if key not in fresh]
+            for obj in gone:
+                self._forget(obj)
             self._cond.notify_all()
-        for key, obj in old.items():
-            if key not in fresh:
-                self._call(self.on_delete, obj)
+        for obj in gone:
+            self._call(self.on_delete, obj)
         for key, obj in fresh.items():
             prev = old.get(key)
             if prev is None:

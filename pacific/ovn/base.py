@@ -816,15 +816,15 @@ class ApiBase:
     # --- rows -----------------------------------------------------------------
     def _lookup(self, table, record):
         """ovsdbapp's lookup (under the connection lock), also finding a
-        compacted row: as a TransientRow (pacific.ovn.compact)."""
-        try:
-            return super()._lookup(table, record)
-        except idlutils.RowNotFound:
-            compact = self.idl.compact.get(table)
-            entry = compact.get(record) if compact is not None else None
-            if entry is None:
-                raise
-            return compact.row(self.idl, entry)
+        compacted row: as a TransientRow (pacific.ovn.compact).  The compacted
+        rows first: every pod port the controller reads is one, and ovsdbapp
+        answers a name it does not hold by raising."""
+        compact = self.idl.compact.get(table)
+        if compact is not None and isinstance(record, (str, uuidlib.UUID)):
+            entry = compact.get(record)
+            if entry is not None:
+                return compact.row(self.idl, entry)
+        return super()._lookup(table, record)
 
     def row_uuid(self, table: str, name: str):
         """The uuid of the row of `table` named `name`, or None, without
