@@ -26,6 +26,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import sys
 from dataclasses import asdict, dataclass
 
 from pacific import names
@@ -121,7 +122,9 @@ class PodRecord:
                 raise ContractError(f"annotation {key}: gateway {gw!r} is not an address") from None
             if gw_ip not in net:
                 raise ContractError(f"annotation {key}: gateway {gw} is outside cidr {net}")
-        return cls(uid=raw["uid"], port=raw["port"], ip=str(ip),
+        # the address and port name are kept per pod by several features (and the
+        # IP object, IPAM and NB replica): one interned copy for all
+        return cls(uid=raw["uid"], port=sys.intern(raw["port"]), ip=sys.intern(str(ip)),
                    mac=_mac(raw["mac"], key), cidr=str(net), gateway=gw, subnet=raw["subnet"])
 
     @classmethod

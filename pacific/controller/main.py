@@ -17,11 +17,12 @@ import socket
 import sys
 import threading
 
-from pacific import daemonlog, names
+from pacific import daemonlog, heap, names
 from pacific.controller.config import Config, ConfigError
 
 LOG = logging.getLogger("pacific.controller")
 METRICS_RETRY = 5.0   # seconds between attempts to bind a taken metrics port
+MALLOC_ARENAS = 2     # pacific.heap: fewer arenas, a smaller resident heap at scale
 
 
 def _env(name: str, default=None):
@@ -264,6 +265,7 @@ def run_term(ctl, stop: threading.Event, health=None) -> None:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     daemonlog.setup(args.verbose, args.log_file)
+    heap.limit_arenas(MALLOC_ARENAS)
     from pacific.metrics import MetricsError, MetricsServer, parse_address
     try:
         cfg = config_from_args(args)

@@ -145,7 +145,9 @@ def choose_subnet(pod: dict, namespace: dict | None, ns_binding: dict[str, str],
 _intern = sys.intern
 _SHARED_ANN = frozenset((names.ANN_LOGICAL_SWITCH,))
 _K8S_ANN = frozenset((names.ANN_K8S_INGRESS_BANDWIDTH, names.ANN_K8S_EGRESS_BANDWIDTH))
-_SHARED_IP_SPEC = frozenset(("namespace", "subnet", "nodeName", "ownerKind", "pod", "ownerName"))
+# (shared with other objects: the address and MAC are also IPAM's, the address the record's)
+_SHARED_IP_SPEC = frozenset(("namespace", "subnet", "nodeName", "ownerKind", "pod", "ownerName",
+                             "ipAddress", "macAddress"))
 
 
 def _kept_annotations(m: dict) -> tuple | None:

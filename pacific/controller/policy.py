@@ -41,8 +41,8 @@ from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
 from pacific.controller.policy_index import PolicyIndex
-from pacific.controller.policy_model import (PodInfo, PolicyError, World, canonical,
-                                             compile_policy, peer_moved, peer_pods,
+from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
+                                             canonical, compile_policy, peer_moved, peer_pods,
                                              pod_matters, selector_matches)
 from pacific.ovn import acl, ensure
 
@@ -123,7 +123,7 @@ def pod_info(pod: dict, rec=None) -> PodInfo | None:
     named = tuple((p.get("name"), p.get("containerPort"), p.get("protocol") or "TCP")
                   for c in (pod.get("spec") or {}).get("containers") or []
                   for p in c.get("ports") or [] if p.get("name"))
-    return PodInfo(m.get("namespace"), m.get("name"), dict(m.get("labels") or {}), rec.ip,
+    return PodInfo(m.get("namespace"), m.get("name"), m.get("labels") or NO_LABELS, rec.ip,
                    rec.port, named)
 
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 
@@ -32,11 +34,16 @@ class PolicyError(ValueError):
     """A policy field Pacific cannot apply; str() names it."""
 
 
-@dataclass(frozen=True)
+NO_LABELS: Mapping = MappingProxyType({})     # a pod without labels (one, shared)
+
+
+@dataclass(frozen=True, slots=True)
 class PodInfo:
+    """One pod as policies see it; one per pod of the cluster, so slots, and
+    `labels` is the informer cache's own (read-only) mapping, not a copy."""
     namespace: str
     name: str
-    labels: dict
+    labels: Mapping
     ip: str
     port: str                          # its logical switch port
     named_ports: tuple = ()            # ((name, number, protocol), ...)

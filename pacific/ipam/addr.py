@@ -6,6 +6,7 @@ import ipaddress
 import random
 import re
 import socket
+import sys
 
 from pacific.ipam.errors import InvalidAddress, InvalidMac, ReservedMac
 
@@ -31,9 +32,11 @@ def parse_ip(text: str) -> tuple[int, int]:
 
 
 def format_ip(version: int, value: int) -> str:
+    """The address as text, interned: a pod's address is held by IPAM, its IP
+    object and record, one copy for all."""
     if version == 4:
-        return socket.inet_ntop(socket.AF_INET, value.to_bytes(4, "big"))
-    return str(ipaddress.IPv6Address(value))
+        return sys.intern(socket.inet_ntop(socket.AF_INET, value.to_bytes(4, "big")))
+    return sys.intern(str(ipaddress.IPv6Address(value)))
 
 
 def normalize_mac(text: str) -> str:
@@ -46,7 +49,7 @@ def normalize_mac(text: str) -> str:
         raise InvalidMac(f"{mac} is a multicast MAC address; a port needs a unicast one")
     if mac == "00:00:00:00:00:00":
         raise InvalidMac("00:00:00:00:00:00 is not a usable MAC address")
-    return mac
+    return sys.intern(mac)      # also in the pod's IP object: one copy
 
 
 def mac_from_ip(version: int, value: int) -> str:

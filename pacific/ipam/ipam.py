@@ -10,6 +10,7 @@ allocation (idempotent), so a reconciler can call it on every pass.
 from __future__ import annotations
 
 import random
+import sys
 import threading
 from typing import Callable, Iterable, NamedTuple
 
@@ -169,6 +170,8 @@ class IPAM:
     def _allocate(self, subnet, owner_key, ip, mac, on_new) -> Allocation:
         if not owner_key:
             raise IPAMError("an allocation needs a non-empty owner key")
+        # the key ("namespace/pod") is also the pod informer's cache key: one copy
+        owner_key = sys.intern(owner_key)
         with self._lock:
             pool = self._pool(subnet)
             want_mac = normalize_mac(mac) if mac else None

@@ -24,6 +24,7 @@ import datetime
 import hashlib
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -105,10 +106,11 @@ def for_kind(api_version: str, kind: str) -> Resource:
 
 
 def object_key(obj: dict) -> str:
-    """Cache key of an object: "namespace/name", or "name" when cluster-scoped."""
+    """Cache key of an object: "namespace/name", or "name" when cluster-scoped.
+    Interned: a pod's key is also its IPAM owner key, one copy for both."""
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
-    return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+    return sys.intern(f"{ns}/{meta.get('name')}" if ns else str(meta.get("name")))
 
 
 def split_key(key: str) -> tuple[str | None, str]:

@@ -174,6 +174,8 @@ class CompactTable:
             elif t.is_scalar():
                 (atom,) = d.values
                 v = atom.value
+                if c == "name" and type(v) is str:
+                    v = sys.intern(v)   # a pod's port name is in its record too: one copy
             else:
                 v = tuple(sorted(self._share(a.value, ()) for a in d.values))
             values.append(self._share(v, values))

@@ -127,3 +127,26 @@ def test_cache_entries_answer_as_dicts_and_cannot_be_changed_through_a_reader():
     assert a.spec_get("pod") is model.slim_pod(full)["metadata"]["name"]   # one copy of the name
     a["spec"]["ipAddress"] = "10.16.0.6"
     assert a == b and a.get("status") is None and a.get("kind") == "IP"
+
+
+def test_uid_and_version_come_back_as_the_same_text():
+    import sys
+    uid, rv = "3f1c2a9e-5b7d-4c2e-9a1f-0123456789ab", "184467"
+    pod = full_pod()
+    pod["metadata"].update(uid=uid, resourceVersion=rv)
+    slim = model.slim_pod(pod)
+    assert (slim["metadata"]["uid"], slim["metadata"]["resourceVersion"]) == (uid, rv)
+    assert sys.getsizeof(slim.uid) + sys.getsizeof(slim.rv) < sys.getsizeof(uid) + sys.getsizeof(rv) - 60
+    ip = {"apiVersion": names.API_VERSION, "kind": "IP", "spec": {"pod": "web-0"},
+          "metadata": {"name": "web-0.default", "uid": uid, "resourceVersion": rv}}
+    assert model.slim_ip(ip)["metadata"] == ip["metadata"]
+    # anything not canonical is kept as it came: an upper-case or braced UUID, a
+    # version with a leading zero, sign or letters, none at all
+    for odd_uid, odd_rv in ((uid.upper(), "0184467"), ("{" + uid + "}", "+5"), ("u1", "abc"),
+                            (None, None), (uid, "")):
+        pod["metadata"].update(uid=odd_uid, resourceVersion=odd_rv)
+        m = model.slim_pod(pod)["metadata"]
+        assert (m["uid"], m["resourceVersion"]) == (odd_uid, odd_rv)
+    # two entries of one object are equal, and copies keep the packed fields
+    assert model.slim_pod(full_pod()) == model.slim_pod(full_pod())
+    assert copy.deepcopy(slim)["metadata"]["uid"] == uid

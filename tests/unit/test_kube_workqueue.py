@@ -17,6 +17,20 @@ def test_add_deduplicates_waiting_keys():
     assert q.get(timeout=0.01) is None
 
 
+def test_a_drained_queue_gives_back_the_table_a_burst_grew():
+    import sys
+    q = WorkQueue()
+    small = sys.getsizeof(q._dirty)
+    for i in range(20_000):
+        q.add(f"ns/p{i}")
+    grown = sys.getsizeof(q._dirty)
+    got = [q.get() for _ in range(20_000)]
+    assert len(set(got)) == 20_000 and q.get(timeout=0.01) is None
+    assert grown > 100 * small and sys.getsizeof(q._dirty) == small
+    q.add("ns/again")                      # still a working queue
+    assert q.get(timeout=1) == "ns/again"
+
+
 def test_key_added_while_processing_comes_back_only_after_done():
     q = WorkQueue()
     q.add("a")
