@@ -7,9 +7,9 @@ tables, long strings and API responses come from glibc's malloc, which gives
 threads arenas of their own (up to 8 per core) and keeps what a thread freed
 for that arena's next allocation.  The controller's sixteen reconcile workers,
 informers and OVSDB thread spread a restart's garbage over many arenas; with
-two, a controller at 30,000 pods was 7 % smaller and no slower (allocations
-run under the GIL anyway).  Trimming the heap after a burst gained almost
-nothing more (measured, see docs/benchmarks.md), so it is not done.
+two, a controller at 30,000 pods was 7 % smaller (allocations run under the
+GIL anyway).  Trimming the heap after a burst gained little, so it is not
+done (docs/benchmarks.md, decision 0034).
 
 Elsewhere than glibc (musl, macOS) this is a no-op that says so.
 """

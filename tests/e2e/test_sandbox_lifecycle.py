@@ -51,11 +51,43 @@ def pod_pair(sb: Sandbox, tag: str = "p"):
     return pods
 
 
+def _tail(path: str, n: int = 15) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError as e:
+        return f"({e})"
+
+
+def reaches(a, b, **kw) -> bool:
+    """a.ping(b.ip); when it fails, the test's error says what each side had: a
+    suite run once saw two freshly installed ports on two nodes not answer for
+    10 s, with nothing left to look at afterwards."""
+    if a.ping(b.ip, **kw):
+        return True
+    def ask(fn, *args) -> str:
+        try:
+            return fn(*args)
+        except Exception as e:     # a diagnostic must not hide the failure
+            return f"({e})"
+
+    sb = a.sandbox
+    parts = [f"{a.name} on {a.node.name} -> {b.name} {b.ip} on {b.node.name}: no answer",
+             ask(sb.sbctl, "--columns=logical_port,chassis,up", "list", "Port_Binding")]
+    for node in (a.node, b.node):
+        parts += [f"--- {node.name}: interfaces, tunnel neighbours",
+                  ask(node.vsctl, "--columns=name,type,options,ofport", "list", "Interface"),
+                  ask(node.appctl, "tnl/neigh/show"),
+                  f"--- {node.name} ovn-controller.log", _tail(node.log("ovn-controller")),
+                  f"--- {node.name} ovs-vswitchd.log", _tail(node.log("ovs-vswitchd"))]
+    pytest.fail("\n".join(parts))
+
+
 def test_down_leaves_nothing(sandbox_factory):
     before = root_links()
     sb = sandbox_factory(nodes=2)
     a, b = pod_pair(sb)
-    assert a.ping(b.ip, wait=10)
+    assert reaches(a, b, wait=10)
     b.spawn("sleeper", ["sleep", "600"])
     sb.spawn("rootsleeper", ["sleep", "600"])
     pids = [d["pid"] for d in sb.state.read()["daemons"].values()]
@@ -81,7 +113,7 @@ def test_up_after_kill9_of_every_daemon(sandbox_factory):
     sb.up(services=())
     assert sb.healthy()
     a, b = pod_pair(sb)
-    assert a.ping(b.ip, wait=10)
+    assert reaches(a, b, wait=10)
     sb.down()
 
 
@@ -100,7 +132,7 @@ def test_up_after_half_crash_without_state_file(sandbox_factory):
     assert fresh.healthy()
     assert [p for p in survivors if alive(p)] == []
     a, b = pod_pair(fresh)
-    assert a.ping(b.ip, wait=10)
+    assert reaches(a, b, wait=10)
     fresh.down()
 
 
@@ -109,11 +141,11 @@ def test_two_sandboxes_at_once(sandbox_factory):
     leaves the other working."""
     one, two = sandbox_factory(nodes=2), sandbox_factory(nodes=2)
     p1, p2 = pod_pair(one), pod_pair(two)
-    assert p1[0].ping(p1[1].ip, wait=10)
-    assert p2[0].ping(p2[1].ip, wait=10)
+    assert reaches(p1[0], p1[1], wait=10)
+    assert reaches(p2[0], p2[1], wait=10)
     one.down()
     assert two.healthy()
-    assert p2[1].ping(p2[0].ip, wait=10)
+    assert reaches(p2[1], p2[0], wait=10)
     two.down()
 
 
@@ -195,12 +227,12 @@ def test_a_crashed_ovs_vswitchd_comes_back_with_the_underlay(sandbox_factory):
     restores the underlay on its new tap device."""
     sb = sandbox_factory(nodes=2)
     a, b = pod_pair(sb)
-    assert a.ping(b.ip, wait=10)
+    assert reaches(a, b, wait=10)
     node = sb.node(b.node.name)
     tag = f"{node.name}/ovs-vswitchd"
     old = sb.state.read()["daemons"][tag]["pid"]
     os.kill(old, signal.SIGABRT)           # what a failed assertion does
-    assert a.ping(b.ip, count=1, wait=15)  # back within seconds
+    assert reaches(a, b, count=1, wait=15)  # back within seconds
     new = sb.state.read()["daemons"][tag]["pid"]
     assert new != old and alive(new)
     assert sb.healthy()
@@ -216,7 +248,7 @@ def test_a_crashed_ovn_northd_comes_back_and_programs_new_ports(sandbox_factory)
     os.kill(old, signal.SIGABRT)                 # what a failed assertion does
     wait_for(lambda: not alive(old), 5, "the aborted northd to die")
     a, b = pod_pair(sb)                          # their ports installed: northd is back
-    assert a.ping(b.ip, wait=10)
+    assert reaches(a, b, wait=10)
     assert sb.healthy()
     new = sb.state.read()["daemons"]["central/northd"]["pid"]
     assert new != old and alive(new)
