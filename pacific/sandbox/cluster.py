@@ -22,7 +22,7 @@ import time
 from typing import Callable, Iterable, Sequence
 
 from pacific import names, ovsinstall
-from pacific.sandbox import bringup, daemons, netns, pods
+from pacific.sandbox import bringup, daemons, netns, pods, proc
 from pacific.sandbox.daemons import Started
 from pacific.sandbox.node import SandboxNode
 from pacific.sandbox.proc import (SandboxError, alive, netns_argv, read_pidfile, run,
@@ -294,7 +294,7 @@ class Sandbox:
             time.sleep(0.01)
         if started is None or p.returncode is not None:
             raise SandboxError(f"{tag} exited at once (status {p.returncode}): "
-                               f"{_tail(logfile)!r}; log {logfile}")
+                               f"{proc.tail(logfile, 400).strip()!r}; log {logfile}")
         with open(pidfile, "w") as f:
             f.write(f"{p.pid}\n")
         self._record_daemon(tag, Started(p.pid, started, pidfile, logfile, None), netns,
@@ -393,16 +393,6 @@ def _cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _tail(path: str, size: int = 400) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - size))
-            return f.read().decode(errors="replace").strip()
     except OSError:
         return ""
 

@@ -118,6 +118,17 @@ def stop_pid(pid: int, started: int | None = None, what: str = "",
     return True
 
 
+def tail(path: str, size: int, missing: str = "") -> str:
+    """The last `size` bytes of a log file as text (`missing` if unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return missing
+
+
 def read_pidfile(path: str) -> int | None:
     try:
         with open(path) as f:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from pacific.sandbox import netns
+from pacific.sandbox import netns, proc
 from pacific.sandbox.cluster import Sandbox
 from pacific.sandbox.proc import SandboxError, alive, wait_for
 
@@ -51,14 +51,6 @@ def pod_pair(sb: Sandbox, tag: str = "p"):
     return pods
 
 
-def _tail(path: str, n: int = 15) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError as e:
-        return f"({e})"
-
-
 def reaches(a, b, **kw) -> bool:
     """a.ping(b.ip); when it fails, the test's error says what each side had: a
     suite run once saw two freshly installed ports on two nodes not answer for
@@ -78,8 +70,8 @@ def reaches(a, b, **kw) -> bool:
         parts += [f"--- {node.name}: interfaces, tunnel neighbours",
                   ask(node.vsctl, "--columns=name,type,options,ofport", "list", "Interface"),
                   ask(node.appctl, "tnl/neigh/show"),
-                  f"--- {node.name} ovn-controller.log", _tail(node.log("ovn-controller")),
-                  f"--- {node.name} ovs-vswitchd.log", _tail(node.log("ovs-vswitchd"))]
+                  f"--- {node.name} ovn-controller.log", proc.tail(node.log("ovn-controller"), 1500, "(no log)"),
+                  f"--- {node.name} ovs-vswitchd.log", proc.tail(node.log("ovs-vswitchd"), 1500, "(no log)")]
     pytest.fail("\n".join(parts))
 
 

@@ -37,6 +37,7 @@ from typing import Protocol, Sequence
 import yaml
 
 from pacific import names
+from pacific.sandbox import proc
 from pacific.sandbox.k8s import bins
 from pacific.sandbox.k8s.kubeconfig import write_kubeconfig
 from pacific.sandbox.k8s.pki import Pki
@@ -322,11 +323,5 @@ def _https_ok(url: str, token: str | None = None, ca: str | None = None) -> bool
         return False
 
 
-def _tail(path: str, n: int = 1500) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - n))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return "(no log)"
+def _tail(path: str) -> str:
+    return proc.tail(path, 1500, missing="(no log)")
