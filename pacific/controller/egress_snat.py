@@ -1,6 +1,6 @@
 """Egress SNAT to a Service's external IP: the ready endpoints of a Service
 with externalIPs leave the cluster with its first external IP as their
-source (pacific.egressip decides, on every node alike).
+source (pacific.servicesnat decides, on every node alike).
 
 Per such Service (key "ns/name"), the same rows as a centralized Subnet's
 gateway (controller/gateway.py), named `egw:svc:<ns>/<name>` and owned by the
@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 
-from pacific import contract, egressip, exposure, names
+from pacific import contract, exposure, names, servicesnat
 from pacific.controller import gateway, model
 from pacific.controller.feature import Feature
 from pacific.controller.service import (ignored_note, infrastructure_ips, pod_namespace,
@@ -46,7 +46,7 @@ def snat_ids(key: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
 
 
-set_name = egressip.address_set_name
+set_name = servicesnat.address_set_name
 
 
 def gateway_nodes(nodes: list[dict]) -> list[str]:
@@ -89,11 +89,11 @@ class EgressSnatFeature(Feature):
                 model.labels_of(new).get(names.LABEL_EGRESS_GATEWAY):
             return ()
         return [r.object_key(s) for s in self.ctl.informer("services").list()
-                if egressip.opted_in(s)]
+                if servicesnat.opted_in(s)]
 
     def resync_keys(self):
         yield from (r.object_key(s) for s in self.ctl.informer("services").list()
-                    if egressip.opted_in(s))
+                    if servicesnat.opted_in(s))
         for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SERVICE):
             if row.external_ids.get(names.EXT_RULE) == RULE:
                 yield row.external_ids.get(names.EXT_OWNER)
@@ -101,10 +101,10 @@ class EgressSnatFeature(Feature):
     # -- reconcile -------------------------------------------------------------------
     def grants(self):
         cfg = self.ctl.cfg
-        services = [s for s in self.ctl.informer("services").list() if egressip.opted_in(s)]
+        services = [s for s in self.ctl.informer("services").list() if servicesnat.opted_in(s)]
         keys = {r.object_key(s) for s in services}
         slices, ignored = [], {}
-        for svc, mine in egressip.slices_by_service(
+        for svc, mine in servicesnat.slices_by_service(
                 self.ctl.informer("endpointslices").list()).items():
             if svc not in keys:
                 continue
@@ -116,7 +116,7 @@ class EgressSnatFeature(Feature):
         cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
                              for s in self.ctl.informer("subnets").list()) if c]
         allowed, _ = cfg.exposure_settings
-        grants, notes = egressip.egress_ips(services, slices,
+        grants, notes = servicesnat.egress_ips(services, slices,
                                             [*cidrs, cfg.join_cidr, cfg.service_cidr],
                                             infrastructure_ips(self.ctl), allowed)
         for svc, left_out in ignored.items():

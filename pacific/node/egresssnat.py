@@ -1,6 +1,6 @@
 """Egress SNAT to a Service's external IP, on a node labelled
 `pacific.io/egress-gateway: "true"` (controller/egress_snat.py writes the
-gateway rows; pacific.egressip says which pods leave as which address).
+gateway rows; pacific.servicesnat says which pods leave as which address).
 
 The node keeps a replica of the part of SB it needs (pacific.ovn.sb, one
 connection, only while it is labelled): which chassis holds each Service's
@@ -37,7 +37,7 @@ import time
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pacific import egressip, names
+from pacific import names, servicesnat
 from pacific.node import frontends
 from pacific.node.feature import NodeFeature
 from pacific.ovn.errors import OvnError
@@ -56,7 +56,7 @@ def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str]],
     Service's own namespace), from the SB replica."""
     prefix = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX))
     holders = view.held_under("cr-" + prefix)
-    members = {key: set(view.address_sets.get(egressip.address_set_name(key), ()))
+    members = {key: set(view.address_sets.get(servicesnat.address_set_name(key), ()))
                for key in keys}
     return {key: (holders.get(key), ip)
             for key, ip in view.transits_under(prefix).items()}, members
@@ -149,7 +149,7 @@ class EgressSnat(NodeFeature):
             return          # SB not read yet: keep what is held (the connection kicks)
         if labelled:
             fe = self.frontends
-            grants, _ = egressip.egress_ips(fe.services.list(), fe.slices.list(),
+            grants, _ = servicesnat.egress_ips(fe.services.list(), fe.slices.list(),
                                             fe.cluster_cidrs(), fe.node_ips(), fe.allowed)
             sb, admitted = gateways(view, sorted(grants))
             # only the members the controller admitted (its own namespace's
@@ -208,7 +208,7 @@ class EgressSnat(NodeFeature):
         self._held, self._checked = want, time.monotonic()
 
 
-def snat_rule(g: egressip.EgressIP) -> tuple[str, list]:
+def snat_rule(g: servicesnat.SnatGrant) -> tuple[str, list]:
     expr = [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}},
                        "right": {"set": list(g.sources)}}},
             {"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from ovsdb_fixtures import SB_SCHEMA, OvsdbServer
-from pacific import egressip, names
+from pacific import names, servicesnat
 from pacific.node.egresssnat import gateways
 from pacific.ovn.sb import SouthboundWatch
 
@@ -75,7 +75,7 @@ def sb(tmp_path):
                        (PORT, "patch", ["0a:58:64:40:01:01 100.64.1.1/24"]),
                        ("pod:shop/a", "", ["0a:58:0a:00:00:05 10.0.0.5"])))],
                  {"op": "insert", "table": "Address_Set",
-                  "row": {"name": egressip.address_set_name(KEY),
+                  "row": {"name": servicesnat.address_set_name(KEY),
                           "addresses": ["set", ["10.0.0.5"]]}},
                  {"op": "insert", "table": "Address_Set",       # a policy's: not asked for
                   "row": {"name": "np_as_0123", "addresses": ["set", ["10.0.0.5"]]}})
@@ -96,7 +96,7 @@ def test_the_replica_follows_sb_and_holds_only_gateway_ports(sb):
         # below, is set when that returns
         wait(lambda: watch.view() is not None and watch._api is not None, "the first copy")
         assert gateways(watch.view(), [KEY]) == ({KEY: (None, "100.64.1.1")}, {KEY: {"10.0.0.5"}})
-        assert set(watch.view().address_sets) == {egressip.address_set_name(KEY)}
+        assert set(watch.view().address_sets) == {servicesnat.address_set_name(KEY)}
         ports = {r.logical_port for r in watch._api.tables["Port_Binding"].rows.values()}
         assert ports == {PORT, "cr-" + PORT}          # never the pods' ports
         for holder in ("node1", "node2", None):
@@ -122,7 +122,7 @@ def test_after_the_server_was_away_the_replica_is_current_again(sb):
         transact(offline, {"op": "delete", "table": "Port_Binding",
                            "where": [["logical_port", "==", PORT]]},
                  {"op": "update", "table": "Address_Set", "where": [["name", "==",
-                  egressip.address_set_name(KEY)]], "row": {"addresses": ["set", []]}})
+                  servicesnat.address_set_name(KEY)]], "row": {"addresses": ["set", []]}})
         srv.start()
         wait(lambda: PORT not in watch.view().transits, "the deleted port gone")
         assert gateways(watch.view(), [KEY]) == ({}, {KEY: set()})

@@ -24,7 +24,7 @@ ALLOWED = {
     "controller": {"ipam", "kube", "ovn"},
     "tools": {"kube", "ovn"},          # day-two tools: they read; shared rules are top-level
 }
-TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "egressip", "remotes",
+TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "servicesnat", "remotes",
              "tenancy", "ovsinstall", "heap"}
 
 

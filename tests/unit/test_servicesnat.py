@@ -1,7 +1,7 @@
-"""pacific.egressip: which pods leave with which Service external IP (the
+"""pacific.servicesnat: which pods leave with which Service external IP (the
 controller and every egress gateway node call it alike), and the SNAT rule a
 node makes of it."""
-from pacific import egressip, names
+from pacific import names, servicesnat
 from pacific.node.egresssnat import snat_rule
 
 CLUSTER = ["10.16.0.0/16", "100.64.0.0/16", "10.96.0.0/12"]
@@ -22,17 +22,17 @@ def eps(service, *addrs, ready=True):
 
 
 def test_ready_endpoints_leave_with_the_first_external_ip():
-    grants, notes = egressip.egress_ips(
+    grants, notes = servicesnat.egress_ips(
         [svc("web", "1", ["192.168.77.200", "192.168.77.201"])],
         [eps("web", "10.16.0.6", "10.16.0.5"), eps("web", "10.16.0.9", ready=False)],
         CLUSTER, allowed=ANYWHERE)
-    assert grants["ns/web"] == egressip.EgressIP("ns/web", "192.168.77.200",
+    assert grants["ns/web"] == servicesnat.SnatGrant("ns/web", "192.168.77.200",
                                                  ("10.16.0.5", "10.16.0.6"))
     assert notes == {}
 
 
 def test_a_pod_behind_two_services_leaves_as_the_older_one_s_and_the_newer_is_told():
-    grants, notes = egressip.egress_ips(
+    grants, notes = servicesnat.egress_ips(
         [svc("new", "2026-02-01T00:00:00Z", ["192.168.77.201"]),
          svc("old", "2026-01-01T00:00:00Z", ["192.168.77.200"])],
         [eps("old", "10.16.0.5"), eps("new", "10.16.0.5", "10.16.0.7")],
@@ -44,7 +44,7 @@ def test_a_pod_behind_two_services_leaves_as_the_older_one_s_and_the_newer_is_to
 
 
 def test_the_opt_out_and_refused_external_ips():
-    grants, _ = egressip.egress_ips(
+    grants, _ = servicesnat.egress_ips(
         [svc("out", "1", ["192.168.77.200"], {names.ANN_EGRESS_SNAT: "false"}),
          svc("inside", "2", ["10.16.3.3"])],            # inside the cluster: refused
         [eps("out", "10.16.0.5"), eps("inside", "10.16.0.6")],
@@ -53,15 +53,15 @@ def test_the_opt_out_and_refused_external_ips():
 
 
 def test_the_first_external_ip_is_the_first_granted_one():
-    grants, _ = egressip.egress_ips([svc("web", "1", ["10.16.3.3", "192.168.77.202"])],
+    grants, _ = servicesnat.egress_ips([svc("web", "1", ["10.16.3.3", "192.168.77.202"])],
                                     [eps("web", "10.16.0.5")],
         CLUSTER, allowed=ANYWHERE)
     assert grants["ns/web"].ip == "192.168.77.202"
 
 
 def test_the_snat_rule_names_the_service_and_changes_with_its_endpoints():
-    a = snat_rule(egressip.EgressIP("ns/web", "192.168.77.200", ("10.16.0.5",)))
-    b = snat_rule(egressip.EgressIP("ns/web", "192.168.77.200", ("10.16.0.5", "10.16.0.6")))
+    a = snat_rule(servicesnat.SnatGrant("ns/web", "192.168.77.200", ("10.16.0.5",)))
+    b = snat_rule(servicesnat.SnatGrant("ns/web", "192.168.77.200", ("10.16.0.5", "10.16.0.6")))
     assert a[0].startswith("ns/web snat 192.168.77.200 #") and a[0] != b[0]
     assert a[1][-1] == {"snat": {"family": "ip", "addr": "192.168.77.200"}}
     assert b[1][0]["match"]["right"] == {"set": ["10.16.0.5", "10.16.0.6"]}

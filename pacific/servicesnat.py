@@ -4,7 +4,7 @@ egress gateway node (the SNAT rule, the address it holds) call on the same
 Services and EndpointSlices, so they agree without a record a user could write.
 
     grants, notes = egress_ips(services, slices, cluster_cidrs=[...], node_ips={...})
-    grants["web/api"]   # EgressIP(service="web/api", ip="192.168.77.200",
+    grants["web/api"]   # SnatGrant(service="web/api", ip="192.168.77.200",
                         #          sources=("10.16.0.5", "10.16.0.7"))
     notes               # {"web/other": ["pod address 10.16.0.5 leaves as 192.168.77.200
                         #   of the older Service web/api"]}
@@ -25,7 +25,7 @@ from pacific import exposure, names
 
 
 @dataclass(frozen=True)
-class EgressIP:
+class SnatGrant:
     service: str                 # "namespace/name"
     ip: str                      # the external IP its endpoints leave with
     sources: tuple[str, ...]     # the endpoints' addresses, sorted
@@ -81,8 +81,8 @@ def _is_ipv4(a) -> bool:
 
 
 def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_ips=(),
-               allowed=None) -> tuple[dict[str, EgressIP], dict[str, list[str]]]:
-    """(Service key -> its EgressIP, Service key -> notes worth an Event)."""
+               allowed=None) -> tuple[dict[str, SnatGrant], dict[str, list[str]]]:
+    """(Service key -> its SnatGrant, Service key -> notes worth an Event)."""
     wanted = [s for s in services if opted_in(s)]
     grants, _ = exposure.exposures(wanted, cluster_cidrs, node_ips, allowed)
     first: dict[str, str] = {}
@@ -94,7 +94,7 @@ def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_
                 first[fe.service] = fe.ip
     by_service = slices_by_service(slices)
     taken: dict[str, str] = {}                # pod address -> the Service it leaves by
-    out: dict[str, EgressIP] = {}
+    out: dict[str, SnatGrant] = {}
     notes: dict[str, list[str]] = {}
     for svc in sorted(wanted, key=exposure._age):
         key = _key(svc)
@@ -110,7 +110,7 @@ def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_
             else:
                 notes.setdefault(key, []).append(
                     f"pod address {addr} leaves as {out[holder].ip} of the older Service {holder}")
-        out[key] = EgressIP(key, ip, tuple(mine))
+        out[key] = SnatGrant(key, ip, tuple(mine))
     return out, notes
 
 
