@@ -99,7 +99,8 @@ def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
         if addr in net:
             return f"externalIP {ip} is inside the cluster network {net}"
     if ip in node_ips:
-        return f"externalIP {ip} is an infrastructure address (a node's or OVN central's)"
+        return (f"externalIP {ip} is an infrastructure address (a node's, OVN central's or "
+                "otherwise reserved)")
     if not allowed:
         return (f"externalIP {ip} is not granted: the cluster allows no external IPs "
                 "(the administrator names their ranges with --external-ip-cidrs)")

@@ -164,6 +164,7 @@ SANDBOX_EXTERNAL_REMOTE_CIDR = "198.51.100.1/24"  # "internet" address of pac-<n
 # the external IPs the sandbox's administrator grants Services (a documentation
 # range routed to the nodes, and the top of the underlay below its router .254)
 SANDBOX_EXTERNAL_IP_CIDRS = "203.0.113.0/24,192.168.77.192/27"
+SANDBOX_EGRESS_IP_CIDRS = "192.168.77.0/24"      # EgressIP addresses: the underlay
 POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (Geneve+OVN)
 OVN_NB_PORT = 6641
 OVN_SB_PORT = 6642
@@ -215,6 +216,12 @@ ANN_EGRESS_SNAT = "pacific.io/egress-snat"          # on a Service: "false" opts
 LABEL_EGRESS_GATEWAY = "pacific.io/egress-gateway"  # on a Node: "true" may hold external IPs
 SNAT_GATEWAY_PREFIX = "svc:"            # egress_switch_name(SNAT_GATEWAY_PREFIX + "ns/name")
 SNAT_ADDRESS_SET_PREFIX = "pacific_snat_"  # + hash of "ns/name": a Service's egress SNAT members
+# --- EgressIP (pacific/egressip.py, controller/egress_ip.py, node/egresssnat.py) --
+EGRESSIP_PLURAL = "egressips"           # cluster-scoped, administrators' only
+PRIO_POLICY_EGRESS_IP = 29800           # above a Service's and a Subnet's gateway: the admin's choice
+LABEL_EGRESS_ASSIGNABLE = "pacific.io/egress-assignable"   # on a Node (any value): may host them
+EIP_GATEWAY_PREFIX = "eip:"             # egress_switch_name(EIP_GATEWAY_PREFIX + "<name>/<ip>")
+OWNER_KIND_EGRESS_IP = "EgressIP"       # owner "<name>/<ip>" (its members: a SNAT address set)
 
 
 def egress_switch_name(subnet: str) -> str:

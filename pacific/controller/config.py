@@ -33,6 +33,7 @@ class Config:
     sb_remote: str = ""                         # read-only: which chassis holds each gateway
     service_cidr: str = names.SERVICE_CIDR      # kube-apiserver's --service-cluster-ip-range
     external_ip_cidrs: str = ""                 # where externalIPs may lie ("": nowhere)
+    egress_ip_cidrs: str = ""                   # where EgressIP addresses may lie ("": nowhere)
     infrastructure_ips: tuple = ()              # no external IP may be one (+ nodes, OVN central)
     trusted_endpoint_services: tuple = ("default/kubernetes",)   # endpoints not confined
     node_port_range: str = "%d-%d" % exposure.NODE_PORT_RANGE
@@ -51,6 +52,7 @@ class Config:
             raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
         try:
             exposure.parse_cidrs(self.external_ip_cidrs)
+            exposure.parse_cidrs(self.egress_ip_cidrs)
             exposure.parse_ips(",".join(self.infrastructure_ips))
             exposure.parse_port_range(self.node_port_range)
         except ValueError as exc:
@@ -79,6 +81,11 @@ class Config:
         """Addresses no Service may claim besides the nodes': OVN central's
         (from the remotes) and --infrastructure-ips."""
         return remotes.addresses(self.nb_remote, self.sb_remote) | set(self.infrastructure_ips)
+
+    @property
+    def egress_ip_networks(self) -> list[str]:
+        """The CIDRs EgressIP addresses may come from (none: no address granted)."""
+        return exposure.parse_cidrs(self.egress_ip_cidrs) or []
 
     @property
     def exposure_settings(self) -> tuple[list[str] | None, tuple[int, int]]:

@@ -27,10 +27,10 @@ import logging
 import threading
 import time
 
-from pacific import contract, exposure, names, servicesnat
+from pacific import contract, egressip, exposure, names, servicesnat
 from pacific.controller import gateway, model
 from pacific.controller.feature import Feature
-from pacific.controller.service import (ignored_note, infrastructure_ips, pod_namespace,
+from pacific.controller.service import (ignored_note, pod_namespace, taken_ips,
                                         service_informers)
 from pacific.controller.transit import transit
 from pacific.kube import resources as r
@@ -67,7 +67,14 @@ class EgressSnatFeature(Feature):
 
     def handlers(self):
         return {"services": self._on_service, "endpointslices": self._on_slice,
-                "nodes": self._on_node}
+                "nodes": self._on_node, "egressips": self._on_egressip}
+
+    def _on_egressip(self, old, new):
+        if old is not None and new is not None and \
+                egressip.spec_addresses(old) == egressip.spec_addresses(new):
+            return ()
+        return [r.object_key(s) for s in self.ctl.informer("services").list()
+                if servicesnat.opted_in(s)]
 
     @staticmethod
     def _on_service(old, new):
@@ -118,7 +125,7 @@ class EgressSnatFeature(Feature):
         allowed, _ = cfg.exposure_settings
         grants, notes = servicesnat.egress_ips(services, slices,
                                             [*cidrs, cfg.join_cidr, cfg.service_cidr],
-                                            infrastructure_ips(self.ctl), allowed)
+                                            taken_ips(self.ctl), allowed)
         for svc, left_out in ignored.items():
             if left_out:
                 notes.setdefault(svc, []).extend(ignored_note(svc, left_out))

@@ -266,8 +266,8 @@ class GatewayFeature(Feature):
         now, mono, changed, rerank = _now(), time.monotonic(), [], []
         with self._lock:
             for subnet, chassis in holders.items():
-                if subnet.startswith(names.SNAT_GATEWAY_PREFIX):
-                    continue          # a Service's (controller/egress_snat.py)
+                if subnet.startswith((names.SNAT_GATEWAY_PREFIX, names.EIP_GATEWAY_PREFIX)):
+                    continue          # a Service's or an EgressIP's (egress_snat.py, egress_ip.py)
                 before = self._active.get(subnet)
                 if before is None or before[0] != chassis:
                     self._active[subnet] = (chassis, now)

@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "none: no Service gets an external IP until the administrator names the "
                    "ranges; an address belongs to one namespace); refused ones get an Event. "
                    "Keep equal to pacific-node's [PACIFIC_EXTERNAL_IP_CIDRS]")
+    g.add_argument("--egress-ip-cidrs", default=_env("PACIFIC_EGRESS_IP_CIDRS", ""),
+                   help="comma-separated CIDRs EgressIP addresses must lie in: the underlay "
+                   "networks of the nodes labelled pacific.io/egress-assignable (default: none: "
+                   "no EgressIP address is granted) [PACIFIC_EGRESS_IP_CIDRS]")
     g.add_argument("--infrastructure-ips", default=_env("PACIFIC_INFRASTRUCTURE_IPS", ""),
                    help="comma-separated addresses no Service may claim as external IP, besides "
                    "the nodes' and OVN central's (taken from --nb-remote/--sb-remote): default "
@@ -169,7 +173,8 @@ def config_from_args(args) -> Config:
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
                   sb_remote=args.sb_remote, event_burst=args.event_burst,
                   event_rate=args.event_rate,
-                  external_ip_cidrs=args.external_ip_cidrs, node_port_range=args.node_port_range,
+                  external_ip_cidrs=args.external_ip_cidrs, egress_ip_cidrs=args.egress_ip_cidrs,
+                  node_port_range=args.node_port_range,
                   infrastructure_ips=_items(args.infrastructure_ips),
                   trusted_endpoint_services=_items(args.trusted_endpoint_services),
                   global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from pacific import selectors
+
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 
 
@@ -91,26 +93,11 @@ class Rule:
 
 
 def selector_matches(sel: dict | None, labels: dict) -> bool:
-    """LabelSelector semantics; an empty selector matches everything."""
-    if sel is None:
-        return False
-    for k, v in (sel.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in sel.get("matchExpressions") or []:
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise PolicyError(f"matchExpressions operator {op!r} is not one of In, NotIn, "
-                              "Exists, DoesNotExist")
-    return True
+    """LabelSelector semantics (pacific.selectors); an empty selector matches everything."""
+    try:
+        return selectors.matches(sel, labels)
+    except selectors.SelectorError as e:
+        raise PolicyError(str(e)) from None
 
 
 def _labels_match(sel, labels) -> bool:

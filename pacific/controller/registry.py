@@ -7,6 +7,7 @@ pools that node and pod addresses are restored into.
 from __future__ import annotations
 
 from pacific.controller.egress import EgressFeature
+from pacific.controller.egress_ip import EgressIPFeature
 from pacific.controller.egress_snat import EgressSnatFeature
 from pacific.controller.gateway import GatewayFeature
 from pacific.controller.node_join import NodeFeature
@@ -18,4 +19,5 @@ from pacific.controller.subnet import SubnetFeature
 from pacific.controller.tenant import TenantFeature
 
 FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
-            ServiceFeature, EgressFeature, GatewayFeature, EgressSnatFeature]
+            ServiceFeature, EgressFeature, GatewayFeature, EgressSnatFeature,
+            EgressIPFeature]

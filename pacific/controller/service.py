@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from pacific import contract, exposure, names
+from pacific import contract, egressip, exposure, names
 from pacific.controller import informers, model
 from pacific.controller import service_model as sm
 from pacific.controller.feature import Feature, InformerSpec
@@ -86,13 +86,20 @@ def infrastructure_ips(ctl) -> set[str]:
     return exposure.node_addresses(ctl.informer("nodes").list()) | ctl.cfg.reserved_ips
 
 
+def taken_ips(ctl) -> set[str]:
+    """What no Service's external IP may be: infrastructure_ips and every
+    address an administrator's EgressIP names (the nodes decide alike:
+    node/frontends.py taken_ips)."""
+    return infrastructure_ips(ctl) | egressip.claimed(ctl.informer("egressips").list())
+
+
 def service_informers(cfg) -> dict:
     """The informers of the features that read Services: Services, their
     EndpointSlices (the version the server serves: cfg.endpointslice_version,
     discovered by main at start), Nodes and Subnets (which addresses no external
     IP may take).  One spec, so the features share one cache."""
     return {"services": informers.SERVICES, "nodes": informers.NODES,
-            "subnets": informers.SUBNETS,
+            "subnets": informers.SUBNETS, "egressips": informers.EGRESSIPS,
             "endpointslices": InformerSpec(  # (resources spelt out: deploy's RBAC scan reads them)
                 r.ENDPOINTSLICES_V1BETA1 if cfg.endpointslice_version == "v1beta1"
                 else r.ENDPOINTSLICES, slim_slice)}
@@ -110,7 +117,16 @@ class ServiceFeature(Feature):
         self._exposed: set[str] = set()          # Services with external IPs or node ports
 
     def handlers(self):
-        return {"services": self._on_service, "endpointslices": self._on_slice}
+        return {"services": self._on_service, "endpointslices": self._on_slice,
+                "egressips": self._on_egressip}
+
+    def _on_egressip(self, old, new):
+        """An address an EgressIP names (or stops naming) may be a Service's."""
+        if old is not None and new is not None and \
+                egressip.spec_addresses(old) == egressip.spec_addresses(new):
+            return ()
+        with self._lock:
+            return sorted(self._exposed)
 
     def _on_service(self, old, new):
         key = r.object_key(new or old)
@@ -191,7 +207,7 @@ class ServiceFeature(Feature):
                              for s in self.ctl.informer("subnets").list()) if c]
         allowed, port_range = cfg.exposure_settings
         _, refused = exposure.exposures(services, [*cidrs, cfg.join_cidr, cfg.service_cidr],
-                                        infrastructure_ips(self.ctl), allowed, port_range)
+                                        taken_ips(self.ctl), allowed, port_range)
         return refused.get(key, [])
 
     def _owned(self) -> list:

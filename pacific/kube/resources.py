@@ -95,6 +95,7 @@ ROLES = Resource("rbac.authorization.k8s.io", "v1", "roles", True, "Role")
 ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", True, "RoleBinding")
 SUBNETS = Resource(names.GROUP, names.VERSION, names.SUBNET_PLURAL, False, "Subnet")
 IPS = Resource(names.GROUP, names.VERSION, names.IP_PLURAL, False, "IP")
+EGRESSIPS = Resource(names.GROUP, names.VERSION, names.EGRESSIP_PLURAL, False, "EgressIP")
 
 
 def for_kind(api_version: str, kind: str) -> Resource:

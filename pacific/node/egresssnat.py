@@ -37,7 +37,7 @@ import time
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from pacific import names, servicesnat
+from pacific import egressip, names, servicesnat
 from pacific.node import frontends
 from pacific.node.feature import NodeFeature
 from pacific.ovn.errors import OvnError
@@ -58,8 +58,29 @@ def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str]],
     holders = view.held_under("cr-" + prefix)
     members = {key: set(view.address_sets.get(servicesnat.address_set_name(key), ()))
                for key in keys}
-    return {key: (holders.get(key), ip)
-            for key, ip in view.transits_under(prefix).items()}, members
+    out = {key: (holders.get(key), ip) for key, ip in view.transits_under(prefix).items()}
+    # EgressIPs', under the key egress_ip_grants gives them
+    prefix = names.router_port_name(names.egress_switch_name(""))
+    holders = view.held_under("cr-" + prefix)
+    out.update({key: (holders.get(key), ip) for key, ip in view.transits_under(prefix).items()
+                if key.startswith(names.EIP_GATEWAY_PREFIX)})
+    return out, members
+
+
+def egress_ip_grants(view: SbView) -> dict[str, servicesnat.SnatGrant]:
+    """EgressIP gateways (controller/egress_ip.py) from the SB replica alone:
+    gateway key "<name>/<ip>" -> the address (from the port's name) and the
+    members (its address set, which the controller writes from the
+    administrator's selectors).  Keyed "eip:<name>/<ip>"."""
+    prefix = names.router_port_name(names.egress_switch_name(names.EIP_GATEWAY_PREFIX))
+    out = {}
+    for key in view.transits_under(prefix):
+        ip = egressip.ip_of_key(key)
+        if ip is not None:
+            out[egressip.gateway_name(key)] = servicesnat.SnatGrant(
+                egressip.gateway_name(key), ip,
+                tuple(sorted(view.address_sets.get(egressip.address_set_name(key), ()))))
+    return out
 
 
 def garp(ifname: str, mac: str, ip: str) -> None:
@@ -108,6 +129,8 @@ class EgressSnat(NodeFeature):
         self._rules: list[tuple[str, list]] | None = None  # the snat chain, None: not known
         self._held: set[str] = set()
         self._checked = float("-inf")     # monotonic time _held was last read from the kernel
+        self._network: ipaddress.IPv4Network | None = None     # the underlay's, once read
+        self._off_underlay: set[str] = set()      # EgressIP addresses said so once
 
     def stop(self) -> None:
         super().stop()
@@ -136,9 +159,11 @@ class EgressSnat(NodeFeature):
 
     # -- the loop -----------------------------------------------------------------
     def labelled(self) -> bool:
+        """May this node hold a Service's external IP or an EgressIP address?"""
         node = self.nodes.get(self.node_name) or {}
-        return ((node.get("metadata") or {}).get("labels") or {}).get(
-            names.LABEL_EGRESS_GATEWAY) == "true"
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        return labels.get(names.LABEL_EGRESS_GATEWAY) == "true" or \
+            names.LABEL_EGRESS_ASSIGNABLE in labels
 
     def converge(self) -> None:
         if not self.frontends.synced():
@@ -150,25 +175,30 @@ class EgressSnat(NodeFeature):
         if labelled:
             fe = self.frontends
             grants, _ = servicesnat.egress_ips(fe.services.list(), fe.slices.list(),
-                                            fe.cluster_cidrs(), fe.node_ips(), fe.allowed)
+                                            fe.cluster_cidrs(), fe.taken_ips(), fe.allowed)
             sb, admitted = gateways(view, sorted(grants))
             # only the members the controller admitted (its own namespace's
             # pods): a hand-written EndpointSlice naming another tenant's pod
             # must not SNAT or re-route that pod's traffic here
             grants = {k: dataclasses.replace(g, sources=tuple(
                 s for s in g.sources if s in admitted.get(k, ()))) for k, g in grants.items()}
+            # EgressIPs first: their rules and return routes win for a pod that is
+            # also a Service's member, as their router policy does (PRIO_POLICY_EGRESS_IP)
+            grants = {**egress_ip_grants(view), **grants}
         else:
             sb, grants = {}, {}
         rules, routes, hold = [], {}, set()
-        for key, g in sorted(grants.items()):
+        for key, g in grants.items():
             holder, router_ip = sb.get(key, (None, None))
-            if router_ip is None or not g.sources:
-                continue
-            rules.append(snat_rule(g))
+            eip = key.startswith(names.EIP_GATEWAY_PREFIX)
+            if router_ip is None or not (g.sources or eip):
+                continue        # an EgressIP address is held even while it has no pods
+            if g.sources:
+                rules.append(snat_rule(g))
             host = f"{ipaddress.ip_address(router_ip) + 1}/24"
             for src in g.sources:
-                routes[f"{src}/32"] = (host, router_ip)
-            if holder == self.node_name:
+                routes.setdefault(f"{src}/32", (host, router_ip))
+            if holder == self.node_name and (not eip or self._on_underlay(g.ip)):
                 hold.add(g.ip)
         with self._lock:
             changed = (routes != self._routes) or (rules != self._rules)
@@ -178,6 +208,27 @@ class EgressSnat(NodeFeature):
             self.firewall.kick()
             if self.gateway is not None:
                 self.gateway.kick()
+
+    def _on_underlay(self, ip: str) -> bool:
+        """An EgressIP address must be on this node's underlay network: held
+        anywhere else, nobody would route it here (the controller checks
+        --egress-ip-cidrs; this is the node's own word)."""
+        if self._network is None:
+            with IPRoute() as ipr:
+                for a in ipr.addr("dump", family=2):
+                    if a.get_attr("IFA_ADDRESS") == self.underlay_ip:
+                        self._network = ipaddress.ip_interface(
+                            f"{self.underlay_ip}/{a['prefixlen']}").network
+            if self._network is None:
+                raise ValueError(f"no interface holds the node's address {self.underlay_ip}")
+        if ipaddress.ip_address(ip) in self._network:
+            return True
+        if ip not in self._off_underlay:
+            self._off_underlay.add(ip)
+            log.error("EgressIP address %s is outside this node's underlay network %s: not "
+                      "held (fix --egress-ip-cidrs or the node's %s label)", ip, self._network,
+                      names.LABEL_EGRESS_ASSIGNABLE)
+        return False
 
     def _hold(self, want: set[str]) -> None:
         # a netlink dump every pass on every node (labelled or not) cost each

@@ -73,6 +73,7 @@ SUBNETS = InformerSpec(r.SUBNETS)                                   # "subnets"
 SERVICES = InformerSpec(r.SERVICES, wait_synced=False)              # "services"
 ENDPOINTSLICES = InformerSpec(r.ENDPOINTSLICES, wait_synced=False)  # "endpointslices"
 ALL_NODES = InformerSpec(r.NODES, wait_synced=False)                # "nodes"
+EGRESSIPS = InformerSpec(r.EGRESSIPS, wait_synced=False)            # "egressips"
 
 
 @dataclass

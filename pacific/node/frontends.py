@@ -34,14 +34,14 @@ import hashlib
 import ipaddress
 import json
 
-from pacific import contract, exposure, remotes
-from pacific.node.feature import ALL_NODES, ENDPOINTSLICES, SERVICES, SUBNETS, THIS_NODE, \
-    THIS_NODES_PODS
+from pacific import contract, egressip, exposure, remotes
+from pacific.node.feature import ALL_NODES, EGRESSIPS, ENDPOINTSLICES, SERVICES, SUBNETS, \
+    THIS_NODE, THIS_NODES_PODS
 
 COMMENT_MAX = 128
 # what a ServiceFrontends reads: a node feature that builds one declares these
 INFORMERS = {"services": SERVICES, "endpointslices": ENDPOINTSLICES, "nodes": ALL_NODES,
-             "subnets": SUBNETS, "pods": THIS_NODES_PODS, "node": THIS_NODE}
+             "subnets": SUBNETS, "pods": THIS_NODES_PODS, "node": THIS_NODE, "egressips": EGRESSIPS}
 
 
 def _match(left: dict, right, op: str = "==") -> dict:
@@ -89,7 +89,9 @@ def join_network(node: dict | None) -> str | None:
 class ServiceFrontends:
     def __init__(self, services, slices, all_nodes, subnets, pods, join_cidr,
                  service_cidr: str | None, allowed: list[str] | None = None,
-                 port_range: tuple[int, int] = exposure.NODE_PORT_RANGE, reserved=frozenset()):
+                 port_range: tuple[int, int] = exposure.NODE_PORT_RANGE, reserved=frozenset(),
+                 egressips=None):
+        self.egressips = egressips            # their addresses: no Service may take one
         self.reserved = frozenset(reserved)   # OVN central, --infrastructure-ips
         self.services, self.slices, self.all_nodes = services, slices, all_nodes
         self.subnets, self.pods, self.join_cidr = subnets, pods, join_cidr
@@ -103,6 +105,12 @@ class ServiceFrontends:
         """Every infrastructure address: the nodes', OVN central's, the reserved ones."""
         return exposure.node_addresses(self.all_nodes.list()) | self.reserved
 
+    def taken_ips(self) -> set[str]:
+        """What no Service's external IP may be: infrastructure and every
+        address an administrator's EgressIP names."""
+        eips = self.egressips.list() if self.egressips is not None else []
+        return self.node_ips() | egressip.claimed(eips)
+
     def local_pod_ips(self) -> dict[str, str]:
         """address -> namespace of this node's pods (the controller's records)."""
         out = {}
@@ -113,13 +121,14 @@ class ServiceFrontends:
         return out
 
     def granted(self) -> list[exposure.Frontend]:
-        grants, _ = exposure.exposures(self.services.list(), self.cluster_cidrs(), self.node_ips(),
+        grants, _ = exposure.exposures(self.services.list(), self.cluster_cidrs(), self.taken_ips(),
                                        self.allowed, self.port_range)
         return grants
 
     def synced(self) -> bool:
         return all(getattr(i, "synced", True)
-                   for i in (self.services, self.slices, self.all_nodes, self.subnets, self.pods))
+                   for i in (self.services, self.slices, self.all_nodes, self.subnets, self.pods,
+                             self.egressips) if i is not None)
 
     def rules(self) -> list[tuple[str, list]] | None:
         """The services chain's rules; None while a cache is not listed yet (a
@@ -162,4 +171,5 @@ def view(feature) -> ServiceFrontends:
         service_cidr=a.service_cidr or None,
         allowed=exposure.parse_cidrs(a.external_ip_cidrs),
         port_range=exposure.parse_port_range(a.node_port_range),
-        reserved=remotes.addresses(a.ovn_remote) | set(exposure.parse_ips(a.infrastructure_ips)))
+        reserved=remotes.addresses(a.ovn_remote) | set(exposure.parse_ips(a.infrastructure_ips)),
+        egressips=feature.informer("egressips"))

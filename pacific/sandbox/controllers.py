@@ -35,7 +35,8 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
             "--identity", identity,
             # short lease in the sandbox: failover within a few seconds
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
-            "--lag-probe-interval", "2", *exposure_args(sandbox), *extra]
+            "--lag-probe-interval", "2", *exposure_args(sandbox),
+            "--egress-ip-cidrs", names.SANDBOX_EGRESS_IP_CIDRS, *extra]
 
 
 def exposure_args(sandbox) -> list[str]:

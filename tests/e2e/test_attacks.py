@@ -21,9 +21,10 @@ import pytest
 
 import attack_fixtures as af
 from controller_fixtures import wait_until
-from pacific import contract, names
+from pacific import contract, egressip, names
 from pacific.controller import transit as _transit
 from pacific.controller.model import router_mac as _router_mac
+from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods
 
@@ -131,6 +132,53 @@ def test_3_a_tenant_cannot_share_another_namespace_s_external_ip_on_another_port
     text = af.wait_until(lambda: service_events(admin, ATK, "twin"), 30, what="refusal Event")
     assert "externalIP 203.0.113.42 belongs to another namespace" in text, text
     assert "shop" not in text and "vic" not in text, f"names the victim's Service: {text}"
+
+
+# --- EgressIP: only an administrator grants an egress address ---
+def test_egressip_a_tenant_can_neither_create_nor_join_one_nor_take_its_address(env):
+    """EgressIPs are the administrator's: a tenant cannot create one (RBAC),
+    cannot get its pods into another namespace's by labelling them like that
+    namespace's pods (the namespaceSelector matches Namespace labels), and
+    cannot claim an EgressIP's address as a Service external IP (inside the
+    granted 192.168.77.192/27 too)."""
+    sb, admin, atk = env
+    addr = "192.168.77.197"
+    body = {"apiVersion": names.API_VERSION, "kind": "EgressIP", "metadata": {"name": "vic-out"},
+            "spec": {"egressIPs": [addr], "namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": VIC}}, "podSelector": {"matchLabels": {
+                    "app": "victim"}}}}
+    with pytest.raises(kerr.ApiError) as refused:
+        r.create(atk, r.EGRESSIPS, dict(body, metadata={"name": "mine"}))
+    assert refused.value.status == 403, refused.value
+    r.create(admin, r.EGRESSIPS, body)
+    try:
+        r.patch_merge(admin, r.NAMESPACES, VIC, {"metadata": {"labels": {
+            "kubernetes.io/metadata.name": VIC}}})   # 1.20 does not label namespaces itself
+        af.tenant_pod(sb, atk, admin, ATK, "lookalike", "node1", labels={"app": "victim"})
+        with pytest.raises(kerr.ApiError) as refused:
+            r.patch_merge(atk, r.NAMESPACES, ATK, {"metadata": {"labels": {
+                "kubernetes.io/metadata.name": VIC}}})
+        assert refused.value.status == 403, refused.value
+        victim_ip = _record(admin, VIC, "v1").ip
+        st = af.wait_until(lambda: (lambda s: s if s.get("items") else None)(
+            (r.get(admin, r.EGRESSIPS, "vic-out") or {}).get("status") or {}), 30,
+            what="the EgressIP granted")
+        assert st["items"][0]["pods"] == 1, st
+        members = _address_set(sb, egressip.address_set_name(f"vic-out/{addr}"))
+        assert members == {victim_ip}, members
+        r.create(atk, r.SERVICES, service(ATK, "squat", [tcp_port(80)], {"app": "none"},
+                                          external_ips=[addr]), ATK)
+        text = af.wait_until(lambda: service_events(admin, ATK, "squat"), 30,
+                             what="refusal Event")
+        assert f"externalIP {addr} is an infrastructure address" in text, text
+        assert not any("atk/squat" in c for c in services_chain(sb).values())
+    finally:
+        r.delete(admin, r.EGRESSIPS, "vic-out")
+
+
+def _address_set(sb, name: str) -> set[str]:
+    out = sb.nbctl("--bare", "--columns=addresses", "find", "Address_Set", f"name={name}")
+    return set(out.replace('"', "").split())
 
 
 # --- 2. hand-written Endpoints cannot name another tenant's pod ---
@@ -274,7 +322,7 @@ def test_ovsdb_every_node_keeps_pods_from_the_central_also_over_tls(env):
 # address, and `:PORT` binds every address: node2's daemon is restarted
 # with `--metrics-address :9477` and every way a pod has to a node is tried.
 def test_metrics_a_tenant_pod_reaches_no_node_daemon_endpoint(env):
-    from pacific import contract, names
+    from pacific import contract, egressip, names
     from pacific.sandbox import nodedaemons
     sb, admin, atk = env
     port = names.NODE_METRICS_PORT

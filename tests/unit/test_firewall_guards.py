@@ -59,7 +59,7 @@ def host_firewall(subnets, nodes, *argv):
     """The firewall feature of node n1 with flags argv, on these Subnets and Nodes."""
     return firewall.HostFirewall(context(
         *argv, subnets=subnets, node=Cache(n for n in nodes if n["metadata"]["name"] == "n1"),
-        nodes=Cache(nodes), services=Cache(), endpointslices=Cache(), pods=Cache()))
+        nodes=Cache(nodes), services=Cache(), endpointslices=Cache(), pods=Cache(), egressips=Cache()))
 
 
 def node(name, *addresses):

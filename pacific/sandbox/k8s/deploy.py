@@ -117,6 +117,7 @@ def _config(api, sb: "Sandbox") -> None:
         # the sandbox's central (not --ha) speaks plain TCP: no TLS files
         "ovn-ssl-key": "", "ovn-ssl-cert": "", "ovn-ssl-ca": "",
         "external-ip-cidrs": names.SANDBOX_EXTERNAL_IP_CIDRS,
+        "egress-ip-cidrs": names.SANDBOX_EGRESS_IP_CIDRS,
         "infrastructure-ips": f"{sb.central_ip},{sb.external_ip}"}},
         namespace=names.PACIFIC_NAMESPACE)
 

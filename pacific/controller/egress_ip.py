@@ -1,0 +1,288 @@
+"""EgressIP: the pods an administrator's EgressIP selects leave the cluster with
+one of its addresses (pacific.egressip decides; docs/egress.md).
+
+Per granted address (key "<name>/<ip>"), the same rows as a Service's egress
+SNAT (controller/egress_snat.py), named `egw:eip:<name>/<ip>` and owned by
+kind EgressIP, owner the key:
+
+* a transit switch with a localnet port and a distributed gateway port bound
+  by an HA chassis group of the nodes labelled `pacific.io/egress-assignable`
+  (sorted by name and rotated by the address's place, so the addresses of one
+  EgressIP start on different nodes; the holder ranked first once settled, so
+  a node that comes back takes nothing back); BFD moves it in under a second;
+* an address set of the pods that leave with this address (the EgressIP's
+  pods spread over its addresses), changed by mutation;
+* a router policy PRIO_POLICY_EGRESS_IP: `ip4.src == $<set>` reroute to the
+  transit host address, above a Service's and a Subnet's gateway.
+
+The node holding the port (node/egresssnat.py) reads the address from the
+port's name and the members from the address set in SB: it holds the address
+on its underlay interface, announces it, and SNATs the members to it.  The
+controller and the API server are not on the failover path; `status.items`
+says who holds each address once SB says so.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from pacific import contract, egressip, names, selectors
+from pacific.controller import gateway, informers, model
+from pacific.controller.feature import Feature
+from pacific.controller.service import infrastructure_ips
+from pacific.controller.transit import transit
+from pacific.kube import errors as kerr
+from pacific.kube import resources as r
+from pacific.ovn import ensure
+from pacific.ovn import gateway as gw
+
+LOG = logging.getLogger(__name__)
+RULE = "egress-ip"
+
+
+def eip_ids(key: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_EGRESS_IP, names.EXT_OWNER: key,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
+
+
+def assignable_nodes(nodes: list[dict]) -> list[str]:
+    return sorted(model.meta(n)["name"] for n in nodes
+                  if names.LABEL_EGRESS_ASSIGNABLE in model.labels_of(n))
+
+
+def rotated(nodes: list[str], index: int) -> list[str]:
+    if not nodes:
+        return []
+    i = index % len(nodes)
+    return nodes[i:] + nodes[:i]
+
+
+def _pod_entry(pod: dict | None):
+    """(namespace, labels, address) of an allocated pod, else None."""
+    if not pod or not model.needs_network(pod):
+        return None
+    rec = contract.own_record(pod)
+    if rec is None:
+        return None
+    m = model.meta(pod)
+    return m.get("namespace"), m.get("labels") or {}, rec.ip
+
+
+class EgressIPFeature(Feature):
+    name = "egress-ip"
+    informers = {"egressips": informers.EGRESSIPS, "pods": informers.PODS,
+                 "namespaces": informers.NAMESPACES, "nodes": informers.NODES,
+                 "subnets": informers.SUBNETS}
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        self._lock = threading.Lock()
+        self._gen = 0                       # bumped by every event that may change a decision
+        self._pods: dict[str, tuple] = {}   # pod key -> (namespace, labels, address): allocated
+        self._decided: tuple[int, egressip.Decision] | None = None
+        self._holders: dict[str, str | None] = {}        # key -> chassis holding it (SB)
+        self._first = gateway.FirstRanked()
+        self._reported: dict[str, str] = {}
+
+    # -- events -> keys ----------------------------------------------------------------
+    def handlers(self):
+        return {"egressips": self._on_egressip, "pods": self._on_pod,
+                "namespaces": self._on_other, "nodes": self._on_other,
+                "subnets": self._on_other}
+
+    def _all(self) -> list[str]:
+        return [model.meta(o)["name"] for o in self.ctl.informer("egressips").list()]
+
+    def _bump(self) -> None:
+        with self._lock:
+            self._gen += 1
+
+    def _on_egressip(self, old, new):
+        self._bump()
+        return [model.meta(new or old)["name"], *self._all()]   # addresses move between them
+
+    def prepare(self) -> None:
+        pods = {}
+        for p in self.ctl.informer("pods").list():
+            entry = _pod_entry(p)
+            if entry is not None:
+                pods[r.object_key(p)] = entry
+        with self._lock:
+            self._pods = pods
+            self._gen += 1
+
+    def _on_pod(self, old, new):
+        """Keeps the index of allocated pods (a decision reads it, never parses
+        every pod's record) and queues the EgressIPs selecting the namespace."""
+        before, after = _pod_entry(old), _pod_entry(new)
+        if before == after:
+            return ()
+        with self._lock:
+            if after is None:
+                self._pods.pop(r.object_key(old or new), None)
+            else:
+                self._pods[r.object_key(new)] = after
+        eips = self.ctl.informer("egressips").list()
+        if not eips:
+            return ()
+        ns = (after or before)[0]
+        ns_labels = model.labels_of(self.ctl.informer("namespaces").get(ns) or {})
+        out = []
+        for o in eips:
+            try:
+                if selectors.matches((o.get("spec") or {}).get("namespaceSelector"), ns_labels):
+                    out.append(model.meta(o)["name"])
+            except selectors.SelectorError:
+                pass
+        if out:
+            self._bump()
+        return out
+
+    def _on_other(self, old, new):
+        if old is not None and new is not None and model.labels_of(old) == model.labels_of(new) \
+                and (old.get("status") or {}).get("addresses") == \
+                (new.get("status") or {}).get("addresses") and \
+                (old.get("status") or {}).get("cidrBlock") == (new.get("status") or {}).get(
+                    "cidrBlock"):
+            return ()
+        self._bump()
+        return self._all()
+
+    def resync_keys(self):
+        self.prepare()          # the index, rebuilt from the cache every resync
+        yield from self._all()
+        for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_EGRESS_IP):
+            if row.external_ids.get(names.EXT_RULE) == RULE:
+                yield row.external_ids.get(names.EXT_OWNER, "").rsplit("/", 1)[0]
+
+    # -- the decision, once per change ------------------------------------------------
+    def decision(self) -> egressip.Decision:
+        with self._lock:
+            gen = self._gen
+            if self._decided is not None and self._decided[0] == gen:
+                return self._decided[1]
+            pods = list(self._pods.values())
+        cfg = self.ctl.cfg
+        namespaces = {model.meta(n)["name"]: model.labels_of(n)
+                      for n in self.ctl.informer("namespaces").list()}
+        cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
+                             for s in self.ctl.informer("subnets").list()) if c]
+        reserved = infrastructure_ips(self.ctl)
+        d = egressip.decide(self.ctl.informer("egressips").list(), pods, namespaces,
+                            cfg.egress_ip_networks, reserved,
+                            [*cidrs, cfg.join_cidr, cfg.service_cidr])
+        with self._lock:
+            self._decided = (gen, d)
+        return d
+
+    # -- reconcile ---------------------------------------------------------------------
+    def reconcile(self, name: str) -> None:
+        d = self.decision()
+        want = {k: g for k, g in d.grants.items() if g.name == name}
+        have = {row.external_ids.get(names.EXT_OWNER)
+                for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_EGRESS_IP)
+                if row.external_ids.get(names.EXT_OWNER, "").rsplit("/", 1)[0] == name}
+        for key in sorted(have - set(want)):
+            self._remove(key)
+        nodes = assignable_nodes(self.ctl.informer("nodes").list())
+        for key, g in sorted(want.items()):
+            self._ensure(g, nodes)
+        obj = self.ctl.informer("egressips").get(name)
+        if obj is not None:
+            self._status(obj, want, d, nodes)
+
+    def _ensure(self, g: egressip.Grant, nodes: list[str]) -> None:
+        gname = egressip.gateway_name(g.key)
+        sw = names.egress_switch_name(gname)
+        lrp = names.router_port_name(sw)
+        ids, as_name = eip_ids(g.key), egressip.address_set_name(g.key)
+        router_cidr, host_ip, mac = transit(self.ctl.transit.index(self.ctl.nb, lrp))
+        with self._lock:
+            ranked = gateway.ranked(self._first.first(g.key), rotated(nodes, g.index))
+        want = set(g.sources)
+        cur = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
+        self.ctl.writer.run([
+            lambda api: ensure.EnsureAddressSet(api, as_name, ids),
+            lambda api: ensure.AddressSetAddAddresses(api, as_name, sorted(want - cur)),
+            lambda api: ensure.AddressSetRemoveAddresses(api, as_name, sorted(cur - want)),
+            *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(gname), router_cidr, mac,
+                                  ids, ranked,
+                                  [(names.PRIO_POLICY_EGRESS_IP, f"ip4.src == ${as_name}",
+                                    "reroute", [host_ip])]),
+        ], what=f"EgressIP {g.key}")
+        if want != cur:
+            LOG.info("EgressIP %s: %d pods leave as %s through %s", g.name, len(want), g.ip,
+                     ", ".join(ranked) or "no assignable node")
+
+    def _remove(self, key: str) -> None:
+        gname = egressip.gateway_name(key)
+        sw = names.egress_switch_name(gname)
+        lrp = names.router_port_name(sw)
+        self.ctl.writer.run([
+            lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, eip_ids(key), []),
+            lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
+            lambda api: ensure.DeleteSwitch(api, sw),
+            lambda api: ensure.DeleteAddressSet(api, egressip.address_set_name(key)),
+        ], what=f"EgressIP {key}: removed")
+        self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
+                            what=f"EgressIP {key} gateway group: removed")
+        self.ctl.transit.release(lrp)
+        with self._lock:
+            self._holders.pop(key, None)
+            self._first.forget(key)
+        LOG.info("EgressIP %s: removed", key)
+
+    # -- status and Events -------------------------------------------------------------
+    def _status(self, obj: dict, want: dict, d: egressip.Decision, nodes: list[str]) -> None:
+        name = model.meta(obj)["name"]
+        with self._lock:
+            holders = dict(self._holders)
+        items = []
+        for key, g in sorted(want.items(), key=lambda kv: kv[1].index):
+            item = {"egressIP": g.ip, "pods": len(g.sources)}
+            if holders.get(key):
+                item["node"] = holders[key]
+            items.append(item)
+        refused = [{"egressIP": ip, "reason": why}
+                   for ip, why in sorted(d.refused.get(name, {}).items())]
+        problems = [f"{x['egressIP']}: {x['reason']}" for x in refused] + d.notes.get(name, [])
+        if want and not nodes:
+            problems.append(f"no node is labelled {names.LABEL_EGRESS_ASSIGNABLE}: the selected "
+                            "pods' traffic to the outside is dropped")
+        # never an empty or null field: the 1.20 API server's merge patch keeps a
+        # null for a key the object lacks, and its schema then refuses it
+        status = {"items": items, "refused": refused,
+                  "message": "; ".join(problems) or "every address granted"}
+        if (obj.get("status") or {}) != status:
+            try:
+                r.patch_merge(self.ctl.kube, r.EGRESSIPS, name, {"status": status},
+                              subresource="status")
+            except kerr.NotFound:
+                pass
+        text = "; ".join(problems)
+        if text and self._reported.get(name) != text:
+            self.ctl.event(obj, "EgressIPProblem", text)
+            LOG.warning("EgressIP %s: %s", name, text)
+        self._reported[name] = text
+
+    def tick(self) -> None:
+        """Who holds each address (SB): the EgressIPs whose holder changed are
+        queued (status), a holder settled SETTLE s is ranked first."""
+        view = self.ctl.southbound_view()
+        if view is None:
+            return
+        prefix = "cr-" + names.router_port_name(names.egress_switch_name(
+            names.EIP_GATEWAY_PREFIX))
+        holders = view.held_under(prefix)
+        mono, changed = time.monotonic(), set()
+        with self._lock:
+            for key, chassis in holders.items():
+                if self._holders.get(key) != chassis:
+                    self._holders[key] = chassis
+                    changed.add(key)
+                    LOG.info("EgressIP %s: held by %s", key, chassis or "no node")
+                if self._first.observe(key, chassis, mono):
+                    changed.add(key)
+        for key in changed:
+            self.queue.add(key.rsplit("/", 1)[0])
