@@ -5,7 +5,7 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2 nftables iptables \
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl graphviz \
-	containerd runc busybox-static util-linux
+	containerd runc busybox-static util-linux dnsmasq-base
 
 .PHONY: setup system kubernetes ovs demo test test-unit test-e2e bench down clean image
 

@@ -223,6 +223,17 @@ LABEL_EGRESS_ASSIGNABLE = "pacific.io/egress-assignable"   # on a Node (any valu
 EIP_GATEWAY_PREFIX = "eip:"             # egress_switch_name(EIP_GATEWAY_PREFIX + "<name>/<ip>")
 OWNER_KIND_EGRESS_IP = "EgressIP"       # owner "<name>/<ip>" (its members: a SNAT address set)
 
+# --- EgressFirewall (pacific/egressfirewall.py, controller/egress_firewall.py) ---
+EGRESSFIREWALL_PLURAL = "egressfirewalls"   # namespaced, one per namespace:
+EGRESS_FIREWALL_NAME = "default"            # ... named this
+EFW_EXITS_GROUP = "pacific_exits"       # every port where traffic leaves the cluster: the join
+                                        # switch's node ports and the gateways' localnet ports
+EFW_SOURCE_SET_PREFIX = "pacific_efw_src_"  # + hash of the namespace: its pods
+EFW_DNS_SET_PREFIX = "pacific_efw_dns_"     # + hash of a DNS name: its A records
+EFW_CLUSTER_SET = "pacific_efw_cluster"     # destinations no firewall rule matches
+PRIO_ACL_EFW_TOP = 10000                # rule i of a firewall: PRIO_ACL_EFW_TOP - i (on the exits)
+OWNER_KIND_EGRESS_FIREWALL = "EgressFirewall"
+
 
 def egress_switch_name(subnet: str) -> str:
     """The transit switch of a centralized Subnet (its router port is

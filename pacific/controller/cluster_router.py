@@ -18,7 +18,8 @@ from pacific.controller import model
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
-from pacific.ovn.ensure import EnsurePort, EnsureRouter, EnsureRouterPort, EnsureSwitch
+from pacific.ovn.ensure import (EnsurePort, EnsurePortGroup, EnsureRouter, EnsureRouterPort,
+                                EnsureSwitch)
 from pacific.ovn.lb import AttachLoadBalancerGroup
 
 LOG = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ def ensure(ctl) -> None:
         # Services reach the nodes through ovn0 on the join switch
         lambda api: AttachLoadBalancerGroup(api, cfg.join_switch, names.LB_GROUP),
         *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_prefixlen, ids),
+        # where traffic leaves the cluster (node ports, gateways' localnets join it)
+        lambda api: EnsurePortGroup(api, names.EFW_EXITS_GROUP, ids),
     ]
     ctl.writer.run(builders, what="startup topology")
     with ctl.ipam_lock:

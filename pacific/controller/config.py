@@ -34,6 +34,7 @@ class Config:
     service_cidr: str = names.SERVICE_CIDR      # kube-apiserver's --service-cluster-ip-range
     external_ip_cidrs: str = ""                 # where externalIPs may lie ("": nowhere)
     egress_ip_cidrs: str = ""                   # where EgressIP addresses may lie ("": nowhere)
+    dns_servers: tuple = ()                     # the egress firewall's resolvers (): resolv.conf
     infrastructure_ips: tuple = ()              # no external IP may be one (+ nodes, OVN central)
     trusted_endpoint_services: tuple = ("default/kubernetes",)   # endpoints not confined
     node_port_range: str = "%d-%d" % exposure.NODE_PORT_RANGE
@@ -57,6 +58,15 @@ class Config:
             exposure.parse_port_range(self.node_port_range)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        for server in self.dns_servers:
+            host, _, port = server.rpartition(":") if server.count(":") == 1 else (server, "", "")
+            try:
+                ipaddress.ip_address(host or server)
+                if port and not 0 < int(port) < 65536:
+                    raise ValueError(port)
+            except ValueError:
+                raise ConfigError(f"--dns-servers: {server!r} is not an IP address or "
+                                  "address:port") from None
         for key in self.trusted_endpoint_services:
             if key.count("/") != 1 or not all(key.split("/")):
                 raise ConfigError(f"--trusted-endpoint-services: {key!r} is not namespace/name")

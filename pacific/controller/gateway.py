@@ -86,6 +86,8 @@ def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str, mac: str, ids: di
                                       ids, type="router", options={"router-port": lrp}),
         lambda api: ensure.EnsurePort(api, sw, ln, ["unknown"], [], ids, type="localnet",
                                       options={"network_name": names.EGRESS_PHYSNET}),
+        # an exit of the cluster: the egress firewalls' ACLs apply where it leaves
+        lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP, [ln]),
         lambda api: gw.EnsureHAChassisGroup(
             api, sw, {n: names.GATEWAY_PRIO_TOP - i for i, n in enumerate(ranked)},
             external_ids=ids, router_port=lrp),

@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated CIDRs EgressIP addresses must lie in: the underlay "
                    "networks of the nodes labelled pacific.io/egress-assignable (default: none: "
                    "no EgressIP address is granted) [PACIFIC_EGRESS_IP_CIDRS]")
+    g.add_argument("--dns-servers", default=_env("PACIFIC_DNS_SERVERS", ""),
+                   help="comma-separated DNS servers that resolve EgressFirewall dnsName rules "
+                   "(default: those of /etc/resolv.conf) [PACIFIC_DNS_SERVERS]")
     g.add_argument("--infrastructure-ips", default=_env("PACIFIC_INFRASTRUCTURE_IPS", ""),
                    help="comma-separated addresses no Service may claim as external IP, besides "
                    "the nodes' and OVN central's (taken from --nb-remote/--sb-remote): default "
@@ -176,6 +179,7 @@ def config_from_args(args) -> Config:
                   external_ip_cidrs=args.external_ip_cidrs, egress_ip_cidrs=args.egress_ip_cidrs,
                   node_port_range=args.node_port_range,
                   infrastructure_ips=_items(args.infrastructure_ips),
+                  dns_servers=_items(args.dns_servers),
                   trusted_endpoint_services=_items(args.trusted_endpoint_services),
                   global_namespaces=tuple(n.strip() for n in args.global_namespaces.split(",")
                                           if n.strip())).validate()

@@ -77,7 +77,10 @@ class NodeFeature(Feature):
                     alloc = ctl.ipam.allocate(cfg.join_switch, key)
         ctl.writer.run([lambda api: ensure.EnsurePort(
             api, cfg.join_switch, lsp, [f"{alloc.mac} {alloc.ip}"], [],
-            node_ids(name, cfg.join_switch))], what=f"node port {lsp}")
+            node_ids(name, cfg.join_switch)),
+            # an exit of the cluster (distributed egress): egress firewalls apply there
+            lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP, [lsp])],
+            what=f"node port {lsp}")
         rec = NodeRecord(ip_cidr=f"{alloc.ip}/{cfg.join_prefixlen}", mac=alloc.mac,
                          gateway=cfg.join_gateway, port=lsp)
         want = rec.annotations()

@@ -7,6 +7,7 @@ pools that node and pod addresses are restored into.
 from __future__ import annotations
 
 from pacific.controller.egress import EgressFeature
+from pacific.controller.egress_firewall import EgressFirewallFeature
 from pacific.controller.egress_ip import EgressIPFeature
 from pacific.controller.egress_snat import EgressSnatFeature
 from pacific.controller.gateway import GatewayFeature
@@ -20,4 +21,4 @@ from pacific.controller.tenant import TenantFeature
 
 FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
             ServiceFeature, EgressFeature, GatewayFeature, EgressSnatFeature,
-            EgressIPFeature]
+            EgressIPFeature, EgressFirewallFeature]

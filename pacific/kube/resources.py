@@ -96,6 +96,8 @@ ROLEBINDINGS = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", True,
 SUBNETS = Resource(names.GROUP, names.VERSION, names.SUBNET_PLURAL, False, "Subnet")
 IPS = Resource(names.GROUP, names.VERSION, names.IP_PLURAL, False, "IP")
 EGRESSIPS = Resource(names.GROUP, names.VERSION, names.EGRESSIP_PLURAL, False, "EgressIP")
+EGRESSFIREWALLS = Resource(names.GROUP, names.VERSION, names.EGRESSFIREWALL_PLURAL, True,
+                           "EgressFirewall")
 
 
 def for_kind(api_version: str, kind: str) -> Resource:

@@ -48,11 +48,14 @@ def _same_extras(row, spec: AclSpec) -> bool:
 
 class EnsureACLs(Command):
     """The ACLs of port group (or logical switch, table=LS) `group` become
-    exactly `specs`."""
+    exactly `specs`; with `scope` (external_ids items), only its ACLs carrying
+    all of them do (owners sharing one group leave each other's alone)."""
 
-    def __init__(self, api, group: str, specs: list[AclSpec], table: str = PG):
+    def __init__(self, api, group: str, specs: list[AclSpec], table: str = PG,
+                 scope: dict | None = None):
         super().__init__(api)
         self.group, self.specs, self.table = group, list(specs), table
+        self.scope = dict(scope or {})
 
     def describe(self):
         return f"{self.table} {self.group}: {len(self.specs)} ACLs"
@@ -64,6 +67,8 @@ class EnsureACLs(Command):
         want = {s.key: s for s in self.specs}
         kept = set()
         for row in list(pg.acls):
+            if not _in_scope(row, self.scope):
+                continue
             spec = want.get(_key(row))
             if spec is None or spec.key in kept:
                 pg.delvalue("acls", row)
@@ -86,19 +91,28 @@ class EnsureACLs(Command):
         row.log = spec.log
 
 
-def EnsurePortGroupACLs(api, group: str, specs: list[AclSpec]) -> EnsureACLs:
-    return EnsureACLs(api, group, specs, PG)
+def _in_scope(row, scope: dict) -> bool:
+    ids = row.external_ids
+    return all(ids.get(k) == v for k, v in scope.items())
 
 
-def acls_are(api, group: str, specs: list[AclSpec], table: str = PG) -> bool:
-    """Does the replica hold port group (or switch) `group` with exactly these ACLs?"""
+def EnsurePortGroupACLs(api, group: str, specs: list[AclSpec],
+                        scope: dict | None = None) -> EnsureACLs:
+    return EnsureACLs(api, group, specs, PG, scope)
+
+
+def acls_are(api, group: str, specs: list[AclSpec], table: str = PG,
+             scope: dict | None = None) -> bool:
+    """Does the replica hold port group (or switch) `group` with exactly these
+    ACLs (of those carrying `scope`'s external_ids)?"""
     with api.ovsdb_connection.lock:
         try:
             pg = api.lookup(table, group)
         except idlutils.RowNotFound:
             return False
-        rows = {_key(r): r for r in pg.acls}
-        if set(rows) != {s.key for s in specs} or len(rows) != len(pg.acls):
+        mine = [r for r in pg.acls if _in_scope(r, scope or {})]
+        rows = {_key(r): r for r in mine}
+        if set(rows) != {s.key for s in specs} or len(rows) != len(mine):
             return False
         return all(_same_extras(rows[s.key], s) for s in specs)
 

@@ -36,7 +36,23 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
             # short lease in the sandbox: failover within a few seconds
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
             "--lag-probe-interval", "2", *exposure_args(sandbox),
-            "--egress-ip-cidrs", names.SANDBOX_EGRESS_IP_CIDRS, *extra]
+            "--egress-ip-cidrs", names.SANDBOX_EGRESS_IP_CIDRS,
+            "--dns-servers", dns_server(sandbox), *extra]
+
+
+def dns_server(sandbox) -> str:
+    """Where the sandbox's controllers resolve EgressFirewall DNS names:
+    127.0.0.1 and a port of its own (kept in the sandbox's directory, so a
+    restarted replica asks the same), on which a test runs dnsmasq."""
+    path = os.path.join(sandbox.dir, "dns-port")
+    try:
+        with open(path) as f:
+            port = int(f.read())
+    except (FileNotFoundError, ValueError):
+        port = free_ports(1)[0]
+        with open(path, "w") as f:
+            f.write(str(port))
+    return f"127.0.0.1:{port}"
 
 
 def exposure_args(sandbox) -> list[str]:

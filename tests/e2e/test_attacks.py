@@ -176,6 +176,29 @@ def test_egressip_a_tenant_can_neither_create_nor_join_one_nor_take_its_address(
         r.delete(admin, r.EGRESSIPS, "vic-out")
 
 
+def test_egressfirewall_a_tenant_cannot_lift_or_write_its_namespace_s_firewall(env):
+    """Who may write an EgressFirewall is the administrator's choice, and no
+    role grants it by default: a tenant with `edit` can neither create one nor
+    delete the one its administrator wrote."""
+    sb, admin, atk = env
+    body = {"apiVersion": names.API_VERSION, "kind": "EgressFirewall",
+            "metadata": {"name": "default", "namespace": ATK},
+            "spec": {"egress": [{"type": "Deny", "to": {"cidrSelector": "0.0.0.0/0"}}]}}
+    with pytest.raises(kerr.ApiError) as refused:
+        r.create(atk, r.EGRESSFIREWALLS, body, ATK)
+    assert refused.value.status == 403, refused.value
+    r.create(admin, r.EGRESSFIREWALLS, body, ATK)
+    try:
+        for attempt in (lambda: r.delete(atk, r.EGRESSFIREWALLS, "default", ATK),
+                        lambda: r.patch_merge(atk, r.EGRESSFIREWALLS, "default",
+                                              {"spec": {"egress": []}}, ATK)):
+            with pytest.raises(kerr.ApiError) as refused:
+                attempt()
+            assert refused.value.status == 403, refused.value
+    finally:
+        r.delete(admin, r.EGRESSFIREWALLS, "default", ATK)
+
+
 def _address_set(sb, name: str) -> set[str]:
     out = sb.nbctl("--bare", "--columns=addresses", "find", "Address_Set", f"name={name}")
     return set(out.replace('"', "").split())

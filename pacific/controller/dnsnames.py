@@ -1,0 +1,108 @@
+"""The egress firewall's DNS names, kept resolved (dnspython).
+
+    names = DnsNames(on_change=lambda name: queue.add(...), servers=["192.0.2.53"])
+    names.want({"example.com"})          # resolved now, then again when the TTL runs out
+    names.answer("example.com")          # (frozenset({"93.184.216.34"}), None) or
+                                         # (frozenset(), "NXDOMAIN: ...")
+    names.stop()
+
+One thread resolves every wanted name (A records) and resolves it again when
+its answer's TTL expires (at least MIN_TTL s later; an error is retried after
+RETRY s); `on_change(name)` is called whenever a name's addresses or error
+change, so the rule follows the answer within its TTL plus the time to write
+NB.  Servers: `servers` (the controller's --dns-servers) or /etc/resolv.conf.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from typing import Callable
+
+import dns.exception
+import dns.resolver
+
+LOG = logging.getLogger(__name__)
+MIN_TTL = 1.0       # s: an answer with TTL 0 is asked again no sooner than this
+RETRY = 5.0         # s: after an error
+TIMEOUT = 2.0       # s per query
+
+
+class DnsNames:
+    def __init__(self, on_change: Callable[[str], None], servers: list[str] | None = None):
+        self._resolver = dns.resolver.Resolver(configure=not servers)
+        if servers:          # "ip" or "ip:port"
+            parsed = [s.rsplit(":", 1) if s.count(":") == 1 else [s] for s in servers]
+            self._resolver.nameservers = [p[0] for p in parsed]
+            self._resolver.nameserver_ports = {p[0]: int(p[1]) for p in parsed if len(p) == 2}
+        self._resolver.lifetime = TIMEOUT
+        self._on_change = on_change
+        self._cv = threading.Condition()
+        self._answers: dict[str, tuple[frozenset, str | None]] = {}
+        self._due: list[tuple[float, str]] = []      # heap of (monotonic time, name)
+        self._wanted: set[str] = set()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "DnsNames":
+        self._thread = threading.Thread(target=self._run, name="dns-names", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    def want(self, wanted: set[str]) -> None:
+        """Keep exactly these names resolved; new ones are resolved at once."""
+        with self._cv:
+            new = set(wanted) - self._wanted
+            self._wanted = set(wanted)
+            for name in set(self._answers) - self._wanted:
+                del self._answers[name]
+            for name in new:
+                heapq.heappush(self._due, (0.0, name))
+            if new:
+                self._cv.notify_all()
+
+    def answer(self, name: str) -> tuple[frozenset, str | None] | None:
+        """(addresses, error) once resolved, else None."""
+        with self._cv:
+            return self._answers.get(name)
+
+    def resolve(self, name: str) -> tuple[frozenset, str | None, float]:
+        """(addresses, error, seconds until asking again), one query."""
+        try:
+            ans = self._resolver.resolve(name, "A")
+            ttl = ans.rrset.ttl if ans.rrset is not None else RETRY
+            return frozenset(r.address for r in ans), None, max(float(ttl), MIN_TTL)
+        except dns.resolver.NXDOMAIN:
+            return frozenset(), f"{name}: no such name (NXDOMAIN)", RETRY
+        except dns.resolver.NoAnswer:
+            return frozenset(), f"{name}: no A record", RETRY
+        except (dns.exception.DNSException, OSError) as e:
+            return frozenset(), f"{name}: not resolved ({type(e).__name__}: {e})", RETRY
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped and (not self._due or self._due[0][0] > time.monotonic()):
+                    self._cv.wait(None if not self._due else
+                                  max(0.0, self._due[0][0] - time.monotonic()))
+                if self._stopped:
+                    return
+                _, name = heapq.heappop(self._due)
+                if name not in self._wanted or any(n == name for _, n in self._due):
+                    continue
+            addrs, err, again = self.resolve(name)
+            with self._cv:
+                if name not in self._wanted:
+                    continue
+                before = self._answers.get(name)
+                self._answers[name] = (addrs, err)
+                heapq.heappush(self._due, (time.monotonic() + again, name))
+            if before != (addrs, err):
+                LOG.info("DNS %s: %s", name, err or ", ".join(sorted(addrs)))
+                self._on_change(name)

@@ -1,0 +1,259 @@
+"""EgressFirewall: which outside destinations a namespace's pods may reach
+(pacific.egressfirewall parses and compiles; docs/egress.md).
+
+Where: every port where traffic leaves the cluster is in port group
+`pacific_exits` (the join switch's node ports, which distributed egress
+leaves by, and every gateway's localnet port: centralized Subnets, Service
+egress SNAT, EgressIPs; node_join.py and gateway.py add them, and the
+cluster key here repairs the membership).  A firewall is to-lport ACLs on
+that group, owned by its namespace:
+
+    outport == @pacific_exits && ip4.src == $pacific_efw_src_<ns>
+        && ip4.dst == <cidr or $pacific_efw_dns_<name>> && ip4.dst != $pacific_efw_cluster
+        [&& tcp.dst == {...}]                     -> allow | drop, priority 10000 - i
+
+so the first matching rule decides and what matches none passes; the exits
+are not the pods' switches, so NetworkPolicy still decides there, and both
+must let a packet out.  The namespace's pods (address set, from this
+feature's own index of allocated pods) and each DNS name's A records (address
+set, kept by controller/dnsnames.py, changed by mutation when the answer
+changes) feed the matches.  An invalid firewall is refused in its status and
+the rules already programmed stay.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from pacific import contract, egressfirewall as efw, exposure, names
+from pacific.controller import informers, model
+from pacific.controller.dnsnames import DnsNames
+from pacific.controller.feature import Feature
+from pacific.kube import errors as kerr
+from pacific.kube import resources as r
+from pacific.ovn import acl, ensure
+
+LOG = logging.getLogger(__name__)
+CLUSTER_KEY = "__cluster__"       # the excluded set, the exits, unused DNS sets
+RULE = "egress-firewall"
+
+
+def efw_ids(ns: str) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_EGRESS_FIREWALL, names.EXT_OWNER: ns,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
+
+
+def cluster_ids() -> dict:
+    return efw_ids("")
+
+
+def _pod_ip(pod: dict | None) -> str | None:
+    if not pod or not model.needs_network(pod):
+        return None
+    rec = contract.own_record(pod)
+    return rec.ip if rec else None
+
+
+class EgressFirewallFeature(Feature):
+    name = "egress-firewall"
+    informers = {"egressfirewalls": informers.EGRESSFIREWALLS, "pods": informers.PODS,
+                 "nodes": informers.NODES, "subnets": informers.SUBNETS}
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        self._lock = threading.Lock()
+        self._pods: dict[str, dict[str, str]] = {}      # namespace -> pod key -> address
+        self._dns_users: dict[str, set[str]] = {}        # DNS name -> namespaces using it
+        self.dns = DnsNames(self._on_dns, servers=list(ctl.cfg.dns_servers) or None)
+        self._dns_started = False
+
+    # -- events -> keys ----------------------------------------------------------------
+    def handlers(self):
+        return {"egressfirewalls": self._on_firewall, "pods": self._on_pod,
+                "nodes": self._on_cluster, "subnets": self._on_cluster}
+
+    @staticmethod
+    def _on_firewall(old, new):
+        return [model.meta(new or old).get("namespace")]
+
+    def _on_pod(self, old, new):
+        before, after = _pod_ip(old), _pod_ip(new)
+        if before == after:
+            return ()
+        obj = new or old
+        ns, key = model.meta(obj).get("namespace"), r.object_key(obj)
+        with self._lock:
+            if after is None:
+                self._pods.get(ns, {}).pop(key, None)
+            else:
+                self._pods.setdefault(ns, {})[key] = after
+        return [ns] if self._firewall(ns) is not None else ()
+
+    @staticmethod
+    def _on_cluster(old, new):
+        if old is not None and new is not None and \
+                (old.get("status") or {}).get("addresses") == \
+                (new.get("status") or {}).get("addresses") and \
+                (old.get("status") or {}).get("cidrBlock") == (new.get("status") or {}).get(
+                    "cidrBlock"):
+            return ()
+        return [CLUSTER_KEY]
+
+    def _on_dns(self, name: str) -> None:
+        with self._lock:
+            users = sorted(self._dns_users.get(name, ()))
+        self.queue_keys(users)
+
+    def prepare(self) -> None:
+        pods: dict[str, dict[str, str]] = {}
+        for p in self.ctl.informer("pods").list():
+            ip = _pod_ip(p)
+            if ip:
+                pods.setdefault(model.meta(p).get("namespace"), {})[r.object_key(p)] = ip
+        with self._lock:
+            self._pods = pods
+
+    def resync_keys(self):
+        self.prepare()
+        yield CLUSTER_KEY
+        yield from sorted({model.meta(o).get("namespace")
+                           for o in self.ctl.informer("egressfirewalls").list()})
+        for row in self.ctl.nb.rows_owned(ensure.AS, names.OWNER_KIND_EGRESS_FIREWALL):
+            if row.external_ids.get(names.EXT_OWNER):
+                yield row.external_ids[names.EXT_OWNER]
+
+    def _firewall(self, ns: str) -> dict | None:
+        return self.ctl.informer("egressfirewalls").get(f"{ns}/{names.EGRESS_FIREWALL_NAME}")
+
+    # -- reconcile ---------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        if key == CLUSTER_KEY:
+            self._cluster()
+        else:
+            self._namespace(key)
+
+    def _cluster(self) -> None:
+        cfg = self.ctl.cfg
+        cidrs = {c for c in (contract.subnet_cidr_in_effect(s)
+                             for s in self.ctl.informer("subnets").list()) if c}
+        want = cidrs | {cfg.join_cidr, cfg.service_cidr} | exposure.node_addresses(
+            self.ctl.informer("nodes").list())
+        have = ensure.address_set_addresses(self.ctl.nb, names.EFW_CLUSTER_SET)
+        exits = self._exits()
+        builders = []
+        if have is None or have != want:
+            have = have or set()
+            builders += [
+                lambda api: ensure.EnsureAddressSet(api, names.EFW_CLUSTER_SET, cluster_ids()),
+                lambda api: ensure.AddressSetAddAddresses(api, names.EFW_CLUSTER_SET,
+                                                          sorted(want - have)),
+                lambda api: ensure.AddressSetRemoveAddresses(api, names.EFW_CLUSTER_SET,
+                                                             sorted(have - want))]
+        if exits:
+            builders.append(lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP,
+                                                                 exits))
+        with self._lock:
+            used = {efw.dns_set(n) for n in self._dns_users}
+        for row in self.ctl.nb.rows_owned(ensure.AS, names.OWNER_KIND_EGRESS_FIREWALL, ""):
+            if row.name.startswith(names.EFW_DNS_SET_PREFIX) and row.name not in used:
+                builders.append(lambda api, n=row.name: ensure.DeleteAddressSet(api, n))
+        if builders:
+            self.ctl.writer.run(builders, what="egress firewalls: cluster destinations, exits")
+
+    def _exits(self) -> list[str]:
+        """The exits not yet in the group (a port of a cluster upgraded from
+        before the group existed)."""
+        ports = [row.name for kind in (names.OWNER_KIND_NODE, names.OWNER_KIND_SUBNET,
+                                       names.OWNER_KIND_SERVICE, names.OWNER_KIND_EGRESS_IP)
+                 for row in self.ctl.nb.rows_owned(ensure.LSP, kind)
+                 if row.name.startswith(("node:", "ln:egw:"))]
+        if not ports:
+            return []
+        held = acl.groups_holding(self.ctl.nb, ports, [names.EFW_EXITS_GROUP])
+        return sorted(p for p in ports if p in held and not held[p])
+
+    def _namespace(self, ns: str) -> None:
+        obj = self._firewall(ns)
+        ids = efw_ids(ns)
+        src = efw.source_set(ns)
+        others = [o for o in self.ctl.informer("egressfirewalls").list()
+                  if model.meta(o).get("namespace") == ns and o is not obj]
+        for o in others:
+            self._status(o, "refused", [f"only one EgressFirewall per namespace, named "
+                                        f"{names.EGRESS_FIREWALL_NAME!r}, is programmed"])
+        if obj is None:
+            self._use_dns(ns, [])
+            if ensure.address_set_addresses(self.ctl.nb, src) is not None or \
+                    not acl.acls_are(self.ctl.nb, names.EFW_EXITS_GROUP, [], scope=ids):
+                self.ctl.writer.run([
+                    lambda api: acl.EnsurePortGroupACLs(api, names.EFW_EXITS_GROUP, [],
+                                                        scope=ids),
+                    lambda api: ensure.DeleteAddressSet(api, src),
+                ], what=f"egress firewall of namespace {ns}: removed")
+                LOG.info("namespace %s: no egress firewall", ns)
+            return
+        try:
+            fw = efw.parse(obj)
+        except efw.FirewallError as e:
+            self._status(obj, "refused", [f"{e}; the rules programmed before stay"])
+            return
+        self._use_dns(ns, fw.dns_names)
+        with self._lock:
+            pods = set(self._pods.get(ns, {}).values())
+        have = ensure.address_set_addresses(self.ctl.nb, src) or set()
+        builders = [lambda api: ensure.EnsureAddressSet(api, names.EFW_CLUSTER_SET, cluster_ids()),
+                    lambda api: ensure.EnsureAddressSet(api, src, ids),
+                    lambda api: ensure.AddressSetAddAddresses(api, src, sorted(pods - have)),
+                    lambda api: ensure.AddressSetRemoveAddresses(api, src, sorted(have - pods))]
+        messages = []
+        for name in fw.dns_names:
+            answer = self.dns.answer(name)
+            addrs, err = answer if answer is not None else (frozenset(), f"{name}: resolving")
+            if err:
+                messages.append(err + " (the rule matches nothing)")
+            set_name = efw.dns_set(name)
+            cur = ensure.address_set_addresses(self.ctl.nb, set_name) or set()
+            builders += [
+                lambda api, n=set_name: ensure.EnsureAddressSet(api, n, cluster_ids()),
+                lambda api, n=set_name, a=sorted(addrs - cur):
+                    ensure.AddressSetAddAddresses(api, n, a),
+                lambda api, n=set_name, a=sorted(cur - addrs):
+                    ensure.AddressSetRemoveAddresses(api, n, a)]
+        specs = [acl.AclSpec("to-lport", prio, match, action, name=f"efw:{ns}:{i}"[:63],
+                             external_ids=ids)
+                 for i, (prio, match, action) in enumerate(
+                     efw.matches(fw, names.EFW_EXITS_GROUP, names.EFW_CLUSTER_SET))]
+        builders.append(lambda api: acl.EnsurePortGroupACLs(api, names.EFW_EXITS_GROUP, specs,
+                                                            scope=ids))
+        self.ctl.writer.run(builders, what=f"egress firewall of namespace {ns}")
+        LOG.info("namespace %s: egress firewall of %d rules over %d pods", ns, len(specs),
+                 len(pods))
+        self._status(obj, "programmed", messages)
+
+    def _use_dns(self, ns: str, wanted: list[str]) -> None:
+        with self._lock:
+            for name in list(self._dns_users):
+                self._dns_users[name].discard(ns)
+                if not self._dns_users[name]:
+                    del self._dns_users[name]
+            for name in wanted:
+                self._dns_users.setdefault(name, set()).add(ns)
+            all_names = set(self._dns_users)
+            start = all_names and not self._dns_started
+            self._dns_started = self._dns_started or bool(start)
+        if start:
+            self.dns.start()
+        self.dns.want(all_names)
+
+    def _status(self, obj: dict, state: str, messages: list[str]) -> None:
+        want = {"status": state, "messages": messages or ["every rule programmed"]}
+        if (obj.get("status") or {}) == want:
+            return
+        m = model.meta(obj)
+        try:
+            r.patch_merge(self.ctl.kube, r.EGRESSFIREWALLS, m["name"], {"status": want},
+                          namespace=m.get("namespace"), subresource="status")
+        except kerr.NotFound:
+            return
+        if state == "refused" or messages:
+            self.ctl.event(obj, "EgressFirewallProblem", "; ".join(messages))

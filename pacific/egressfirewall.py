@@ -1,0 +1,141 @@
+"""EgressFirewall (group pacific.io, namespaced, one per namespace named
+`default`, as ovn-kubernetes'): which destinations outside the cluster a
+namespace's pods may reach.  Pure: parses and checks a firewall and turns it
+into ACLs for the cluster's exits (controller/egress_firewall.py).
+
+    fw = parse(obj)                      # FirewallError naming the bad field
+    fw.rules[0]                          # Rule(action="Deny", cidr="0.0.0.0/0", dns=None,
+                                         #      ports=(("tcp", 443),))
+    specs = acls(fw, "efw_src_<hash>", {"example.com": "efw_dns_<hash>"}, "pacific_exits",
+                 excluded="$efw_cluster")
+
+Rules apply in order and the first that matches decides; traffic matching
+none is allowed.  `to.cidrSelector` or `to.dnsName` (A records, resolved by
+the controller); `ports` optional (protocol TCP, UDP or SCTP, port 1-65535;
+none: every port and protocol).  Destinations inside the cluster (pods,
+Services, the join network, nodes) are never matched.
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from dataclasses import dataclass
+
+from pacific import names
+
+ACTIONS = ("Allow", "Deny")
+PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
+MAX_RULES = 8000
+_DNS = re.compile(r"^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*"
+                  r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$")
+
+
+class FirewallError(ValueError):
+    """An EgressFirewall Pacific cannot program: the message names the field."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    action: str                          # "Allow" | "Deny"
+    cidr: str | None                     # canonical network, or None with dns
+    dns: str | None                      # lower-case name without the final dot
+    ports: tuple[tuple[str, int], ...]   # (ovn protocol, port); () = everything
+
+
+@dataclass(frozen=True)
+class Firewall:
+    namespace: str
+    rules: tuple[Rule, ...]
+
+    @property
+    def dns_names(self) -> list[str]:
+        return sorted({r.dns for r in self.rules if r.dns})
+
+
+def parse(obj: dict) -> Firewall:
+    m = obj.get("metadata") or {}
+    ns = m.get("namespace") or ""
+    if m.get("name") != names.EGRESS_FIREWALL_NAME:
+        raise FirewallError(f"an EgressFirewall must be named {names.EGRESS_FIREWALL_NAME!r} "
+                            f"(one per namespace), not {m.get('name')!r}")
+    egress = (obj.get("spec") or {}).get("egress")
+    if not isinstance(egress, list):
+        raise FirewallError("spec.egress must be a list of rules")
+    if len(egress) > MAX_RULES:
+        raise FirewallError(f"spec.egress has {len(egress)} rules, at most {MAX_RULES}")
+    return Firewall(ns, tuple(_rule(r, i) for i, r in enumerate(egress)))
+
+
+def _rule(raw, i: int) -> Rule:
+    where = f"spec.egress[{i}]"
+    if not isinstance(raw, dict):
+        raise FirewallError(f"{where} must be an object")
+    action = raw.get("type")
+    if action not in ACTIONS:
+        raise FirewallError(f"{where}.type must be Allow or Deny, not {action!r}")
+    to = raw.get("to") or {}
+    cidr, dns = to.get("cidrSelector"), to.get("dnsName")
+    if (cidr is None) == (dns is None):
+        raise FirewallError(f"{where}.to needs exactly one of cidrSelector and dnsName")
+    if cidr is not None:
+        try:
+            net = ipaddress.ip_network(str(cidr), strict=False)
+        except ValueError:
+            raise FirewallError(f"{where}.to.cidrSelector {cidr!r} is not a CIDR") from None
+        if net.version != 4:
+            raise FirewallError(f"{where}.to.cidrSelector {cidr}: IPv6 is not supported yet")
+        cidr = str(net)
+    else:
+        dns = str(dns).lower().rstrip(".")
+        if not _DNS.match(dns) or dns.startswith("*."):
+            raise FirewallError(f"{where}.to.dnsName {to.get('dnsName')!r} is not a DNS name "
+                                "(wildcards are not supported)")
+    ports = []
+    for j, p in enumerate(raw.get("ports") or []):
+        proto = PROTOCOLS.get(str((p or {}).get("protocol", "")).upper())
+        port = (p or {}).get("port")
+        if proto is None:
+            raise FirewallError(f"{where}.ports[{j}].protocol must be TCP, UDP or SCTP")
+        if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+            raise FirewallError(f"{where}.ports[{j}].port must be a number 1-65535")
+        ports.append((proto, port))
+    return Rule(action, cidr, dns, tuple(ports))
+
+
+def digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def source_set(namespace: str) -> str:
+    """The address set of the namespace's pods (what the ACLs match as source)."""
+    return names.EFW_SOURCE_SET_PREFIX + digest(namespace)
+
+
+def dns_set(name: str) -> str:
+    """The address set of a DNS name's current A records (shared by namespaces)."""
+    return names.EFW_DNS_SET_PREFIX + digest(name)
+
+
+def _ports(ports) -> str:
+    if not ports:
+        return ""
+    by_proto: dict[str, list[int]] = {}
+    for proto, port in ports:
+        by_proto.setdefault(proto, []).append(port)
+    parts = [f"{proto}.dst == {{{', '.join(map(str, sorted(set(ps))))}}}"
+             for proto, ps in sorted(by_proto.items())]
+    return " && " + (parts[0] if len(parts) == 1 else "(" + " || ".join(parts) + ")")
+
+
+def matches(fw: Firewall, group: str, excluded: str) -> list[tuple[int, str, str]]:
+    """(priority, match, OVN action) per rule: the first rule gets the highest
+    priority; `group` is the exits' port group, `excluded` the address set of
+    the cluster's own destinations."""
+    src, out = source_set(fw.namespace), []
+    for i, r in enumerate(fw.rules):
+        dst = f"ip4.dst == {r.cidr}" if r.cidr else f"ip4.dst == ${dns_set(r.dns)}"
+        match = (f"outport == @{group} && ip4.src == ${src} && {dst} && "
+                 f"ip4.dst != ${excluded}{_ports(r.ports)}")
+        out.append((names.PRIO_ACL_EFW_TOP - i, match, "allow" if r.action == "Allow" else "drop"))
+    return out
