@@ -1,7 +1,8 @@
-"""EgressIP benchmark.
+"""EgressIP and EgressFirewall benchmark.
 
     .venv/bin/python bench/bench_egressip.py [--failovers 20] [--egressips 100]
-                                             [--pods 1000] [--keep]
+                                             [--pods 1000] [--firewalls 100] [--rules 10]
+                                             [--dns-changes 10] [--keep]
 
 A 3-node sandbox with the whole stack (pod runners); node1 and node2 are
 labelled pacific.io/egress-assignable and are the gatewayNodes of a
@@ -18,11 +19,20 @@ centralized Subnet.  Two parts:
    object nobody runs: the controller allocates them, nothing plumbs them),
    then --egressips EgressIPs created at once, one address and one namespace
    each; time until every status names a holder and all its pods.
+3. EgressFirewalls: --firewalls namespaces, each with a firewall of --rules
+   CIDR rules (1,000 in all by default), created at once; time until every
+   status says programmed and every chassis applied NB (`--wait=hv sync`).
+   Goal: <= 10 s.
+4. A DNS name's answer changed (dnsmasq on the controllers' --dns-servers,
+   TTL 1 s; firewall: Allow the name, Deny 0.0.0.0/0): time from the change
+   until the probe pod reaches the new address and no longer the old one,
+   --dns-changes times.  Goal: <= TTL + 1 s.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -151,12 +161,80 @@ def programming(sb, api, n_eips, n_pods):
     return created, time.perf_counter() - t0
 
 
+def firewalls(sb, api, n_ns, n_rules):
+    for i in range(n_ns):
+        r.create(api, r.NAMESPACES, {"metadata": {"name": f"befw{i}"}})
+    t0 = time.perf_counter()
+    for i in range(n_ns):
+        rules = [{"type": "Deny" if j % 2 else "Allow",
+                  "to": {"cidrSelector": f"203.{i % 200}.{j}.0/24"},
+                  "ports": [{"protocol": "TCP", "port": 1000 + j}]} for j in range(n_rules)]
+        r.create(api, r.EGRESSFIREWALLS, {"apiVersion": names.API_VERSION,
+                                          "kind": "EgressFirewall",
+                                          "metadata": {"name": "default"},
+                                          "spec": {"egress": rules}}, f"befw{i}")
+    created = time.perf_counter() - t0
+
+    def programmed():
+        items, _ = r.list_(api, r.EGRESSFIREWALLS)
+        return sum(1 for o in items if (o.get("status") or {}).get("status") == "programmed"
+                   and o["metadata"]["namespace"].startswith("befw")) >= n_ns
+    wait(programmed, 600, "every firewall programmed")
+    in_status = time.perf_counter() - t0
+    sb.nbctl("--wait=hv", "sync", timeout=600)
+    return created, in_status, time.perf_counter() - t0
+
+
+def dns_changes(sb, api, changes):
+    from pacific.sandbox import controllers
+    hosts = os.path.join(sb.dir, "bench-hosts")
+    near, far = sb.external_ip, sb.external_remote_ip
+    with open(hosts, "w") as f:
+        f.write(f"{far} moving.bench.test\n")
+    port = controllers.dns_server(sb).rsplit(":", 1)[1]
+    dnsmasq = subprocess.Popen(["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
+                                f"--addn-hosts={hosts}", "--listen-address=127.0.0.1",
+                                "--bind-interfaces", f"--port={port}", "--local-ttl=1",
+                                "--pid-file="], stderr=subprocess.DEVNULL)
+    try:
+        r.create(api, r.NAMESPACES, {"metadata": {"name": "bench-dns"}})
+        netns = cnipods.add_pod(sb, "bench-dns", "probe", "node3", api=api).netns
+        r.create(api, r.EGRESSFIREWALLS, {
+            "apiVersion": names.API_VERSION, "kind": "EgressFirewall",
+            "metadata": {"name": "default"}, "spec": {"egress": [
+                {"type": "Allow", "to": {"dnsName": "moving.bench.test"}},
+                {"type": "Deny", "to": {"cidrSelector": "0.0.0.0/0"}}]}}, "bench-dns")
+
+        def reach(ip):
+            return sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", ip, str(PORT),
+                                   "0.1"], check=False).returncode == 0
+        wait(lambda: reach(far) and not reach(near), 60, "the name's first answer allowed")
+        took, cur, other = [], far, near
+        for _ in range(changes):
+            with open(hosts, "w") as f:
+                f.write(f"{other} moving.bench.test\n")
+            t0 = time.monotonic()
+            dnsmasq.send_signal(signal.SIGHUP)
+            wait(lambda: reach(other) and not reach(cur), 30, "the rule following the answer")
+            took.append(time.monotonic() - t0)
+            print(f"   answer {cur} -> {other}: rule followed after {took[-1]:.2f} s",
+                  flush=True)
+            cur, other = other, cur
+        return took
+    finally:
+        dnsmasq.kill()
+        dnsmasq.wait()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--failovers", type=int, default=20)
     ap.add_argument("--egressips", type=int, default=100)
     ap.add_argument("--pods", type=int, default=1000)
+    ap.add_argument("--firewalls", type=int, default=100)
+    ap.add_argument("--rules", type=int, default=10)
+    ap.add_argument("--dns-changes", type=int, default=10)
     ap.add_argument("--keep", action="store_true", help="leave the sandbox up on a failure")
     args = ap.parse_args()
     if args.egressips > 120:
@@ -198,6 +276,17 @@ def main() -> int:
             created, took = programming(sb, api, args.egressips, args.pods)
             print(f"   created in {created:.1f} s; every one held with all its pods after "
                   f"{took:.1f} s", flush=True)
+        if args.firewalls:
+            print(f"3. {args.firewalls} EgressFirewalls of {args.rules} rules", flush=True)
+            created, in_status, applied = firewalls(sb, api, args.firewalls, args.rules)
+            print(f"   created in {created:.1f} s; all programmed (status) after {in_status:.1f} s"
+                  f", applied on every chassis after {applied:.1f} s (goal <= 10 s: "
+                  f"{'met' if applied <= 10 else 'MISSED'})", flush=True)
+        if args.dns_changes:
+            print(f"4. a DNS answer changed {args.dns_changes} times (TTL 1 s)", flush=True)
+            took = dns_changes(sb, api, args.dns_changes)
+            print(f"   p50 {pct(took, 50):.2f} s, max {max(took):.2f} s (goal <= TTL + 1 s = 2 s: "
+                  f"{'met' if max(took) <= 2 else 'MISSED'})", flush=True)
         failed = False
     finally:
         if server:

@@ -103,6 +103,11 @@ class Namer:
             what = f"NetworkPolicy {owner} {direction} rule {index}" if index.isdigit() \
                 else f"NetworkPolicy {owner} ({rule})"
             return what, f"dropped by {what}"
+        if kind == names.OWNER_KIND_EGRESS_FIREWALL:
+            index = str((acl.get("name") or [""])[0] if isinstance(acl.get("name"), list)
+                        else acl.get("name") or "").rpartition(":")[2]
+            what = f"EgressFirewall {owner}/{names.EGRESS_FIREWALL_NAME} rule {index}"
+            return what, f"dropped by {what} (spec.egress[{index}])"
         what = f"{kind or 'ACL'} {owner or acl['_uuid'][:8]}" + (f" ({rule})" if rule else "")
         return what, f"dropped by {what}"
 

@@ -120,6 +120,11 @@ def test_rules_in_order_by_cidr_and_port_for_running_pods_only_outside_the_clust
         rule("Deny", "0.0.0.0/0")]}}, NS)
     wait_until(lambda: not reach(sb, a, NEAR), 20, interval=0.2, what="the near host denied")
     assert not reach(sb, pods["b"], NEAR)                       # the namespace's pod on node3
+    # `pacific trace` names the rule that dropped it
+    cp = subprocess.run([sys.executable, "-m", "pacific.cli.main", "trace", f"{NS}/a", NEAR,
+                         "--tcp", str(PORT), "--sandbox", sb.name],
+                        capture_output=True, text=True, timeout=120)
+    assert f"EgressFirewall {NS}/default rule 0" in cp.stdout, cp.stdout + cp.stderr
     r.delete(api, r.EGRESSFIREWALLS, "default", NS)
     wait_until(lambda: reach(sb, a, FAR) and reach(sb, a, NEAR), 20, interval=0.2,
                what="everything reachable again")
