@@ -198,6 +198,10 @@ def dns_changes(sb, api, changes):
                                 "--pid-file="], stderr=subprocess.DEVNULL)
     try:
         r.create(api, r.NAMESPACES, {"metadata": {"name": "bench-dns"}})
+        r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                  "metadata": {"name": "bench-dns"},
+                                  "spec": {"cidrBlock": "10.72.0.0/24", "natOutgoing": True,
+                                           "namespaces": ["bench-dns"]}})
         netns = cnipods.add_pod(sb, "bench-dns", "probe", "node3", api=api).netns
         r.create(api, r.EGRESSFIREWALLS, {
             "apiVersion": names.API_VERSION, "kind": "EgressFirewall",
