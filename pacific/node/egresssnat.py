@@ -46,6 +46,7 @@ from pacific.ovn.sb import SbView, SouthboundWatch
 log = logging.getLogger(__name__)
 RECHECK = 5.0       # s between passes (and re-reads of the held addresses) when nothing changed
 LABEL_SUFFIX = ":pe"
+GARP_AGAIN = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)   # s after a takeover: announce again
 
 
 def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str]],
@@ -131,8 +132,10 @@ class EgressSnat(NodeFeature):
         self._checked = float("-inf")     # monotonic time _held was last read from the kernel
         self._network: ipaddress.IPv4Network | None = None     # the underlay's, once read
         self._off_underlay: set[str] = set()      # EgressIP addresses said so once
+        self._stopping = threading.Event()        # ends the repeated announcements
 
     def stop(self) -> None:
+        self._stopping.set()
         super().stop()
         self._watch(False)
 
@@ -209,6 +212,24 @@ class EgressSnat(NodeFeature):
             if self.gateway is not None:
                 self.gateway.kick()
 
+    def _announce_again(self, ifname: str, mac: str, ip: str) -> None:
+        """Gratuitous ARPs again GARP_AGAIN s after the takeover, while the
+        address is still held here: a switch or neighbour that missed or
+        ignored the first ones (ovn-kubernetes #6553: a 4-hour outage) learns
+        the new holder anyway."""
+        def run():
+            start = time.monotonic()
+            for at in GARP_AGAIN:
+                self._stopping.wait(max(0.0, start + at - time.monotonic()))
+                if self._stopping.is_set() or ip not in self._held:
+                    return
+                try:
+                    garp(ifname, mac, ip)
+                except OSError as e:
+                    log.warning("egress SNAT: gratuitous ARP for %s on %s: %s", ip, ifname, e)
+                    return
+        threading.Thread(target=run, name=f"garp-{ip}", daemon=True).start()
+
     def _on_underlay(self, ip: str) -> bool:
         """An EgressIP address must be on this node's underlay network: held
         anywhere else, nobody would route it here (the controller checks
@@ -255,6 +276,7 @@ class EgressSnat(NodeFeature):
                 ipr.addr("add", index=idx, address=ip, prefixlen=32, label=label)
                 for _ in range(2):
                     garp(ifname, mac, ip)
+                self._announce_again(ifname, mac, ip)
                 log.info("egress SNAT: %s held on %s, announced by gratuitous ARP", ip, ifname)
         self._held, self._checked = want, time.monotonic()
 

@@ -20,7 +20,7 @@ from gateway_fixtures import (OUTAGE_BOUND, bfd_up, crash_free, cut_link, failov
 from pacific import contract, egressip, names
 from pacific.kube import client
 from pacific.kube import resources as r
-from pacific.sandbox import cnipods
+from pacific.sandbox import bringup, cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
@@ -80,6 +80,8 @@ def env(sandbox_factory):
     assert server.stdout.readline().strip() == "ready"
     r.create(api, r.EGRESSIPS, egress_ip("web", [EIP_A, EIP_B], {"team": "eip"}, {"app": "web"}))
     yield sb, api, pods
+    if os.environ.get("PACIFIC_KEEP_SANDBOXES"):     # debugging: inspect after a failure
+        return
     server.kill()
     server.wait()
     try:
@@ -198,3 +200,35 @@ def test_the_holder_fails_over_within_a_second_and_does_not_flap_back(env):
     wait_until(lambda: holders(sb, want) == [new], 20, what="the new holder only")
     wait_until(lambda: seen_outside(sb, netns) == want, 20, what=f"still leaving as {want}")
     assert holders(sb, want) == [new]
+
+
+def test_a_killed_ovs_vswitchd_moves_the_address_within_a_second(env):
+    """The holder's ovs-vswitchd killed and kept down (a crash without a
+    supervisor): another assignable node holds the address and the pods leave
+    with it again within the bound."""
+    sb, api, pods = env
+    netns = pods["e3"]
+    want = expected_address(cnipods_ip(api, NS, "e3"))
+    killed: list = []
+
+    def take():
+        wait_until(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 30,
+                   what="BFD up between node3 and the assignable nodes")
+        wait_until(lambda: seen_outside(sb, netns) == want and len(holders(sb, want)) == 1,
+                   30, what=f"{want} held by one node")
+        killed.append(holders(sb, want)[0])
+        return failover_sample(sb, netns, sb.external_remote_ip, OUT_PORT,
+                               lambda: sb.stop(f"{killed[-1]}/ovs-vswitchd"),
+                               old=lambda who: who.endswith(want),
+                               new=lambda who: who.endswith(want))
+    try:
+        s = crash_free(take())
+        print(f"EgressIP failover outage (ovs-vswitchd killed): {s.outage * 1000:.0f} ms")
+        assert s.outage <= OUTAGE_BOUND, s.report(sb)
+        other = "node2" if killed[-1] == "node1" else "node1"
+        wait_until(lambda: other in holders(sb, want), 10, what="the new holder")
+        # still so while the killed node stays down
+        assert seen_outside(sb, netns) == want
+    finally:
+        if killed:
+            bringup.restart_node_daemon(sb, sb.node(killed[-1]), "ovs-vswitchd")

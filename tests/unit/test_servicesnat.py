@@ -65,3 +65,26 @@ def test_the_snat_rule_names_the_service_and_changes_with_its_endpoints():
     assert a[0].startswith("ns/web snat 192.168.77.200 #") and a[0] != b[0]
     assert a[1][-1] == {"snat": {"family": "ip", "addr": "192.168.77.200"}}
     assert b[1][0]["match"]["right"] == {"set": ["10.16.0.5", "10.16.0.6"]}
+
+
+def test_a_taken_over_address_is_announced_again_while_held(monkeypatch):
+    """ovn-kubernetes #6553: a switch that ignored the first gratuitous ARPs
+    kept sending to the old holder for hours; the holder announces again."""
+    import threading
+    from types import SimpleNamespace
+
+    from pacific.node import egresssnat
+    sent, done = [], threading.Event()
+    monkeypatch.setattr(egresssnat, "GARP_AGAIN", (0.01, 0.02, 0.03, 0.5))
+
+    def fake_garp(ifname, mac, ip):
+        sent.append(ip)
+        if len(sent) == 3:
+            holder._held.discard(ip)     # given up: no more announcements
+            done.set()
+    monkeypatch.setattr(egresssnat, "garp", fake_garp)
+    holder = SimpleNamespace(_stopping=threading.Event(), _held={"192.168.77.150"})
+    egresssnat.EgressSnat._announce_again(holder, "eth0", "02:00:00:00:00:01", "192.168.77.150")
+    assert done.wait(5)
+    holder._stopping.wait(0.6)
+    assert sent == ["192.168.77.150"] * 3
