@@ -42,8 +42,8 @@ E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e
 sys.path.insert(0, E2E)
 
 from bench_gateway import active, pct, subnet, wait  # noqa: E402
-from gateway_fixtures import (bfd_up, cut_link, failover_sample, priorities,  # noqa: E402
-                              restore_link, steady_gateway)
+from gateway_fixtures import (bfd_settled, cut_link, failover_sample,  # noqa: E402
+                              priorities, restore_link, steady_gateway)
 from pacific import egressip, names  # noqa: E402
 from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
@@ -105,7 +105,7 @@ def failovers(sb, api, eip_netns, gw_netns, rounds):
     disturbed = 0
     while min(len(v) for v in got.values()) < rounds:
         for kind in got:
-            wait(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 30, "BFD up")
+            wait(lambda: bfd_settled(sb), 30, "BFD up both ways between every pair")
             gw, s = (eip_round(sb, eip_netns) if kind == "EgressIP"
                      else gw_round(sb, api, gw_netns))
             if s.crashes:

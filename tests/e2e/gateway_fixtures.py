@@ -55,6 +55,16 @@ def bfd_up(sb, node, peer) -> bool:
     return cp.returncode == 0 and cp.stdout.strip().strip('"') == "up"
 
 
+def bfd_settled(sb, gateways=("node1", "node2"), client="node3") -> bool:
+    """BFD up both ways between the client's chassis and every gateway, and
+    between the gateways: a failover measured before a just-restored node's
+    own sessions are up measures that node's recovery (seconds), not a
+    failover."""
+    pairs = [(client, g) for g in gateways] + [(g, client) for g in gateways] + \
+        [(a, b) for a in gateways for b in gateways if a != b]
+    return all(bfd_up(sb, a, b) for a, b in pairs)
+
+
 def ask_outside(sb, netns: str, port: int, timeout: float = 1.0) -> str | None:
     """The source address the external host saw for one new TCP connection from
     the pod in `netns` to its `port`, or None when none came through."""

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from controller_fixtures import wait_until
-from gateway_fixtures import (OUTAGE_BOUND, bfd_up, crash_free, cut_link, failover_sample,
+from gateway_fixtures import (OUTAGE_BOUND, bfd_settled, crash_free, cut_link, failover_sample,
                               priorities, remove_gateway_subnet, restore_link)
 from pacific import contract, egressip, names
 from pacific.kube import client
@@ -176,7 +176,7 @@ def test_the_holder_fails_over_within_a_second_and_does_not_flap_back(env):
     cut: list = []
 
     def take():
-        wait_until(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 20,
+        wait_until(lambda: bfd_settled(sb), 20,
                    what="BFD up between node3 and the assignable nodes")
         wait_until(lambda: seen_outside(sb, netns) == want and len(holders(sb, want)) == 1,
                    30, what=f"{want} held by one node")
@@ -212,7 +212,7 @@ def test_a_killed_ovs_vswitchd_moves_the_address_within_a_second(env):
     killed: list = []
 
     def take():
-        wait_until(lambda: all(bfd_up(sb, "node3", g) for g in ("node1", "node2")), 30,
+        wait_until(lambda: bfd_settled(sb), 30,
                    what="BFD up between node3 and the assignable nodes")
         wait_until(lambda: seen_outside(sb, netns) == want and len(holders(sb, want)) == 1,
                    30, what=f"{want} held by one node")
