@@ -191,11 +191,7 @@ def dns_changes(sb, api, changes):
     near, far = sb.external_ip, sb.external_remote_ip
     with open(hosts, "w") as f:
         f.write(f"{far} moving.bench.test\n")
-    port = controllers.dns_server(sb).rsplit(":", 1)[1]
-    dnsmasq = subprocess.Popen(["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
-                                f"--addn-hosts={hosts}", "--listen-address=127.0.0.1",
-                                "--bind-interfaces", f"--port={port}", "--local-ttl=1",
-                                "--pid-file="], stderr=subprocess.DEVNULL)
+    dnsmasq = controllers.serve_dns(sb, hosts)
     try:
         r.create(api, r.NAMESPACES, {"metadata": {"name": "bench-dns"}})
         r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",

@@ -35,7 +35,6 @@ from pacific.controller.transit import transit
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import ensure
-from pacific.ovn import gateway as gw
 
 LOG = logging.getLogger(__name__)
 RULE = "egress-ip"
@@ -219,15 +218,8 @@ class EgressIPFeature(Feature):
         gname = egressip.gateway_name(key)
         sw = names.egress_switch_name(gname)
         lrp = names.router_port_name(sw)
-        self.ctl.writer.run([
-            lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, eip_ids(key), []),
-            lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
-            lambda api: ensure.DeleteSwitch(api, sw),
-            lambda api: ensure.DeleteAddressSet(api, egressip.address_set_name(key)),
-        ], what=f"EgressIP {key}: removed")
-        self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
-                            what=f"EgressIP {key} gateway group: removed")
-        self.ctl.transit.release(lrp)
+        gateway.remove_gateway_rows(self.ctl, sw, lrp, eip_ids(key), f"EgressIP {key}",
+                                    egressip.address_set_name(key))
         with self._lock:
             self._holders.pop(key, None)
             self._first.forget(key)

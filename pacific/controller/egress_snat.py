@@ -35,7 +35,6 @@ from pacific.controller.service import (ignored_note, pod_namespace, taken_ips,
 from pacific.controller.transit import transit
 from pacific.kube import resources as r
 from pacific.ovn import ensure
-from pacific.ovn import gateway as gw
 
 LOG = logging.getLogger(__name__)
 RULE = "egress-snat"
@@ -168,15 +167,8 @@ class EgressSnatFeature(Feature):
         self._report(key, problems)
 
     def _remove(self, key: str, sw: str, lrp: str, as_name: str) -> None:
-        self.ctl.writer.run([
-            lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, snat_ids(key), []),
-            lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
-            lambda api: ensure.DeleteSwitch(api, sw),
-            lambda api: ensure.DeleteAddressSet(api, as_name),
-        ], what=f"egress SNAT of service {key}: removed")
-        self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
-                            what=f"egress SNAT gateway group of service {key}: removed")
-        self.ctl.transit.release(lrp)
+        gateway.remove_gateway_rows(self.ctl, sw, lrp, snat_ids(key),
+                                    f"egress SNAT of service {key}", as_name)
         with self._lock:
             self._active.pop(key, None)
             self._first.forget(key)

@@ -95,6 +95,23 @@ def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str, mac: str, ids: di
     ]
 
 
+def remove_gateway_rows(ctl, sw: str, lrp: str, ids: dict, what: str,
+                        address_set: str | None = None) -> None:
+    """What gateway_rows wrote (and the gateway's members' address set), gone;
+    its transit network released."""
+    ctl.writer.run([
+        lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, []),
+        lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
+        lambda api: ensure.DeleteSwitch(api, sw),
+        *([lambda api: ensure.DeleteAddressSet(api, address_set)] if address_set else []),
+    ], what=f"{what}: removed")
+    # once no port refers to it (OVSDB checks references before it collects
+    # the deleted port, so not in the same transaction)
+    ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
+                   what=f"{what}: gateway chassis group removed")
+    ctl.transit.release(lrp)
+
+
 class FirstRanked:
     """Which node a gateway's HA group ranks first: the node holding it, once it
     has held it for SETTLE seconds.  Under load the userspace datapath's BFD
@@ -212,17 +229,8 @@ class GatewayFeature(Feature):
                                               gateway_ids(name), [])
 
     def _remove(self, name: str, sw: str, lrp: str) -> None:
-        self.ctl.writer.run([
-            lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER,
-                                                    gateway_ids(name), []),
-            lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
-            lambda api: ensure.DeleteSwitch(api, sw),
-        ], what=f"egress gateway of subnet {name}: removed")
-        # once no port refers to it (OVSDB checks references before it collects
-        # the deleted port, so not in the same transaction)
-        self.ctl.writer.run([lambda api: gw.DeleteHAChassisGroup(api, sw)],
-                            what=f"gateway chassis group of subnet {name}: removed")
-        self.ctl.transit.release(lrp)
+        remove_gateway_rows(self.ctl, sw, lrp, gateway_ids(name),
+                            f"egress gateway of subnet {name}")
         with self._lock:
             self._active.pop(name, None)
             self._first.forget(name)

@@ -55,6 +55,18 @@ def dns_server(sandbox) -> str:
     return f"127.0.0.1:{port}"
 
 
+def serve_dns(sandbox, hosts: str):
+    """dnsmasq (Debian's dnsmasq-base) answering from the hosts file `hosts`
+    on the controllers' DNS server, with a TTL of 1 s; SIGHUP re-reads the
+    file.  The caller kills the returned process."""
+    import subprocess
+    port = dns_server(sandbox).rsplit(":", 1)[1]
+    return subprocess.Popen(["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
+                             f"--addn-hosts={hosts}", "--listen-address=127.0.0.1",
+                             "--bind-interfaces", f"--port={port}", "--local-ttl=1",
+                             "--pid-file="], stderr=subprocess.DEVNULL)
+
+
 def exposure_args(sandbox) -> list[str]:
     """What the sandbox's administrator grants Services as external IPs, and
     its infrastructure addresses (OVN central, the underlay's router)."""

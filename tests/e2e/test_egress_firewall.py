@@ -69,11 +69,7 @@ def env(sandbox):
     hosts = os.path.join(sb.dir, "efw-hosts")
     with open(hosts, "w") as f:
         f.write(f"{FAR} far.pacific.test\n")
-    port = controllers.dns_server(sb).rsplit(":", 1)[1]
-    dnsmasq = subprocess.Popen(["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
-                                f"--addn-hosts={hosts}", "--listen-address=127.0.0.1",
-                                "--bind-interfaces", f"--port={port}", "--local-ttl=1",
-                                "--pid-file="], stderr=subprocess.DEVNULL)
+    dnsmasq = controllers.serve_dns(sb, hosts)
     yield sb, api, pods, hosts, dnsmasq
     dnsmasq.kill()
     dnsmasq.wait()

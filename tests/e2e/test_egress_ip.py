@@ -169,23 +169,26 @@ def test_bad_addresses_are_refused_in_status_with_an_event(env):
     wait_until(lambda: not holders(sb, "192.168.77.152"), 20, what="the address given up")
 
 
+def failover(sb, netns, want, fault, faulted: list):
+    """The outage sample of `fault(holder)` once BFD is settled and one node
+    holds `want` (appended to `faulted`)."""
+    wait_until(lambda: bfd_settled(sb), 30, what="BFD up both ways between every pair")
+    wait_until(lambda: seen_outside(sb, netns) == want and len(holders(sb, want)) == 1,
+               30, what=f"{want} held by one node")
+    faulted.append(holders(sb, want)[0])
+    return crash_free(failover_sample(sb, netns, sb.external_remote_ip, OUT_PORT,
+                                      lambda: fault(faulted[-1]),
+                                      old=lambda who: who.endswith(want),
+                                      new=lambda who: who.endswith(want)))
+
+
 def test_the_holder_fails_over_within_a_second_and_does_not_flap_back(env):
     sb, api, pods = env
     netns = pods["e3"]
     want = expected_address(cnipods_ip(api, NS, "e3"))
     cut: list = []
-
-    def take():
-        wait_until(lambda: bfd_settled(sb), 20,
-                   what="BFD up between node3 and the assignable nodes")
-        wait_until(lambda: seen_outside(sb, netns) == want and len(holders(sb, want)) == 1,
-                   30, what=f"{want} held by one node")
-        cut.append(holders(sb, want)[0])
-        return failover_sample(sb, netns, sb.external_remote_ip, OUT_PORT,
-                               lambda: cut_link(sb, cut[-1]), old=lambda who: who.endswith(want),
-                               new=lambda who: who.endswith(want))
     try:
-        s = crash_free(take())
+        s = failover(sb, netns, want, lambda node: cut_link(sb, node), cut)
         old = cut[-1]
         new = "node2" if old == "node1" else "node1"
         print(f"EgressIP failover outage: {s.outage * 1000:.0f} ms")
@@ -210,19 +213,8 @@ def test_a_killed_ovs_vswitchd_moves_the_address_within_a_second(env):
     netns = pods["e3"]
     want = expected_address(cnipods_ip(api, NS, "e3"))
     killed: list = []
-
-    def take():
-        wait_until(lambda: bfd_settled(sb), 30,
-                   what="BFD up between node3 and the assignable nodes")
-        wait_until(lambda: seen_outside(sb, netns) == want and len(holders(sb, want)) == 1,
-                   30, what=f"{want} held by one node")
-        killed.append(holders(sb, want)[0])
-        return failover_sample(sb, netns, sb.external_remote_ip, OUT_PORT,
-                               lambda: sb.stop(f"{killed[-1]}/ovs-vswitchd"),
-                               old=lambda who: who.endswith(want),
-                               new=lambda who: who.endswith(want))
     try:
-        s = crash_free(take())
+        s = failover(sb, netns, want, lambda node: sb.stop(f"{node}/ovs-vswitchd"), killed)
         print(f"EgressIP failover outage (ovs-vswitchd killed): {s.outage * 1000:.0f} ms")
         assert s.outage <= OUTAGE_BOUND, s.report(sb)
         other = "node2" if killed[-1] == "node1" else "node1"
