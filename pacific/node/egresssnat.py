@@ -201,7 +201,11 @@ class EgressSnat(NodeFeature):
             host = f"{ipaddress.ip_address(router_ip) + 1}/24"
             for src in g.sources:
                 routes.setdefault(f"{src}/32", (host, router_ip))
-            if holder == self.node_name and (not eip or self._on_underlay(g.ip)):
+            # a port between two chassis (released, not yet claimed) has no holder:
+            # what this node holds it keeps until another node holds it, instead of
+            # giving it up and announcing it again tens of milliseconds later
+            mine = holder == self.node_name or (holder is None and g.ip in self._held)
+            if mine and (not eip or self._on_underlay(g.ip)):
                 hold.add(g.ip)
         with self._lock:
             changed = (routes != self._routes) or (rules != self._rules)
