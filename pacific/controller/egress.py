@@ -153,9 +153,7 @@ class EgressFeature(Feature):
                                                        specs):
             return
         self.ctl.writer.run([
-            lambda api: ensure.EnsureAddressSet(api, as_name, ids),
-            lambda api: ensure.AddressSetAddAddresses(api, as_name, sorted(want - have)),
-            lambda api: ensure.AddressSetRemoveAddresses(api, as_name, sorted(have - want)),
+            *ensure.address_set_rows(as_name, ids, want, have),
             lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, specs),
         ], what=f"egress of node {node}")
         LOG.info("egress: %d pods of node %s leave through %s", len(want), node, rec.ip)

@@ -14,8 +14,8 @@ that group, owned by its namespace:
 
 so the first matching rule decides and what matches none passes; the exits
 are not the pods' switches, so NetworkPolicy still decides there, and both
-must let a packet out.  The namespace's pods (address set, from this
-feature's own index of allocated pods) and each DNS name's A records (address
+must let a packet out.  The namespace's pods (address set, from the EgressIP
+feature's index of allocated pods) and each DNS name's A records (address
 set, kept by controller/dnsnames.py, changed by mutation when the answer
 changes) feed the matches.  An invalid firewall is refused in its status and
 the rules already programmed stay.
@@ -29,6 +29,7 @@ from pacific import contract, egressfirewall as efw, exposure, names
 from pacific.controller import informers, model
 from pacific.controller.dnsnames import DnsNames
 from pacific.controller.feature import Feature
+from pacific.controller.service import cluster_cidrs
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
@@ -58,11 +59,13 @@ class EgressFirewallFeature(Feature):
     name = "egress-firewall"
     informers = {"egressfirewalls": informers.EGRESSFIREWALLS, "pods": informers.PODS,
                  "nodes": informers.NODES, "subnets": informers.SUBNETS}
+    # the namespace's pod addresses come from the EgressIP feature's index of
+    # allocated pods (one per-pod index in the controller, not two)
+    uses = {"pod_index": "egress-ip"}
 
     def __init__(self, ctl):
         super().__init__(ctl)
         self._lock = threading.Lock()
-        self._pods: dict[str, dict[str, str]] = {}      # namespace -> pod key -> address
         self._dns_users: dict[str, set[str]] = {}        # DNS name -> namespaces using it
         self.dns = DnsNames(self._on_dns, servers=list(ctl.cfg.dns_servers) or None)
         self._dns_started = False
@@ -77,44 +80,21 @@ class EgressFirewallFeature(Feature):
         return [model.meta(new or old).get("namespace")]
 
     def _on_pod(self, old, new):
-        before, after = _pod_ip(old), _pod_ip(new)
-        if before == after:
-            return ()
-        obj = new or old
-        ns, key = model.meta(obj).get("namespace"), r.object_key(obj)
-        with self._lock:
-            if after is None:
-                self._pods.get(ns, {}).pop(key, None)
-            else:
-                self._pods.setdefault(ns, {})[key] = after
-        return [ns] if self._firewall(ns) is not None else ()
+        ns = model.meta(new or old).get("namespace")
+        if self._firewall(ns) is None or _pod_ip(old) == _pod_ip(new):
+            return ()          # (the firewall's own reconcile reads the index then)
+        return [ns]
 
     @staticmethod
     def _on_cluster(old, new):
-        if old is not None and new is not None and \
-                (old.get("status") or {}).get("addresses") == \
-                (new.get("status") or {}).get("addresses") and \
-                (old.get("status") or {}).get("cidrBlock") == (new.get("status") or {}).get(
-                    "cidrBlock"):
-            return ()
-        return [CLUSTER_KEY]
+        return () if model.same_status(old, new, "addresses", "cidrBlock") else [CLUSTER_KEY]
 
     def _on_dns(self, name: str) -> None:
         with self._lock:
             users = sorted(self._dns_users.get(name, ()))
         self.queue_keys(users)
 
-    def prepare(self) -> None:
-        pods: dict[str, dict[str, str]] = {}
-        for p in self.ctl.informer("pods").list():
-            ip = _pod_ip(p)
-            if ip:
-                pods.setdefault(model.meta(p).get("namespace"), {})[r.object_key(p)] = ip
-        with self._lock:
-            self._pods = pods
-
     def resync_keys(self):
-        self.prepare()
         yield CLUSTER_KEY
         yield from sorted({model.meta(o).get("namespace")
                            for o in self.ctl.informer("egressfirewalls").list()})
@@ -133,22 +113,13 @@ class EgressFirewallFeature(Feature):
             self._namespace(key)
 
     def _cluster(self) -> None:
-        cfg = self.ctl.cfg
-        cidrs = {c for c in (contract.subnet_cidr_in_effect(s)
-                             for s in self.ctl.informer("subnets").list()) if c}
-        want = cidrs | {cfg.join_cidr, cfg.service_cidr} | exposure.node_addresses(
+        want = set(cluster_cidrs(self.ctl)) | exposure.node_addresses(
             self.ctl.informer("nodes").list())
         have = ensure.address_set_addresses(self.ctl.nb, names.EFW_CLUSTER_SET)
         exits = self._exits()
         builders = []
         if have is None or have != want:
-            have = have or set()
-            builders += [
-                lambda api: ensure.EnsureAddressSet(api, names.EFW_CLUSTER_SET, cluster_ids()),
-                lambda api: ensure.AddressSetAddAddresses(api, names.EFW_CLUSTER_SET,
-                                                          sorted(want - have)),
-                lambda api: ensure.AddressSetRemoveAddresses(api, names.EFW_CLUSTER_SET,
-                                                             sorted(have - want))]
+            builders += ensure.address_set_rows(names.EFW_CLUSTER_SET, cluster_ids(), want, have)
         if exits:
             builders.append(lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP,
                                                                  exits))
@@ -198,13 +169,10 @@ class EgressFirewallFeature(Feature):
             self._status(obj, "refused", [f"{e}; the rules programmed before stay"])
             return
         self._use_dns(ns, fw.dns_names)
-        with self._lock:
-            pods = set(self._pods.get(ns, {}).values())
+        pods = self.pod_index.addresses_in(ns)
         have = ensure.address_set_addresses(self.ctl.nb, src) or set()
         builders = [lambda api: ensure.EnsureAddressSet(api, names.EFW_CLUSTER_SET, cluster_ids()),
-                    lambda api: ensure.EnsureAddressSet(api, src, ids),
-                    lambda api: ensure.AddressSetAddAddresses(api, src, sorted(pods - have)),
-                    lambda api: ensure.AddressSetRemoveAddresses(api, src, sorted(have - pods))]
+                    *ensure.address_set_rows(src, ids, pods, have)]
         messages = []
         for name in fw.dns_names:
             answer = self.dns.answer(name)
@@ -213,12 +181,7 @@ class EgressFirewallFeature(Feature):
                 messages.append(err + " (the rule matches nothing)")
             set_name = efw.dns_set(name)
             cur = ensure.address_set_addresses(self.ctl.nb, set_name) or set()
-            builders += [
-                lambda api, n=set_name: ensure.EnsureAddressSet(api, n, cluster_ids()),
-                lambda api, n=set_name, a=sorted(addrs - cur):
-                    ensure.AddressSetAddAddresses(api, n, a),
-                lambda api, n=set_name, a=sorted(cur - addrs):
-                    ensure.AddressSetRemoveAddresses(api, n, a)]
+            builders += ensure.address_set_rows(set_name, cluster_ids(), addrs, cur)
         specs = [acl.AclSpec("to-lport", prio, match, action, name=f"efw:{ns}:{i}"[:63],
                              external_ids=ids)
                  for i, (prio, match, action) in enumerate(

@@ -30,7 +30,7 @@ import time
 from pacific import contract, egressip, names, selectors
 from pacific.controller import gateway, informers, model
 from pacific.controller.feature import Feature
-from pacific.controller.service import infrastructure_ips
+from pacific.controller.service import cluster_cidrs, infrastructure_ips
 from pacific.controller.transit import transit
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
@@ -78,7 +78,10 @@ class EgressIPFeature(Feature):
         super().__init__(ctl)
         self._lock = threading.Lock()
         self._gen = 0                       # bumped by every event that may change a decision
-        self._pods: dict[str, tuple] = {}   # pod key -> (namespace, labels, address): allocated
+        # namespace -> pod key -> (labels, address) of allocated pods: the decision
+        # reads it, never parses every pod's record; the egress firewall reads a
+        # namespace's addresses from it too (one per-pod index for both)
+        self._pods: dict[str, dict[str, tuple]] = {}
         self._decided: tuple[int, egressip.Decision] | None = None
         self._holders: dict[str, str | None] = {}        # key -> chassis holding it (SB)
         self._first = gateway.FirstRanked()
@@ -102,14 +105,19 @@ class EgressIPFeature(Feature):
         return [model.meta(new or old)["name"], *self._all()]   # addresses move between them
 
     def prepare(self) -> None:
-        pods = {}
+        pods: dict[str, dict[str, tuple]] = {}
         for p in self.ctl.informer("pods").list():
             entry = _pod_entry(p)
             if entry is not None:
-                pods[r.object_key(p)] = entry
+                pods.setdefault(entry[0], {})[r.object_key(p)] = entry[1:]
         with self._lock:
             self._pods = pods
             self._gen += 1
+
+    def addresses_in(self, namespace: str) -> set[str]:
+        """The addresses of the namespace's allocated pods (from the index)."""
+        with self._lock:
+            return {ip for _, ip in self._pods.get(namespace, {}).values()}
 
     def _on_pod(self, old, new):
         """Keeps the index of allocated pods (a decision reads it, never parses
@@ -117,11 +125,12 @@ class EgressIPFeature(Feature):
         before, after = _pod_entry(old), _pod_entry(new)
         if before == after:
             return ()
+        key = r.object_key(new or old)
         with self._lock:
-            if after is None:
-                self._pods.pop(r.object_key(old or new), None)
-            else:
-                self._pods[r.object_key(new)] = after
+            if before is not None:
+                self._pods.get(before[0], {}).pop(key, None)
+            if after is not None:
+                self._pods.setdefault(after[0], {})[key] = after[1:]
         eips = self.ctl.informer("egressips").list()
         if not eips:
             return ()
@@ -139,11 +148,8 @@ class EgressIPFeature(Feature):
         return out
 
     def _on_other(self, old, new):
-        if old is not None and new is not None and model.labels_of(old) == model.labels_of(new) \
-                and (old.get("status") or {}).get("addresses") == \
-                (new.get("status") or {}).get("addresses") and \
-                (old.get("status") or {}).get("cidrBlock") == (new.get("status") or {}).get(
-                    "cidrBlock"):
+        if model.same_status(old, new, "addresses", "cidrBlock") and \
+                model.labels_of(old) == model.labels_of(new):
             return ()
         self._bump()
         return self._all()
@@ -161,16 +167,14 @@ class EgressIPFeature(Feature):
             gen = self._gen
             if self._decided is not None and self._decided[0] == gen:
                 return self._decided[1]
-            pods = list(self._pods.values())
+            pods = [(ns, labels, ip) for ns, by_key in self._pods.items()
+                    for labels, ip in by_key.values()]
         cfg = self.ctl.cfg
         namespaces = {model.meta(n)["name"]: model.labels_of(n)
                       for n in self.ctl.informer("namespaces").list()}
-        cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
-                             for s in self.ctl.informer("subnets").list()) if c]
-        reserved = infrastructure_ips(self.ctl)
         d = egressip.decide(self.ctl.informer("egressips").list(), pods, namespaces,
-                            cfg.egress_ip_networks, reserved,
-                            [*cidrs, cfg.join_cidr, cfg.service_cidr])
+                            cfg.egress_ip_networks, infrastructure_ips(self.ctl),
+                            cluster_cidrs(self.ctl))
         with self._lock:
             self._decided = (gen, d)
         return d
@@ -202,9 +206,7 @@ class EgressIPFeature(Feature):
         want = set(g.sources)
         cur = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
         self.ctl.writer.run([
-            lambda api: ensure.EnsureAddressSet(api, as_name, ids),
-            lambda api: ensure.AddressSetAddAddresses(api, as_name, sorted(want - cur)),
-            lambda api: ensure.AddressSetRemoveAddresses(api, as_name, sorted(cur - want)),
+            *ensure.address_set_rows(as_name, ids, want, cur),
             *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(gname), router_cidr, mac,
                                   ids, ranked,
                                   [(names.PRIO_POLICY_EGRESS_IP, f"ip4.src == ${as_name}",

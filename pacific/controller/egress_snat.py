@@ -27,11 +27,11 @@ import logging
 import threading
 import time
 
-from pacific import contract, egressip, exposure, names, servicesnat
+from pacific import egressip, exposure, names, servicesnat
 from pacific.controller import gateway, model
 from pacific.controller.feature import Feature
-from pacific.controller.service import (ignored_note, pod_namespace, taken_ips,
-                                        service_informers)
+from pacific.controller.service import (cluster_cidrs, ignored_note, pod_namespace,
+                                        service_informers, taken_ips)
 from pacific.controller.transit import transit
 from pacific.kube import resources as r
 from pacific.ovn import ensure
@@ -119,12 +119,9 @@ class EgressSnatFeature(Feature):
             kept, ignored[svc] = exposure.confine(mine, svc.split("/", 1)[0],
                                                   lambda ip: pod_namespace(self.ctl, ip))
             slices += kept
-        cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
-                             for s in self.ctl.informer("subnets").list()) if c]
         allowed, _ = cfg.exposure_settings
-        grants, notes = servicesnat.egress_ips(services, slices,
-                                            [*cidrs, cfg.join_cidr, cfg.service_cidr],
-                                            taken_ips(self.ctl), allowed)
+        grants, notes = servicesnat.egress_ips(services, slices, cluster_cidrs(self.ctl),
+                                               taken_ips(self.ctl), allowed)
         for svc, left_out in ignored.items():
             if left_out:
                 notes.setdefault(svc, []).extend(ignored_note(svc, left_out))
@@ -149,9 +146,7 @@ class EgressSnatFeature(Feature):
         want = set(grant.sources)
         cur = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
         self.ctl.writer.run([
-            lambda api: ensure.EnsureAddressSet(api, as_name, ids),
-            lambda api: ensure.AddressSetAddAddresses(api, as_name, sorted(want - cur)),
-            lambda api: ensure.AddressSetRemoveAddresses(api, as_name, sorted(cur - want)),
+            *ensure.address_set_rows(as_name, ids, want, cur),
             *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(names.SNAT_GATEWAY_PREFIX
                                                                       + key),
                                   router_cidr, mac, ids, ranked,

@@ -231,6 +231,15 @@ def with_annotations(obj: dict, patch: dict) -> dict:
     return {**obj, "metadata": m}
 
 
+def same_status(old: dict | None, new: dict | None, *fields: str) -> bool:
+    """An update (both present) that leaves these status fields as they were
+    (a Node's addresses, a Subnet's cidrBlock: not its heartbeats)."""
+    if old is None or new is None:
+        return False
+    a, b = old.get("status") or {}, new.get("status") or {}
+    return all(a.get(f) == b.get(f) for f in fields)
+
+
 def same_for_allocation(a: dict, b: dict) -> bool:
     """Equal in everything the pod reconciler reads (labels and the resource
     version aside)."""

@@ -363,13 +363,7 @@ class PolicyFeature(Feature):
             return []
         ids = {names.EXT_OWNER_KIND: KIND_PEER, names.EXT_OWNER: name,
                names.EXT_CREATED_BY: names.CONTROLLER_NAME}
-        have = have or set()
-        out = [lambda api: ensure.EnsureAddressSet(api, name, ids)]
-        if ips - have:
-            out.append(lambda api: ensure.AddressSetAddAddresses(api, name, sorted(ips - have)))
-        if have - ips:
-            out.append(lambda api: ensure.AddressSetRemoveAddresses(api, name, sorted(have - ips)))
-        return out
+        return ensure.address_set_rows(name, ids, ips, have)
 
     def _collect(self) -> None:
         """Address sets no policy names any more, and the per-policy port groups

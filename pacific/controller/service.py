@@ -86,6 +86,15 @@ def infrastructure_ips(ctl) -> set[str]:
     return exposure.node_addresses(ctl.informer("nodes").list()) | ctl.cfg.reserved_ips
 
 
+def cluster_cidrs(ctl) -> list[str]:
+    """The cluster's own networks: every Subnet's CIDR in effect, the join
+    and service CIDRs (no external IP, EgressIP or firewall rule is about them)."""
+    cfg = ctl.cfg
+    return [c for c in (contract.subnet_cidr_in_effect(s)
+                        for s in ctl.informer("subnets").list()) if c] + \
+        [cfg.join_cidr, cfg.service_cidr]
+
+
 def taken_ips(ctl) -> set[str]:
     """What no Service's external IP may be: infrastructure_ips and every
     address an administrator's EgressIP names (the nodes decide alike:
@@ -202,11 +211,8 @@ class ServiceFeature(Feature):
             exposed = sorted(self._exposed)
         cache = self.ctl.informer("services")
         services = [s for s in (cache.get(k) for k in exposed) if s is not None]
-        cfg = self.ctl.cfg
-        cidrs = [c for c in (contract.subnet_cidr_in_effect(s)
-                             for s in self.ctl.informer("subnets").list()) if c]
-        allowed, port_range = cfg.exposure_settings
-        _, refused = exposure.exposures(services, [*cidrs, cfg.join_cidr, cfg.service_cidr],
+        allowed, port_range = self.ctl.cfg.exposure_settings
+        _, refused = exposure.exposures(services, cluster_cidrs(self.ctl),
                                         taken_ips(self.ctl), allowed, port_range)
         return refused.get(key, [])
 

@@ -548,6 +548,20 @@ class AddressSetRemoveAddresses(_AddressMembers):
     ADD = False
 
 
+def address_set_rows(name: str, external_ids: dict, want, have) -> list:
+    """NB writer builders that make address set `name` hold exactly `want`,
+    given what it holds now (`have`; None or empty for a new set): the set
+    ensured, the difference added and removed by mutation (concurrent writers
+    never replace each other's members)."""
+    want, have = set(want), set(have or ())
+    out = [lambda api: EnsureAddressSet(api, name, external_ids)]
+    if want - have:
+        out.append(lambda api, a=sorted(want - have): AddressSetAddAddresses(api, name, a))
+    if have - want:
+        out.append(lambda api, a=sorted(have - want): AddressSetRemoveAddresses(api, name, a))
+    return out
+
+
 class _DeleteNamed(Command):
     TABLE = ""
 
