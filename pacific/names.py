@@ -234,6 +234,15 @@ EFW_CLUSTER_SET = "pacific_efw_cluster"     # destinations no firewall rule matc
 PRIO_ACL_EFW_TOP = 10000                # rule i of a firewall: PRIO_ACL_EFW_TOP - i (on the exits)
 OWNER_KIND_EGRESS_FIREWALL = "EgressFirewall"
 
+# --- Multicast (pacific/multicast.py, controller/multicast.py) ------------------
+ANN_MULTICAST = "pacific.io/multicast"  # on a Namespace (administrators'): "true" enables it
+PG_MCAST = "pacific_mcast"              # port group: every pod of a namespace that enabled it
+PG_MCAST_OFF = "pacific_mcast_off"      # port group: every other pod
+OWNER_KIND_MULTICAST = "Multicast"      # owner of both groups and their ACLs
+PRIO_ACL_MCAST_GATE = 2900              # drops: above NetworkPolicy, below tenant isolation
+PRIO_ACL_MCAST_IGMP = 2901              # IGMP of enabled pods: joins and queries, whatever NP says
+MCAST_QUERY_INTERVAL = 30               # s between the Subnet querier's IGMP general queries
+
 
 def egress_switch_name(subnet: str) -> str:
     """The transit switch of a centralized Subnet (its router port is

@@ -1,7 +1,8 @@
 """Startup topology: cluster router, join switch, default Subnet object.
 
 Run by every new leader before its workers start (idempotent):
-- logical router ``pacific-cluster`` (owner Cluster);
+- logical router ``pacific-cluster`` (owner Cluster), relaying multicast
+  between Subnets unless ``--no-multicast``;
 - the ``join`` switch (``--join-cidr``, default 100.64.0.0/16) linked to the
   router at its first address; nodes' ``ovn0`` ports live on it (node.py);
 - the join subnet in IPAM (so no Subnet may overlap it);
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from pacific import names
+from pacific import multicast, names
 from pacific.controller import model
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
@@ -51,7 +52,9 @@ def ensure(ctl) -> None:
     cfg = ctl.cfg
     ids = join_ids(cfg.join_switch)
     builders = [
-        lambda api: EnsureRouter(api, names.CLUSTER_ROUTER, cluster_ids()),
+        # relays multicast groups between Subnets (controller/multicast.py)
+        lambda api: EnsureRouter(api, names.CLUSTER_ROUTER, cluster_ids(), columns={
+            "options": dict(multicast.ROUTER_OPTIONS) if cfg.multicast else {}}),
         lambda api: EnsureSwitch(api, cfg.join_switch, ids),
         # Services reach the nodes through ovn0 on the join switch
         lambda api: AttachLoadBalancerGroup(api, cfg.join_switch, names.LB_GROUP),

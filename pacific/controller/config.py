@@ -30,6 +30,8 @@ class Config:
     lag_probe_interval: float = 30.0            # NB -> chassis lag probe (lagprobe.py); 0: off
     isolation: bool = True                      # tenant isolation between namespaces
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
+    multicast: bool = True                      # snooping, the gate, relay (controller/multicast.py)
+    multicast_query_interval: int = names.MCAST_QUERY_INTERVAL
     sb_remote: str = ""                         # read-only: which chassis holds each gateway
     service_cidr: str = names.SERVICE_CIDR      # kube-apiserver's --service-cluster-ip-range
     external_ip_cidrs: str = ""                 # where externalIPs may lie ("": nowhere)
@@ -51,6 +53,10 @@ class Config:
                 raise ConfigError(f"{flag} {value!r} is not a valid CIDR: {exc}") from None
         if ipaddress.ip_network(self.default_cidr).overlaps(ipaddress.ip_network(self.join_cidr)):
             raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
+        if not 5 <= self.multicast_query_interval <= 1790:
+            raise ConfigError(f"--multicast-query-interval {self.multicast_query_interval} is "
+                              "outside 5..1790 s (OVN ages a membership out after two of them "
+                              "and 5 s, between 15 and 3600 s)")
         try:
             exposure.parse_cidrs(self.external_ip_cidrs)
             exposure.parse_cidrs(self.egress_ip_cidrs)

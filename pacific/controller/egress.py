@@ -9,7 +9,8 @@ touch only that node's rows):
   reroute to the node's join address (its ovn0);
 * once, owned by the cluster: policy PRIO_POLICY_NODE_LOCAL
   ``ip4.dst == {every Subnet CIDR, the join CIDR}`` -> allow (traffic inside
-  the cluster is routed as before, never sent to a node), and a default route
+  the cluster is routed as before, never sent to a node), the same for
+  ``ip4.mcast`` (groups are relayed between Subnets, never sent out), and a default route
   0.0.0.0/0 via the join gateway, so a packet to the outside reaches the
   policy stage at all (without it the router drops it as "no route").
 
@@ -23,7 +24,7 @@ import hashlib
 import logging
 import threading
 
-from pacific import contract, names
+from pacific import contract, multicast, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
 from pacific.kube.resources import object_key
@@ -119,7 +120,9 @@ class EgressFeature(Feature):
                         if (obj_cidr := ((s.get("status") or {}).get("cidrBlock")))}
                        | {cfg.join_cidr})
         specs = [(names.PRIO_POLICY_NODE_LOCAL, f"ip4.dst == {{{', '.join(cidrs)}}}",
-                  "allow", [])]
+                  "allow", []),
+                 # groups stay on the router, which relays them between Subnets
+                 (names.PRIO_POLICY_NODE_LOCAL, multicast.ROUTER_POLICY_MATCH, "allow", [])]
         ids = cluster_ids()
         if ensure.router_policies_are(self.ctl.nb, names.CLUSTER_ROUTER, ids, specs):
             return

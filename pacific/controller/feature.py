@@ -95,6 +95,26 @@ class Feature:
         return n
 
 
+class OnceEvents:
+    """A Warning Event (and log line) about an object's problem once, again
+    only when the problem changes, forgotten when it goes (an invalid label
+    re-checked by every resync must not repeat itself)."""
+
+    def __init__(self, ctl, reason: str, log):
+        self.ctl, self.reason, self.log = ctl, reason, log
+        self._said: dict[str, str] = {}
+
+    def report(self, obj: dict | None, key: str, problem: str | None, message: str = "") -> None:
+        if problem is None or obj is None:
+            self._said.pop(key, None)
+            return
+        if self._said.get(key) == problem:
+            return
+        self._said[key] = problem
+        self.log.warning("%s", message or problem)
+        self.ctl.event(obj, self.reason, message or problem)
+
+
 def wire_uses(features: list[Feature]) -> None:
     """Set every feature's `uses` attributes to the features they name; a name
     that is not among `features` is an error at start, not at the first event."""

@@ -103,6 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated namespaces that are global (reach and are reached by "
                    f"every tenant) unless labelled {names.LABEL_TENANT}=... "
                    "(default: %(default)s)")
+    g = p.add_argument_group("multicast")
+    g.add_argument("--no-multicast", dest="multicast", action="store_false",
+                   default=_env("PACIFIC_MULTICAST", "true").lower() not in ("false", "0", "no"),
+                   help="no multicast feature: no IGMP snooping, no gate, no relay between Subnets; "
+                   "OVN then floods a group on its Subnet like broadcast (tenant isolation still "
+                   f"holds).  Default: on, and a namespace takes part once an administrator sets "
+                   f"{names.ANN_MULTICAST}=true on it [PACIFIC_MULTICAST=false]")
+    g.add_argument("--multicast-query-interval", type=int,
+                   default=int(_env("PACIFIC_MULTICAST_QUERY_INTERVAL", str(names.MCAST_QUERY_INTERVAL))),
+                   help="seconds between each Subnet querier's IGMP general queries; a membership "
+                   "not refreshed for two of them (and 5 s) ends (default: %(default)s) "
+                   "[PACIFIC_MULTICAST_QUERY_INTERVAL]")
     g = p.add_argument_group("performance")
     g.add_argument("--workers", type=int, default=int(_env("PACIFIC_WORKERS", "16")),
                    help="pod reconcile workers (every other feature gets a quarter) [PACIFIC_WORKERS]")
@@ -173,6 +185,7 @@ def config_from_args(args) -> Config:
                   join_cidr=args.join_cidr, workers=args.workers, batch=not args.no_batch,
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
                   gc_interval=args.gc_interval, lag_probe_interval=args.lag_probe_interval, isolation=args.isolation,
+                  multicast=args.multicast, multicast_query_interval=args.multicast_query_interval,
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
                   sb_remote=args.sb_remote, event_burst=args.event_burst,
                   event_rate=args.event_rate,

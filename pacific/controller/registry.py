@@ -11,6 +11,7 @@ from pacific.controller.egress_firewall import EgressFirewallFeature
 from pacific.controller.egress_ip import EgressIPFeature
 from pacific.controller.egress_snat import EgressSnatFeature
 from pacific.controller.gateway import GatewayFeature
+from pacific.controller.multicast import MulticastFeature
 from pacific.controller.node_join import NodeFeature
 from pacific.controller.pod import PodFeature
 from pacific.controller.policy import PolicyFeature
@@ -21,4 +22,4 @@ from pacific.controller.tenant import TenantFeature
 
 FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
             ServiceFeature, EgressFeature, GatewayFeature, EgressSnatFeature,
-            EgressIPFeature, EgressFirewallFeature]
+            EgressIPFeature, EgressFirewallFeature, MulticastFeature]

@@ -19,7 +19,7 @@ import ipaddress
 import logging
 import threading
 
-from pacific import exposure, names
+from pacific import exposure, multicast, names
 from pacific.controller import cluster_router, informers, model, rebuild
 from pacific.controller.feature import Feature
 from pacific.controller.model import SubnetSpec, SubnetSpecError
@@ -218,7 +218,11 @@ class SubnetFeature(Feature):
             return
         ids = subnet_ids(name)
         acls = private_acls(spec, ctl.cfg.join_cidr)
-        ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids),
+        # IGMP snooping and a querier on every Subnet (none: --no-multicast)
+        mcast = (multicast.switch_config(spec.gateway, model.router_mac(spec.gateway),
+                                         ctl.cfg.multicast_query_interval)
+                 if ctl.cfg.multicast else {})
+        ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids, other_config=mcast),
                         lambda api: lb.AttachLoadBalancerGroup(api, name, names.LB_GROUP),
                         *cluster_router.router_link_builders(name, spec.gateway, spec.prefixlen, ids),
                         lambda api: acl.EnsureACLs(api, name, acls, table=ensure.LS)],

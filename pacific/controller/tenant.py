@@ -48,7 +48,7 @@ import threading
 
 from pacific import contract, names
 from pacific.controller import informers, model
-from pacific.controller.feature import Feature
+from pacific.controller.feature import Feature, OnceEvents
 from pacific.ovn import acl, ensure
 from pacific.tenancy import GLOBAL, group_name, tenant_of
 
@@ -102,7 +102,7 @@ class TenantFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self.globals = frozenset(ctl.cfg.global_namespaces)
-        self._warned: dict[str, str] = {}
+        self._warnings = OnceEvents(ctl, "InvalidTenantLabel", LOG)
         self._lock = threading.Lock()
         self._ports: dict[str, dict[str, str]] = {}   # namespace -> pod name -> its port
 
@@ -156,13 +156,14 @@ class TenantFeature(Feature):
             return
         ns_obj = self.ctl.informer("namespaces").get(key)
         want, problem = tenant_of(ns_obj, key, self.globals)
-        self._report(ns_obj, key, problem)
+        self._warnings.report(ns_obj, key, problem,
+                              f"namespace {key}: {problem}; it stays its own tenant")
         if not self.ctl.cfg.isolation or ns_obj is None:
             want = None
         isolated_want = want not in (None, GLOBAL)
         groups = {self._tenant_of_group(row): row.name for row in self._groups()}
         groups.pop(names.PG_ISOLATED, None)
-        ports = self._ports_of(key)
+        ports = self.ports_of(key)
         # only ports NB has: one that is not there yet joins its groups in the
         # transaction that creates it (port_builders); naming it here would fail
         # this whole transaction (a restart on an emptied NB: 100,000 of them,
@@ -217,18 +218,7 @@ class TenantFeature(Feature):
     def _tenant_of_group(row) -> str:
         return row.external_ids.get(names.EXT_OWNER, "")
 
-    def _ports_of(self, ns: str) -> list[str]:
+    def ports_of(self, ns: str) -> list[str]:
         """Ports of the namespace's pods that have one (the controller's record)."""
         with self._lock:
             return sorted(self._ports.get(ns, {}).values())
-
-    def _report(self, ns_obj, name: str, problem: str | None) -> None:
-        if problem is None or ns_obj is None:
-            self._warned.pop(name, None)
-            return
-        if self._warned.get(name) == problem:
-            return
-        self._warned[name] = problem
-        msg = f"namespace {name}: {problem}; it stays its own tenant"
-        LOG.warning("%s", msg)
-        self.ctl.event(ns_obj, "InvalidTenantLabel", msg)

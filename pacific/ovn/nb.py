@@ -82,7 +82,7 @@ CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
                        "load_balancer_group"),
     "Logical_Switch_Port": ("name", "addresses", "port_security", "type",
                             "options", "external_ids"),
-    "Logical_Router": ("name", "ports", "external_ids", "policies", "static_routes"),
+    "Logical_Router": ("name", "ports", "external_ids", "policies", "static_routes", "options"),
     # egress (controller/egress.py): reroute a node's pods to its ovn0
     "Logical_Router_Policy": ("priority", "match", "action", "nexthops", "external_ids"),
     "Logical_Router_Static_Route": ("ip_prefix", "nexthop", "external_ids"),

@@ -86,7 +86,7 @@ def test_a_new_pod_joins_its_tenant_in_the_transaction_of_its_port():
     kinds = [type(c).__name__ for c in cmds]
     assert kinds.index("EnsurePort") < kinds.index("PortGroupAddPorts")
     joined = {c.name for c in cmds if isinstance(c, ensure.PortGroupAddPorts) and c.members == [port]}
-    assert joined == {names.PG_ISOLATED, group_name("team-a")}
+    assert joined == {names.PG_ISOLATED, group_name("team-a"), names.PG_MCAST_OFF}
     isolation = [c for c in cmds if isinstance(c, acl.EnsureACLs)]
     assert isolation and isolation[0].specs == isolation_acls("team-a")
 
@@ -98,7 +98,9 @@ def test_a_global_namespaces_pod_joins_no_group():
     drain(ctl)
     port = names.pod_lsp_name("kube-system", "dns")
     cmds = [c for w, cs in ctl.writer.writes if w == f"pod port {port}" for c in cs]
-    assert cmds and not [c for c in cmds if isinstance(c, ensure.PortGroupAddPorts)]
+    # (multicast's group, which every pod joins, is not a tenant's)
+    assert cmds and [c.name for c in cmds if isinstance(c, ensure.PortGroupAddPorts)] == [
+        names.PG_MCAST_OFF]
 
 
 def test_a_tenant_change_moves_every_pod_in_one_transaction():

@@ -1,0 +1,98 @@
+"""Multicast per namespace: which namespaces enabled it, and the OVN form of
+the gate (pure; the controller's `multicast` feature writes it, `pacific
+trace` and `diagnose` explain with it).
+
+Model.  A namespace takes part in IPv4 multicast when an administrator sets
+`pacific.io/multicast: "true"` on the Namespace (annotation or label: tenants
+with `edit` in a namespace cannot write the Namespace object).  Its pods then
+send to groups and receive the groups they joined (IGMPv2/v3) from pods of
+enabled namespaces; nothing else sends them multicast and they send nothing
+anywhere else.  Tenant isolation (ACLs at 3000, above the gate) keeps groups
+inside a tenant; NetworkPolicy (1000/1001, below) applies to what the gate lets
+through: an ingress-isolated pod receives a group's datagrams only from
+senders a rule admits, an egress-isolated pod sends to a group only if an
+egress rule's `ipBlock` holds the group's address.
+
+OVN form: every pod port is in exactly one of two port groups, `pacific_mcast`
+(enabled namespaces) and `pacific_mcast_off` (all others), moved in one
+transaction when a namespace changes.  Their ACLs (GATE_ACLS) drop, above
+NetworkPolicy: multicast from and to `pacific_mcast_off`; multicast to
+`pacific_mcast` whose source is not an enabled pod (hosts, anything routed
+in).  IGMP of enabled pods is allowed one priority above, so a NetworkPolicy
+does not cut joins or the querier's queries.  Each Subnet's switch snoops IGMP
+and runs a querier (SWITCH_CONFIG): a group reaches only ports that joined it
+(`mcast_flood_unregistered=false`), except the link-local 224.0.0.0/24 that
+OVN always floods on the switch, which the gate still confines to enabled
+pods.  The cluster router relays groups between Subnets (`mcast_relay`), so a
+sender needs an IP TTL of 2 or more for receivers on another Subnet.
+"""
+from __future__ import annotations
+
+from pacific import names
+
+TRUE, FALSE = "true", "false"
+
+
+def enabled(ns_obj: dict | None) -> tuple[bool, str | None]:
+    """(enabled, problem): the Namespace's `pacific.io/multicast`, annotation
+    or label ("true" / "false"; anything else is off, and named)."""
+    meta = (ns_obj or {}).get("metadata") or {}
+    found = [v for v in ((meta.get("annotations") or {}).get(names.ANN_MULTICAST),
+                         (meta.get("labels") or {}).get(names.ANN_MULTICAST)) if v is not None]
+    if not found:
+        return False, None
+    bad = [v for v in found if v not in (TRUE, FALSE)]
+    if bad:
+        return False, (f"{names.ANN_MULTICAST}={bad[0]!r} is neither \"true\" nor \"false\": "
+                       f"multicast stays off")
+    if len(set(found)) > 1:
+        return False, (f"{names.ANN_MULTICAST} is \"true\" on one of annotation and label and "
+                       f"\"false\" on the other: multicast stays off")
+    return found[0] == TRUE, None
+
+
+def group_of(on: bool) -> str:
+    return names.PG_MCAST if on else names.PG_MCAST_OFF
+
+
+def switch_config(gateway: str, router_mac: str,
+                  query_interval: int = names.MCAST_QUERY_INTERVAL) -> dict[str, str]:
+    """A Subnet switch's other_config: IGMP snooping and a querier that speaks
+    from the Subnet's gateway (address and router MAC); a membership not
+    refreshed for two query intervals (and 5 s) ages out."""
+    return {"mcast_snoop": TRUE, "mcast_querier": TRUE,
+            "mcast_flood_unregistered": FALSE,
+            "mcast_ip4_src": gateway, "mcast_eth_src": router_mac,
+            "mcast_query_interval": str(query_interval),
+            "mcast_idle_timeout": str(2 * query_interval + 5)}
+
+
+ROUTER_OPTIONS = {"mcast_relay": TRUE}
+ROUTER_POLICY_MATCH = "ip4.mcast"   # kept on the router, never rerouted towards a node's egress
+
+# (port group, direction, priority, match, action, rule name): the gate
+_ON, _OFF = names.PG_MCAST, names.PG_MCAST_OFF
+GATE_ACLS = (
+    (_OFF, "from-lport", names.PRIO_ACL_MCAST_GATE, f"inport == @{_OFF} && ip4.mcast", "drop",
+     "mcast-off-sends"),
+    (_OFF, "to-lport", names.PRIO_ACL_MCAST_GATE, f"outport == @{_OFF} && ip4.mcast", "drop",
+     "mcast-off-receives"),
+    (_ON, "to-lport", names.PRIO_ACL_MCAST_GATE,
+     f"outport == @{_ON} && ip4.mcast && ip4.src != ${_ON}_ip4", "drop", "mcast-foreign-source"),
+    (_ON, "from-lport", names.PRIO_ACL_MCAST_IGMP, f"inport == @{_ON} && igmp", "allow",
+     "mcast-igmp-out"),
+    (_ON, "to-lport", names.PRIO_ACL_MCAST_IGMP, f"outport == @{_ON} && igmp", "allow",
+     "mcast-igmp-in"),
+)
+
+
+def why_dropped(rule: str) -> str:
+    """What a gate ACL's rule name means, for `pacific trace`."""
+    return {
+        "mcast-off-sends": "the sender's namespace has not enabled multicast "
+                           f"({names.ANN_MULTICAST})",
+        "mcast-off-receives": "the receiver's namespace has not enabled multicast "
+                              f"({names.ANN_MULTICAST})",
+        "mcast-foreign-source": "multicast reaches enabled pods only from pods of enabled "
+                                "namespaces",
+    }.get(rule, rule)
