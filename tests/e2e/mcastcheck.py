@@ -1,22 +1,24 @@
 """Multicast probes for e2e tests and bench/bench_multicast.py, run inside pod
 network namespaces (stdlib only, one process per role).
 
-    python3 mcastcheck.py recv GROUP PORT [--igmp 2|3]
+    python3 mcastcheck.py recv GROUP PORT [--igmp 2|3] [--no-join]
         # joins GROUP on the pod's eth0 (IGMPv3 by default; --igmp 2 forces
-        # IGMPv2 on eth0 first), prints "joined", then one line per datagram:
-        # "<source ip> <payload>"; reads stdin: "leave" drops the membership
-        # (prints "left"), "join" takes it again (prints "joined"); EOF ends it
+        # IGMPv2 on eth0 first; --no-join: never), prints "joined" (or
+        # "listening"), then one line per datagram:
+        #   "wire SRC SEQ TAG"  every UDP datagram to GROUP:PORT that reached
+        #                       eth0 at all (a packet socket, before the
+        #                       kernel's membership filter): what the network
+        #                       delivered
+        #   "got SRC SEQ TAG"   what the joined socket received
+        # stdin: "leave" drops the membership ("left"), "join" takes it again
+        # ("joined"); EOF ends it
     python3 mcastcheck.py send GROUP PORT COUNT [INTERVAL] [TTL] [SIZE] [TAG]
-        # COUNT datagrams "<seq> <tag>" to GROUP:PORT, INTERVAL s
-        # apart (default 0.01), IP TTL (default 8: Pacific's router relays
-        # between Subnets, one hop), padded to SIZE bytes; prints "sent N"
-    python3 mcastcheck.py sniff GROUP SECONDS
-        # without joining: counts the IPv4 datagrams to GROUP that reach eth0
-        # at all (a packet socket, before any membership filter); prints
-        # "seen N"
+        # COUNT datagrams "SEQ TAG" to GROUP:PORT, INTERVAL s apart (default
+        # 0.01), IP TTL (default 8: Pacific's router relays between Subnets,
+        # one hop), padded to SIZE bytes; prints "sent N"
     python3 mcastcheck.py query [GROUP]
         # one IGMPv2 membership query from this pod (a rogue querier);
-        # GROUP empty: a general query
+        # GROUP empty: a general query to 224.0.0.1
 """
 import os
 import select
@@ -35,21 +37,35 @@ def _mreq(group: str) -> bytes:
     return socket.inet_aton(group) + socket.inet_aton("0.0.0.0") + struct.pack("@i", _eth0_index())
 
 
-def recv(group: str, port: int, igmp: int = 3) -> None:
+def _words(payload: bytes) -> str:
+    return " ".join(payload.decode(errors="replace").split()[:2])
+
+
+def recv(group: str, port: int, igmp: int = 3, join: bool = True) -> None:
     if igmp == 2:
         with open("/proc/sys/net/ipv4/conf/eth0/force_igmp_version", "w") as f:
             f.write("2")
+    wire = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+    wire.bind(("eth0", 0))
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((group, port))
-    s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreq(group))
-    print("joined", flush=True)
+    gaddr = socket.inet_aton(group)
+    if join:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreq(group))
+    print("joined" if join else "listening", flush=True)
     stdin = sys.stdin.fileno()
     while True:
-        ready, _, _ = select.select([s, stdin], [], [])
+        ready, _, _ = select.select([wire, s, stdin], [], [])
+        if wire in ready:
+            data, addr = wire.recvfrom(65535)
+            ihl = (data[0] & 0x0F) * 4
+            if addr[2] != socket.PACKET_OUTGOING and data[9] == 17 and data[16:20] == gaddr \
+                    and struct.unpack("!H", data[ihl + 2:ihl + 4])[0] == port:
+                print("wire", socket.inet_ntoa(data[12:16]), _words(data[ihl + 8:]), flush=True)
         if s in ready:
             data, peer = s.recvfrom(65535)
-            print(peer[0], *data.decode(errors="replace").split()[:2], flush=True)
+            print("got", peer[0], _words(data), flush=True)
         if stdin in ready:
             line = os.read(stdin, 256)
             if not line:
@@ -70,19 +86,14 @@ def send(group: str, port: int, count: int, interval: float = 0.01, ttl: int = 8
     s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
                  struct.pack("@4s4si", socket.inet_aton("0.0.0.0"), socket.inet_aton("0.0.0.0"),
                              _eth0_index()))
-    sent = 0
     for seq in range(count):
-        msg = f"{seq} {tag} ".encode()
-        s.sendto(msg.ljust(size, b"x"), (group, port))
-        sent += 1
+        s.sendto(f"{seq} {tag} ".encode().ljust(size, b"x"), (group, port))
         if interval:
             time.sleep(interval)
-    print(f"sent {sent}", flush=True)
+    print(f"sent {count}", flush=True)
 
 
 def _checksum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
     total = sum(struct.unpack(f"!{len(data) // 2}H", data))
     total = (total >> 16) + (total & 0xFFFF)
     total += total >> 16
@@ -100,43 +111,19 @@ def query(group: str = "") -> None:
     print("queried", flush=True)
 
 
-def sniff(group: str, seconds: float) -> None:
-    s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
-    s.bind(("eth0", 0))
-    want, seen = socket.inet_aton(group), 0
-    end = time.monotonic() + seconds
-    print("sniffing", flush=True)
-    while (left := end - time.monotonic()) > 0:
-        if not select.select([s], [], [], left)[0]:
-            break
-        data, addr = s.recvfrom(65535)
-        if addr[2] != socket.PACKET_OUTGOING and data[16:20] == want:
-            seen += 1
-    print(f"seen {seen}", flush=True)
-
-
 def main(argv: list[str]) -> int:
-    cmd, args = argv[0], argv[1:]
+    cmd, args = (argv[0], argv[1:]) if argv else ("", [])
     if cmd == "recv":
-        igmp = 3
+        igmp, join = 3, "--no-join" not in args
+        args = [a for a in args if a != "--no-join"]
         if "--igmp" in args:
             i = args.index("--igmp")
             igmp = int(args[i + 1])
             del args[i:i + 2]
-        recv(args[0], int(args[1]), igmp)
+        recv(args[0], int(args[1]), igmp, join)
     elif cmd == "send":
-        vals = [args[0], int(args[1]), int(args[2])]
-        if len(args) > 3:
-            vals.append(float(args[3]))
-        if len(args) > 4:
-            vals.append(int(args[4]))
-        if len(args) > 5:
-            vals.append(int(args[5]))
-        if len(args) > 6:
-            vals.append(args[6])
-        send(*vals)
-    elif cmd == "sniff":
-        sniff(args[0], float(args[1]))
+        conv = (str, int, int, float, int, int, str)
+        send(*(c(a) for c, a in zip(conv, args)))
     elif cmd == "query":
         query(args[0] if args else "")
     else:

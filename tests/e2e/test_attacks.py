@@ -744,3 +744,47 @@ def test_a_flood_of_refused_pods_does_not_silence_another_tenant_s_events(env):
     finally:
         for ns, name in [(ATK, n) for n in flood] + [(VIC, "own")]:
             r.delete(admin, r.PODS, name, ns, grace_period=0)
+
+
+# --- multicast: groups stay inside a tenant's enabled namespaces ---
+# Only an administrator enables multicast on a namespace (the Namespace object:
+# `edit` cannot write it).  A tenant whose namespace is enabled too, or not,
+# must neither receive another tenant's group (joining it, or asking for it
+# with a rogue IGMP query) nor send into it.
+
+def test_multicast_a_tenant_can_neither_enable_it_nor_reach_another_tenant_s_group(env):
+    import mcast_fixtures as mf
+    sb, admin, atk = env
+    group, port = "239.8.8.8", 5008
+
+    def set_multicast(ns, value):
+        r.patch_merge(admin, r.NAMESPACES, ns,
+                      {"metadata": {"annotations": {names.ANN_MULTICAST: value}}})
+    with pytest.raises(kerr.ApiError) as refused:
+        r.patch_merge(atk, r.NAMESPACES, ATK,
+                      {"metadata": {"annotations": {names.ANN_MULTICAST: "true"}}})
+    assert refused.value.status == 403, refused.value
+    set_multicast(VIC, "true")
+    try:
+        sender = cnipods.add_pod(sb, VIC, "msend", "node1", api=admin)
+        mine = af.tenant_pod(sb, atk, admin, ATK, "mrecv", "node1")
+        victim = mf.Receiver(sb, cnipods.load(sb, VIC, "v1").netns, group, port, name="victim")
+        rxs = [victim]
+        try:
+            for enabled in (False, True):         # the attacker's namespace off, then on
+                if enabled:
+                    set_multicast(ATK, "true")
+                thief = mf.Receiver(sb, mine.netns, group, port, name=f"attacker-{enabled}")
+                rxs.append(thief)
+                sb.exec(mine.netns, [sys.executable, mf.MCASTCHECK, "query"])   # rogue querier
+                sb.exec(mine.netns, [sys.executable, mf.MCASTCHECK, "query", group])
+                tag = mf.deliver(sb, sender.netns, group, port, [victim])
+                assert not thief.wire(tag), f"the attacker received the victim's group ({enabled})"
+                tag = mf.deliver(sb, mine.netns, group, port, [])
+                assert not victim.wire(tag), f"the attacker sent into the victim's group ({enabled})"
+        finally:
+            for rx in rxs:
+                rx.close()
+    finally:
+        set_multicast(ATK, None)
+        set_multicast(VIC, None)
