@@ -12,7 +12,8 @@ Check the cluster's network and list what is wrong: every node's OVN chassis
 registered; a change to NB reaching every chassis (this bumps NB_Global.nb_cfg,
 as `ovn-nbctl --wait=hv sync` does; --no-sync only compares); the controller's
 leader; every node daemon's health report (ready, tunnels to every peer up);
-Subnets not Ready or 90 %% full; NB rows missing or stale.
+Subnets not Ready or 90 %% full; the multicast groups joined on each Subnet
+and their members; NB rows missing or stale.
 
 Exit status: 0 when nothing is wrong, 1 when something is (a FAIL or WARN line),
 2 when the check itself cannot run."""

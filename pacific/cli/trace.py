@@ -25,6 +25,11 @@ SRC: NS/POD, pod/NS/POD or node/NAME (the node's management port ovn0).
 DST: the same, svc/NS/NAME (a Service's ClusterIP: give --tcp/--udp PORT), or
 an address.  Without --tcp/--udp the trace is an ICMP echo.
 
+DST a multicast group (224.0.0.0/4, with --udp PORT): which pods the group's
+datagram reaches (the members IGMP snooping knows, on every Subnet through
+the cluster router's relay), which copies are dropped and why; --receiver
+NS/POD (repeatable) also says why that pod is not reached.
+
 Exit status: 0 when the trace (and the probe, if asked) says it gets through,
 1 when it does not, 2 on a usage or lookup error."""
 
@@ -38,6 +43,8 @@ def register(sub) -> None:
     proto = p.add_mutually_exclusive_group()
     proto.add_argument("--tcp", type=int, metavar="PORT", help="a TCP connection to PORT")
     proto.add_argument("--udp", type=int, metavar="PORT", help="a UDP datagram to PORT")
+    p.add_argument("--receiver", action="append", default=[], metavar="NS/POD",
+                   help="with a multicast DST: say why this pod is or is not reached (repeatable)")
     p.add_argument("--detailed", action="store_true", help="also print ovn-trace's logical flows")
     p.add_argument("--ovs", nargs="?", const="", default=None, metavar="REMOTE",
                    help="add the OpenFlow trace of the source's chassis (REMOTE: its br-int "
@@ -50,8 +57,14 @@ def register(sub) -> None:
 
 
 def cmd_trace(args) -> int:
+    from pacific.tools import mtrace
     from pacific.tools import trace as tr
     from pacific.ovn.query import QueryError
+    if mtrace.is_group(args.dst):
+        return _trace_group(args)
+    if args.receiver:
+        print("error: --receiver goes with a multicast group as DST", file=sys.stderr)
+        return 2
     proto, port = ("tcp", args.tcp) if args.tcp else ("udp", args.udp) if args.udp else ("icmp", None)
     try:
         kube, nb, sb_remote, sb = connect.connect(args)
@@ -84,6 +97,33 @@ def cmd_trace(args) -> int:
                   + ("agrees with the trace" if probe["agrees"] else "DISAGREES with the trace"))
     if probe and not probe["agrees"]:
         return 1
+    return 0 if res.ok else 1
+
+
+def _trace_group(args) -> int:
+    from pacific.tools import mtrace
+    from pacific.tools import trace as tr
+    from pacific.ovn.query import QueryError
+    if not args.udp or args.tcp or args.probe:
+        print("error: a multicast group is traced as a UDP datagram: give --udp PORT "
+              "(--tcp and --probe do not apply)", file=sys.stderr)
+        return 2
+    try:
+        kube, nb, sb_remote, sb = connect.connect(args)
+        ovs = _sandbox_ovs(sb, kube, args.src) if args.ovs == "" else args.ovs
+        res = mtrace.trace_group(kube, nb, sb_remote, args.src, args.dst, args.udp,
+                                 args.receiver, ovs, connect.global_namespaces(args))
+    except (tr.TraceError, QueryError, subprocess.SubprocessError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump({"ok": res.ok, "sender_drop": res.sender_drop, "delivered": res.delivered,
+                   "dropped": [{"receiver": w, "why": y} for w, y in res.dropped],
+                   "not_reached": [{"receiver": w, "why": y} for w, y in res.missing]},
+                  sys.stdout, indent=2)
+        print()
+    else:
+        print(mtrace.render(res, args.detailed or args.ovs is not None))
     return 0 if res.ok else 1
 
 

@@ -175,7 +175,8 @@ class ControllerHealth:
 
 
 class _ScrapeCollector:
-    """Work-queue depth and IPAM usage of the leading Controller, read at scrape."""
+    """Work-queue depth, IPAM usage and multicast groups (its SB replica) of the
+    leading Controller, read at scrape."""
 
     def __init__(self):
         self.health: ControllerHealth | None = None
@@ -193,14 +194,24 @@ class _ScrapeCollector:
         avail = GaugeMetricFamily("pacific_ipam_available_addresses",
                                   "Addresses still free in the subnet (excluded, gateway, "
                                   "network and broadcast not counted)", labels=["subnet"])
+        groups = GaugeMetricFamily("pacific_multicast_groups",
+                                   "Multicast groups joined on the Subnet (IGMP snooping, SB)",
+                                   labels=["subnet"])
+        members = GaugeMetricFamily("pacific_multicast_group_members",
+                                    "Pod ports that joined a group on the Subnet, summed over "
+                                    "its groups", labels=["subnet"])
         ctl = self.health.controller if self.health is not None else None
+        view = ctl.southbound_view() if ctl is not None else None
+        for switch, (n, m) in sorted((view.multicast if view else {}).items()):
+            groups.add_metric([switch], n)
+            members.add_metric([switch], m)
         if ctl is not None:
             for f in ctl.features:
                 depth.add_metric([f.name], f.queue.pending())
             for info in ctl.ipam.subnets():
                 used.add_metric([info.name], info.used)
                 avail.add_metric([info.name], info.available)
-        return [depth, used, avail]
+        return [depth, used, avail, groups, members]
 
 
 COLLECTOR = _ScrapeCollector()

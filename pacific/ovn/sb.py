@@ -11,7 +11,8 @@ admitted to a Service's egress SNAT).
 
 One IDL connection (pacific.ovn.base) replicates only the chassisredirect and
 patch Port_Bindings (an OVSDB condition: never the pods' ports), the Chassis
-names and, when asked, the Address_Sets (the view keeps only those whose name
+names, IGMP snooping's groups (per switch: how many, and their member ports,
+counted, for metrics) and, when asked, the Address_Sets (the view keeps only those whose name
 starts with the prefix asked for: every pod's address is in some set, and the
 view is rebuilt on every change).  The ovs IDL reconnects by itself and
 re-reads; the view is rebuilt in the connection thread after each change, so a
@@ -40,6 +41,9 @@ class SbView:
     holders: dict[str, str | None]      # chassisredirect port -> chassis name holding it
     transits: dict[str, str]            # patch port -> its router address (mac column)
     address_sets: dict[str, frozenset]  # name -> addresses (those the watch was asked for)
+    # switch -> (multicast groups joined on it, member ports over every chassis):
+    # IGMP snooping's table (OVN's own "mrouters" rows left out)
+    multicast: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def held_under(self, prefix: str) -> dict[str, str | None]:
         """The rest of each chassisredirect port's name after `prefix` -> its holder."""
@@ -74,7 +78,25 @@ def build_view(tables, address_sets: str | None) -> SbView:
     sets = ({} if address_sets is None else
             {row.name: frozenset(row.addresses) for row in tables["Address_Set"].rows.values()
              if row.name.startswith(address_sets)})
-    return SbView(holders, transits, sets)
+    return SbView(holders, transits, sets, _multicast(tables))
+
+
+def _multicast(tables) -> dict[str, tuple[int, int]]:
+    if "IGMP_Group" not in tables:
+        return {}
+    names = {uuid: row.external_ids.get("name", str(uuid))
+             for uuid, row in tables["Datapath_Binding"].rows.items()}
+    groups: dict[str, set] = {}
+    members: dict[str, int] = {}
+    for row in tables["IGMP_Group"].rows.values():
+        if row.address == "mrouters" or not row.datapath:
+            continue
+        sw = names.get(row.datapath[0].uuid, "?")
+        groups.setdefault(sw, set()).add(row.address)
+        # the raw datum: its Port_Bindings (pods) are not in this replica, so
+        # row.ports, which keeps only the rows it holds, is empty
+        members[sw] = members.get(sw, 0) + len(row._data["ports"].values)
+    return {sw: (len(g), members[sw]) for sw, g in groups.items()}
 
 
 class SouthboundWatch:
@@ -109,7 +131,10 @@ class SouthboundWatch:
 
     def _connect(self) -> None:
         monitor = {"Port_Binding": ["logical_port", "type", "chassis", "mac"],
-                   "Chassis": ["name"]}
+                   "Chassis": ["name"],
+                   # multicast groups per Subnet, for the controller's metrics
+                   "IGMP_Group": ["address", "datapath", "ports"],
+                   "Datapath_Binding": ["external_ids"]}
         if self.address_sets is not None:
             monitor["Address_Set"] = ["name", "addresses"]
         conditions = {"Port_Binding": [["type", "==", "chassisredirect"],

@@ -14,6 +14,9 @@ Checks, each a function returning Findings:
   nodes       every node daemon's health report (Lease pacific-node-<node>,
               pacific.node.health) is fresh, ready, and sees its tunnels up
   subnets     Subnets 90 % full or more, Subnets not Ready
+  multicast   the groups joined on each Subnet and their member ports (IGMP
+              snooping's table in SB); a Subnet whose switch does not snoop
+              while the multicast gate exists
   rows        NB rows missing or stale (pacific.tools.topology.check)
 """
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from pacific import names
 from pacific.kube import resources as r
 from pacific.tools import topology
-from pacific.ovn.query import Query, QueryError
+from pacific.ovn.query import Query, QueryError, as_list
 
 FULL = 0.9
 
@@ -153,6 +156,43 @@ def check_subnets(kube) -> list[Finding]:
     return out or [Finding("ok", "subnets", "every Subnet Ready, none 90 % full")]
 
 
+def multicast_groups(sb: Query) -> dict[tuple[str, str], dict[str, list[str]]]:
+    """(switch, group address) -> chassis name -> member port names, from the
+    IGMP snooping table every chassis writes (OVN's own "mrouters" rows left out)."""
+    rows = [g for g in sb.select("IGMP_Group", ["address", "datapath", "chassis", "ports"])
+            if g["address"] != "mrouters"]
+    if not rows:
+        return {}
+    switches = {d["_uuid"]: (d["external_ids"] or {}).get("name", d["_uuid"])
+                for d in sb.select("Datapath_Binding", ["_uuid", "external_ids"])}
+    chassis = {c["_uuid"]: c["name"] for c in sb.select("Chassis", ["_uuid", "name"])}
+    ports = {}
+    for dp in {g["datapath"] for g in rows}:
+        ports.update({p["_uuid"]: p["logical_port"] for p in sb.select(
+            "Port_Binding", ["_uuid", "logical_port"], [["datapath", "==", ["uuid", dp]]])})
+    out: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for g in rows:
+        members = sorted(ports.get(u, u) for u in as_list(g["ports"]))
+        where = chassis.get(g["chassis"], "?") if g["chassis"] else "?"
+        out.setdefault((switches.get(g["datapath"], "?"), g["address"]), {})[where] = members
+    return out
+
+
+def check_multicast(nb: Query, sb: Query) -> list[Finding]:
+    out = []
+    if nb.one("Port_Group", ["name"], [["name", "==", names.PG_MCAST]]):
+        for sw in nb.select("Logical_Switch", ["name", "other_config", "external_ids"]):
+            if (sw["external_ids"] or {}).get(names.EXT_OWNER_KIND) == names.OWNER_KIND_SUBNET \
+                    and (sw["other_config"] or {}).get("mcast_snoop") != "true":
+                out.append(Finding("warn", "multicast", f"Subnet {sw['name']}: its switch does not "
+                                   "snoop IGMP: groups flood it like broadcast (the Subnet "
+                                   "feature has not written it yet, or --no-multicast)"))
+    for (switch, group), by_chassis in sorted(multicast_groups(sb).items()):
+        members = ", ".join(f"{p} ({c})" for c, ps in sorted(by_chassis.items()) for p in ps)
+        out.append(Finding("ok", "multicast", f"Subnet {switch}, group {group}: {members or '-'}"))
+    return out or [Finding("ok", "multicast", "no multicast group joined")]
+
+
 def run(kube, nb_remote: str, sb_remote: str, sync_timeout: float = 5.0, bump: bool = True,
         global_namespaces=frozenset()) -> list[Finding]:
     try:
@@ -168,6 +208,7 @@ def run(kube, nb_remote: str, sb_remote: str, sync_timeout: float = 5.0, bump: b
         out += check_controller(kube)
         out += check_nodes(kube, nodes)
         out += check_subnets(kube)
+        out += check_multicast(nb, sb)
         problems = topology.check(topology.read(kube, nb, global_namespaces))
         out += [Finding("warn", "rows", p) for p in problems] or \
             [Finding("ok", "rows", "NB holds what Kubernetes asks for")]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_SECTION = re.compile(r'^(ingress|egress)\(dp="([^"]*)", inport="([^"]*)"(?:, outport="([^"]*)")?\)$')
+_SECTION = re.compile(r'^\s*(ingress|egress)\(dp="([^"]*)", inport="([^"]*)"(?:, outport="([^"]*)")?\)$')
 _STEP = re.compile(r"^\s*(\d+)\. (\S+) \(([^)]*)\): (.*), priority (\d+), uuid ([0-9a-f]+)$")
 _OUTPUT = re.compile(r'/\* output to "([^"]*)", type "([^"]*)" \*/')
 _BACKENDS = re.compile(r"ct_lb(?:_mark)?\(backends=([^);]*)")

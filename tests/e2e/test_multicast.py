@@ -180,3 +180,53 @@ def test_an_invalid_annotation_keeps_multicast_off_and_says_so(env):
             assert not a2.wire(tag)
     finally:
         enable(api, "mcoff", None)
+
+
+def _leader_metrics(sb):
+    from pacific import metrics as m
+    from pacific.sandbox import controllers
+    holder = controllers.wait_for_leader(k8s.kubeconfig_path(sb))
+    i = next(i for i in (1, 2) if holder == f"{sb.name}-{controllers.controller_tag(i)}")
+    return m.scrape(controllers.metrics_url(sb, i))
+
+
+def _cli(sb, *args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "pacific.cli.main", *args, "--sandbox", sb.name],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_trace_diagnose_and_metrics_name_members_and_why_others_are_not(env):
+    from pacific import metrics as m
+    sb, api, netns, ips = env
+    with receivers(sb, netns, "a2", "b1", "x1"):
+        mf.deliver(sb, netns["a1"], GROUP, PORT, [])        # joins are in SB once traced below
+
+        def traced():
+            cp = _cli(sb, "trace", "mca/a1", GROUP, "--udp", str(PORT), "--receiver", "mca/a4",
+                      "--receiver", "mcoff/o1")
+            return cp if "delivered: pod mca/a2" in cp.stdout and \
+                "delivered: pod mcb/b1" in cp.stdout else None
+        cp = wait_until(traced, 30, interval=0.5, what="trace names both members")
+        out = cp.stdout
+        assert cp.returncode == 0 and out.startswith("OK: delivered to 2 members"), out
+        # another tenant joined the group: its copy is dropped by isolation, and said so
+        assert "not delivered: pod mcx/x1" in out and "tenant isolation" in out, out
+        assert "not reached: pod mca/a4" in out and "has not joined" in out, out
+        assert "not reached: pod mcoff/o1" in out and "has not enabled multicast" in out, out
+        cp = _cli(sb, "trace", "mcoff/o1", GROUP, "--udp", str(PORT))
+        assert cp.returncode == 1 and "multicast gate" in cp.stdout and \
+            "sender's namespace has not enabled" in cp.stdout, cp.stdout + cp.stderr
+        cp = _cli(sb, "trace", "mca/a1", GROUP)
+        assert cp.returncode == 2 and "--udp PORT" in cp.stderr
+        cp = _cli(sb, "diagnose", "--no-sync")
+        line = next(ln for ln in cp.stdout.splitlines()
+                    if f"Subnet mcb, group {GROUP}" in ln)
+        assert "pod:mcb/b1" in line, cp.stdout
+
+        def counted():
+            c = _leader_metrics(sb)
+            return m.value(c, "pacific_multicast_groups", subnet="mcb") >= 1 and \
+                m.value(c, "pacific_multicast_group_members", subnet="mcb") >= 1
+        wait_until(counted, 20, interval=0.5, what="multicast metrics for Subnet mcb")

@@ -60,3 +60,29 @@ def test_no_sections_and_a_trace_that_just_ends():
     out = tp.outcome(tp.parse(text))
     assert out.delivered_to is None and out.dropped_at is None and out.last.datapath == "r"
     assert out.last.steps[0].actions == ["next;"]
+
+
+def test_copies_of_a_multicast_datagram_are_sections_however_deep():
+    """ovn-trace indents what a clone or a multicast group fans out: each copy
+    is a section of its own, with its output or its drop."""
+    text = """ingress(dp="ovn-default", inport="pod:a/p1")
+---------------------------------------------
+32. ls_in_l2_lkup (northd.c:11122): eth.mcast && ip4 && ip4.dst == 239.1.1.1, priority 90, uuid 08d091a2
+    clone { outport = "_MC_mrouter_flood"; output; };
+    multicast(dp="ovn-default", mcgroup="239.1.1.1")
+    ------------------------------------------------
+        egress(dp="ovn-default", inport="pod:a/p1", outport="pod:a/p2")
+        ---------------------------------------------------------------
+             15. ls_out_apply_port_sec (northd.c:6271): 1, priority 0, uuid 86d3c247
+                output;
+                /* output to "pod:a/p2", type "" */
+        egress(dp="ovn-default", inport="pod:a/p1", outport="pod:b/p3")
+        ---------------------------------------------------------------
+             4. ls_out_acl_eval (northd.c:7000): reg0[8] == 1 && (outport == @pt_x), priority 4000, uuid 11111111
+                reg8[17] = 1;
+                next;
+"""
+    secs = tp.parse(text)
+    assert [(s.pipeline, s.outport) for s in secs] == [
+        ("ingress", None), ("egress", "pod:a/p2"), ("egress", "pod:b/p3")]
+    assert secs[1].output == ("pod:a/p2", "") and secs[2].steps[0].drops
