@@ -38,7 +38,7 @@ class Receiver:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)
         self._lock = threading.Lock()
-        self._lines: list[tuple[str, str, str, str]] = []   # (kind, src, seq, tag)
+        self._lines: list[tuple] = []     # (kind, src, seq, tag, monotonic time read)
         self._states: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -52,13 +52,13 @@ class Receiver:
             parts = line.split()
             with self._lock:
                 if len(parts) == 4 and parts[0] in ("wire", "got"):
-                    self._lines.append(tuple(parts))
+                    self._lines.append((*parts, time.monotonic()))
                 elif parts:
                     self._states.append(parts[0])
 
     def _seqs(self, kind: str, tag: str, src: str | None = None) -> set[int]:
         with self._lock:
-            return {int(seq) for k, s, seq, t in self._lines
+            return {int(seq) for k, s, seq, t, _ in self._lines
                     if k == kind and t == tag and (src is None or s == src)}
 
     def wire(self, tag: str, src: str | None = None) -> set[int]:
@@ -69,7 +69,13 @@ class Receiver:
 
     def any_wire(self, prefix: str) -> bool:
         with self._lock:
-            return any(k == "wire" and t.startswith(prefix) for k, _, _, t in self._lines)
+            return any(k == "wire" and t.startswith(prefix) for k, _, _, t, _ in self._lines)
+
+    def last_wire(self, tag: str) -> float | None:
+        """When the last datagram of `tag` reached eth0 (monotonic), None: none did."""
+        with self._lock:
+            return max((at for k, _, _, t, at in self._lines if k == "wire" and t == tag),
+                       default=None)
 
     def _say(self, cmd: str, state: str) -> None:
         with self._lock:

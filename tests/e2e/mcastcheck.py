@@ -16,6 +16,14 @@ network namespaces (stdlib only, one process per role).
         # COUNT datagrams "SEQ TAG" to GROUP:PORT, INTERVAL s apart (default
         # 0.01), IP TTL (default 8: Pacific's router relays between Subnets,
         # one hop), padded to SIZE bytes; prints "sent N"
+    python3 mcastcheck.py count PORT [GROUP[,GROUP...]]
+        # joins the GROUPs ("-": none), prints "ready", counts the datagrams
+        # to PORT (unicast or a joined group) until stdin ends, then prints
+        # "count N bytes B span S" (S: first to last datagram, s)
+    python3 mcastcheck.py blast DEST[,DEST...] PORT COUNT SIZE [RATE]
+        # COUNT datagrams of SIZE bytes to each DEST (a group or an address;
+        # round robin), RATE per DEST per second (0: as fast as it can);
+        # prints "sent N in S s"
     python3 mcastcheck.py query [GROUP]
         # one IGMPv2 membership query from this pod (a rogue querier);
         # GROUP empty: a general query to 224.0.0.1
@@ -93,6 +101,60 @@ def send(group: str, port: int, count: int, interval: float = 0.01, ttl: int = 8
     print(f"sent {count}", flush=True)
 
 
+def count(port: int, groups: list[str]) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    s.bind(("0.0.0.0", port))
+    for g in groups:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreq(g))
+    print("ready", flush=True)
+    n = nbytes = 0
+    first = last = 0.0
+    stdin = sys.stdin.fileno()
+    while True:
+        ready, _, _ = select.select([s, stdin], [], [])
+        if s in ready:
+            while True:
+                try:
+                    data = s.recv(65535, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                last = time.monotonic()
+                first = first or last
+                n += 1
+                nbytes += len(data)
+        if stdin in ready and not os.read(stdin, 256):
+            break
+    print(f"count {n} bytes {nbytes} span {last - first:.6f}", flush=True)
+
+
+def blast(dests: list[str], port: int, total: int, size: int, rate: float = 0) -> None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 8)
+    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                 struct.pack("@4s4si", socket.inet_aton("0.0.0.0"), socket.inet_aton("0.0.0.0"),
+                             _eth0_index()))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+    payload = b"x" * size
+    t0 = time.monotonic()
+    sent = 0
+    for i in range(total):
+        for d in dests:
+            while True:
+                try:
+                    s.sendto(payload, (d, port))
+                    break
+                except (BlockingIOError, OSError):     # ENOBUFS: the queue is full
+                    time.sleep(0.0005)
+            sent += 1
+        if rate and i % 10 == 9:            # paced in steps of ten
+            ahead = t0 + (i + 1) / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+    print(f"sent {sent} in {time.monotonic() - t0:.6f} s", flush=True)
+
+
 def _checksum(data: bytes) -> int:
     total = sum(struct.unpack(f"!{len(data) // 2}H", data))
     total = (total >> 16) + (total & 0xFFFF)
@@ -124,6 +186,11 @@ def main(argv: list[str]) -> int:
     elif cmd == "send":
         conv = (str, int, int, float, int, int, str)
         send(*(c(a) for c, a in zip(conv, args)))
+    elif cmd == "count":
+        count(int(args[0]), [] if len(args) < 2 or args[1] == "-" else args[1].split(","))
+    elif cmd == "blast":
+        blast(args[0].split(","), int(args[1]), int(args[2]), int(args[3]),
+              float(args[4]) if len(args) > 4 else 0)
     elif cmd == "query":
         query(args[0] if args else "")
     else:
