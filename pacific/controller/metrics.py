@@ -1,7 +1,7 @@
 """Every metric of `pacific-controller`, and its liveness/readiness.
 
 Counters and histograms are updated where the work happens (cheap: a lock and
-an add); gauges that describe state (work-queue depth, IPAM usage) are read
+an add); gauges that describe state (work-queue depth, IPAM usage, multicast groups) are read
 from the leading `Controller` when Prometheus scrapes, so they cannot drift.
 
 | metric | type | labels |
@@ -19,6 +19,8 @@ from the leading `Controller` when Prometheus scrapes, so they cannot drift.
 | pacific_controller_allocation_refusals_total | counter | reason |
 | pacific_ipam_used_addresses | gauge | subnet |
 | pacific_ipam_available_addresses | gauge | subnet |
+| pacific_multicast_groups | gauge | subnet (groups joined on it, IGMP snooping in SB) |
+| pacific_multicast_group_members | gauge | subnet (member ports, summed over its groups) |
 """
 from __future__ import annotations
 
