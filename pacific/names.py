@@ -234,6 +234,10 @@ EFW_CLUSTER_SET = "pacific_efw_cluster"     # destinations no firewall rule matc
 PRIO_ACL_EFW_TOP = 10000                # rule i of a firewall: PRIO_ACL_EFW_TOP - i (on the exits)
 OWNER_KIND_EGRESS_FIREWALL = "EgressFirewall"
 
+# --- ClusterNetworkPolicy (pacific/clusterpolicy.py, controller/cluster_policy.py) --
+OWNER_KIND_CLUSTER_POLICY = "ClusterNetworkPolicy"   # its port group, address sets, ACLs
+CNP_GROUP_PREFIX = "cnp_"               # + hash of the policy's name: its subject's ports
+
 # --- Multicast (pacific/multicast.py, controller/multicast.py) ------------------
 ANN_MULTICAST = "pacific.io/multicast"  # on a Namespace (administrators'): "true" enables it
 PG_MCAST = "pacific_mcast"              # port group: every pod of a namespace that enabled it

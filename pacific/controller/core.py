@@ -78,6 +78,7 @@ class Controller:
         self.ready = threading.Event()   # set once rebuilt and workers run
         self.on_giving_up: Callable[[], None] | None = None   # see NBUnavailable
         self.last_tick = time.monotonic()  # the run loop's heartbeat (liveness)
+        self._acl_tiers: bool | None = None   # acl_tiers(), read from NB's schema once
 
     @staticmethod
     def _fan_out(inf_name: str, subs: list) -> dict:
@@ -94,6 +95,13 @@ class Controller:
                 "on_delete": lambda obj: deliver(obj, None)}
 
     # -- lookups for features -------------------------------------------------------
+    def acl_tiers(self) -> bool:
+        """Does NB's OVN evaluate ACLs in tiers (OVN >= 23.09)?  NetworkPolicy is
+        then tier 1, ClusterNetworkPolicy's Admin and Baseline tiers 0 and 2."""
+        if self._acl_tiers is None:
+            self._acl_tiers = bool(self.nb.capabilities().acl_tier)
+        return self._acl_tiers
+
     def informer(self, name: str) -> Informer:
         return self.informers[name]
 

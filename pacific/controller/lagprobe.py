@@ -21,6 +21,8 @@ import time
 
 from prometheus_client import Counter, Histogram
 
+from pacific.ovn import barrier
+
 LOG = logging.getLogger(__name__)
 _BUCKETS = (.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60)
 NB_TO_SB = Histogram("pacific_ovn_nb_to_sb_seconds",
@@ -39,27 +41,17 @@ class LagProbe:
     def __init__(self, nb, interval: float, timeout: float = 60.0, poll: float = 0.005):
         self.nb, self.interval, self.timeout, self.poll = nb, interval, timeout, poll
 
-    def _global(self):
-        with self.nb.ovsdb_connection.lock:
-            rows = list(self.nb.tables["NB_Global"].rows.values())
-            if not rows:
-                return None
-            g = rows[0]
-            return g.uuid, g.nb_cfg, g.sb_cfg, g.hv_cfg
-
     def probe_once(self, stop: threading.Event) -> tuple[float | None, float | None]:
         """(seconds to SB, seconds to every chassis); None: not within the timeout."""
-        g = self._global()
-        if g is None:
-            return None, None
-        uuid, nb_cfg, _, _ = g
-        target = nb_cfg + 1
         t0 = time.perf_counter()
-        self.nb.db_set("NB_Global", uuid, ("nb_cfg", target)).execute(check_error=True)
+        target = barrier.bump(self.nb)
+        if target is None:
+            return None, None
         to_sb = None
         while not stop.is_set():
             now = time.perf_counter() - t0
-            _, _, sb_cfg, hv_cfg = self._global()
+            c = barrier.counters(self.nb)
+            sb_cfg, hv_cfg = c.sb_cfg, c.hv_cfg
             if to_sb is None and sb_cfg >= target:
                 to_sb = now
                 NB_TO_SB.observe(now)

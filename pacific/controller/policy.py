@@ -31,13 +31,14 @@ per-policy groups of earlier versions, are collected at resync.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import threading
 
 from ovsdbapp.backend.ovs_idl import idlutils
 
-from pacific import contract, names
+from pacific import clusterpolicy, contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
 from pacific.controller.policy_index import PolicyIndex
@@ -224,7 +225,9 @@ class PolicyFeature(Feature):
         keys.add("*")     # stale address sets, groups of earlier versions
         return [k for k in keys if k]
 
-    def _world(self) -> World:
+    def world(self) -> World:
+        """The pods (labels, addresses, named ports) and namespace labels every
+        policy is compiled against (also ClusterNetworkPolicy's)."""
         with self._lock:
             if self._world_cache is not None:
                 return self._world_cache
@@ -270,7 +273,7 @@ class PolicyFeature(Feature):
                                     what=f"NetworkPolicy group {key} removed")
                 LOG.info("NetworkPolicy group %s: removed (no policy selects by it)", key)
             return
-        world = self._world()
+        world = self.world()
         specs: dict[tuple, acl.AclSpec] = {}
         sets: dict[str, frozenset] = {}
         want, applied = None, []
@@ -340,6 +343,8 @@ class PolicyFeature(Feature):
                                    names.PRIO_ACL_NP_ALLOW, match, "allow-related",
                                    name=f"np:{key}:{r_.direction}/{r_.index}"[:63],
                                    external_ids=policy_ids(key, **{names.EXT_RULE: f"{r_.direction}/{r_.index}"})))
+        if self.ctl.acl_tiers():   # between the Admin and Baseline tiers (pacific/clusterpolicy.py)
+            out = [dataclasses.replace(a, tier=clusterpolicy.NP_TIER) for a in out]
         return out
 
     def _reconcile_set(self, name: str) -> None:
@@ -349,7 +354,7 @@ class PolicyFeature(Feature):
             return                   # no policy names it now: collected at "*"
         pns, peer = found
         try:
-            ips = frozenset(p.ip for p in peer_pods(peer, pns, self._world()))
+            ips = frozenset(p.ip for p in peer_pods(peer, pns, self.world()))
         except PolicyError:
             return                   # its policies' groups report it
         changes = self._set_builders(name, ips)

@@ -6,6 +6,7 @@ pools that node and pod addresses are restored into.
 """
 from __future__ import annotations
 
+from pacific.controller.cluster_policy import ClusterPolicyFeature
 from pacific.controller.egress import EgressFeature
 from pacific.controller.egress_firewall import EgressFirewallFeature
 from pacific.controller.egress_ip import EgressIPFeature
@@ -22,4 +23,4 @@ from pacific.controller.tenant import TenantFeature
 
 FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
             ServiceFeature, EgressFeature, GatewayFeature, EgressSnatFeature,
-            EgressIPFeature, EgressFirewallFeature, MulticastFeature]
+            EgressIPFeature, EgressFirewallFeature, MulticastFeature, ClusterPolicyFeature]

@@ -21,7 +21,8 @@ from pacific.kube import errors, resources
 
 log = logging.getLogger(__name__)
 
-CRD_FILES = ("subnet.yaml", "ip.yaml", "egressip.yaml", "egressfirewall.yaml")
+CRD_FILES = ("subnet.yaml", "ip.yaml", "egressip.yaml", "egressfirewall.yaml",
+             "clusternetworkpolicy.yaml")
 
 
 def crd_dir() -> Path:

@@ -98,6 +98,8 @@ IPS = Resource(names.GROUP, names.VERSION, names.IP_PLURAL, False, "IP")
 EGRESSIPS = Resource(names.GROUP, names.VERSION, names.EGRESSIP_PLURAL, False, "EgressIP")
 EGRESSFIREWALLS = Resource(names.GROUP, names.VERSION, names.EGRESSFIREWALL_PLURAL, True,
                            "EgressFirewall")
+CLUSTERNETWORKPOLICIES = Resource("policy.networking.k8s.io", "v1alpha2", "clusternetworkpolicies",
+                                  False, "ClusterNetworkPolicy")   # network-policy-api v0.2.0
 
 
 def for_kind(api_version: str, kind: str) -> Resource:

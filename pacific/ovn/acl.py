@@ -31,14 +31,16 @@ class AclSpec:
     name: str = ""            # <= 63 characters
     external_ids: dict = field(default_factory=dict, compare=False, hash=False)
     log: bool = False
+    tier: int = 0             # OVN's ACL tier (0-3; OVN >= 23.09, pacific.ovn.capabilities)
 
     @property
     def key(self) -> tuple:
-        return (self.direction, self.priority, self.match, self.action)
+        return (self.direction, self.priority, self.match, self.action, self.tier)
 
 
 def _key(row) -> tuple:
-    return (row.direction, row.priority, row.match, row.action)
+    # a server without ACL tiers has no such column: everything is tier 0
+    return (row.direction, row.priority, row.match, row.action, getattr(row, "tier", 0) or 0)
 
 
 def _same_extras(row, spec: AclSpec) -> bool:
@@ -79,7 +81,9 @@ class EnsureACLs(Command):
         for key, spec in want.items():
             if key not in kept:
                 row = txn.insert(self.api.tables[ACL])
-                row.direction, row.priority, row.match, row.action = key
+                row.direction, row.priority, row.match, row.action = key[:4]
+                if spec.tier:
+                    row.tier = spec.tier
                 self._converge(row, spec)
                 pg.addvalue("acls", row.uuid)
         self.result = len(want) - len(kept)

@@ -106,6 +106,15 @@ def send(sb, netns: str, group: str, port: int, count: int, tag: str, interval: 
                     str(interval), str(ttl), str(size), tag], timeout=60 + count * interval)
 
 
+def none_reach(sb, netns: str, group: str, port: int, receivers: list, count: int = 3) -> bool:
+    """Send `count` datagrams; True if none reached any receiver's eth0 within
+    0.3 s after the last (a window for what must not arrive)."""
+    tag = new_tag()
+    send(sb, netns, group, port, count, tag, interval=0.02)
+    time.sleep(0.3)
+    return not any(rx.wire(tag) for rx in receivers)
+
+
 def warm(sb, netns: str, group: str, port: int, receivers: list, timeout: float = 20.0) -> None:
     """One datagram every 0.2 s until each receiver saw one on its wire: their
     joins reached every chassis on the way."""

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -788,3 +789,51 @@ def test_multicast_a_tenant_can_neither_enable_it_nor_reach_another_tenant_s_gro
     finally:
         set_multicast(ATK, None)
         set_multicast(VIC, None)
+
+
+# --- ClusterNetworkPolicy: the administrators' tier stays theirs ---
+# Only administrators write ClusterNetworkPolicies (no role grants them); an
+# Admin-tier Deny holds against anything the tenant writes: a NetworkPolicy
+# allowing everything, its pods relabelled.
+
+def test_clusternetworkpolicy_a_tenant_can_neither_write_one_nor_lift_an_admin_deny(env):
+    from pacific import clusterpolicy
+    sb, admin, atk = env
+    body = {"apiVersion": f"{clusterpolicy.GROUP}/{clusterpolicy.VERSION}",
+            "kind": clusterpolicy.KIND, "metadata": {"name": "atk-no-port"},
+            "spec": {"tier": "Admin", "priority": 7,
+                     "subject": {"namespaces": {"matchLabels": {"attack-test": ATK}}},
+                     "ingress": [{"action": "Deny",
+                                  "from": [{"namespaces": {"matchLabels": {"attack-test": ATK}}}],
+                                  "protocols": [{"tcp": {"destinationPort": {"number": PORT}}}]}]}}
+    with pytest.raises(kerr.ApiError) as refused:
+        r.create(atk, r.CLUSTERNETWORKPOLICIES, body)
+    assert refused.value.status == 403, refused.value
+    r.patch_merge(admin, r.NAMESPACES, ATK, {"metadata": {"labels": {"attack-test": ATK}}})
+    r.create(admin, r.CLUSTERNETWORKPOLICIES, body)
+    try:
+        for attempt in (lambda: r.delete(atk, r.CLUSTERNETWORKPOLICIES, "atk-no-port"),
+                        lambda: r.patch_merge(atk, r.CLUSTERNETWORKPOLICIES, "atk-no-port",
+                                              {"spec": {"priority": 999}})):
+            with pytest.raises(kerr.ApiError) as refused:
+                attempt()
+            assert refused.value.status == 403, refused.value
+        client_pod = af.tenant_pod(sb, atk, admin, ATK, "cnp-client", "node1")
+        af.tenant_pod(sb, atk, admin, ATK, "cnp-server", "node2", labels={"app": "server"})
+        af.serve(sb, ATK, "cnp-server", PORT)
+        server_ip = _pod_ip(admin, ATK, "cnp-server")
+        wait_until(lambda: af.reach(sb, client_pod.netns, "udp", server_ip, PORT), 30,
+                   what="UDP to the tenant's own server (the Deny is TCP only)")
+        r.create(atk, r.NETWORKPOLICIES, {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "allow-everything", "namespace": ATK},
+            "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]}}, ATK)
+        r.patch_merge(atk, r.PODS, "cnp-server", {"metadata": {"labels": {"app": "escaped"}}},
+                      ATK)
+        time.sleep(1.0)        # the tenant's changes applied (a window: nothing to wait on)
+        assert not af.reach(sb, client_pod.netns, "tcp", server_ip, PORT), \
+            "the tenant's NetworkPolicy or relabel lifted an Admin-tier Deny"
+        assert af.reach(sb, client_pod.netns, "udp", server_ip, PORT)
+    finally:
+        r.delete(admin, r.CLUSTERNETWORKPOLICIES, "atk-no-port")
+        r.delete(admin, r.NETWORKPOLICIES, "allow-everything", ATK)

@@ -103,11 +103,9 @@ def test_igmpv2_and_v3_leave_stops_delivery(env):
         a3.leave()
 
         def stopped():
-            tag = mf.new_tag()
-            mf.send(sb, netns["a1"], GROUP, PORT, 3, tag, interval=0.02)
-            return not a2.wire(tag) and not a3.wire(tag)
+            return mf.none_reach(sb, netns["a1"], GROUP, PORT, [a2, a3])
         # a leave takes effect on every chassis; then nothing comes
-        wait_until(lambda: stopped() and stopped(), 10, interval=0.3, what="leaves in effect")
+        wait_until(lambda: stopped() and stopped(), 10, interval=0.1, what="leaves in effect")
         tag = mf.deliver(sb, netns["a1"], GROUP, PORT, [])
         assert not a2.wire(tag) and not a3.wire(tag)
         a2.join()                          # joining again delivers again
@@ -121,10 +119,8 @@ def test_switching_off_stops_delivery_and_on_again_restarts_it_without_restartin
         enable(api, "mca", None)
         try:
             def off():
-                tag = mf.new_tag()
-                mf.send(sb, netns["a1"], GROUP, PORT, 3, tag, interval=0.02)
-                return not a3.wire(tag) and not b1.wire(tag)
-            wait_until(lambda: off() and off(), 15, interval=0.3, what="mca switched off")
+                return mf.none_reach(sb, netns["a1"], GROUP, PORT, [a3, b1])
+            wait_until(lambda: off() and off(), 15, interval=0.1, what="mca switched off")
             # nor does a disabled namespace receive from an enabled one (b1 -> a3)
             tag = mf.deliver(sb, netns["b1"], GROUP, PORT, [])
             assert not a3.wire(tag)
@@ -152,10 +148,8 @@ def test_networkpolicy_applies_to_groups_and_leaves_joins_alone(env):
         r.create(api, r.NETWORKPOLICIES, deny, "mca")
         try:
             def denied():
-                tag = mf.new_tag()
-                mf.send(sb, netns["b1"], GROUP, PORT, 3, tag, interval=0.02)
-                return not a3.wire(tag)
-            wait_until(lambda: denied() and denied(), 15, interval=0.3, what="deny-all in effect")
+                return mf.none_reach(sb, netns["b1"], GROUP, PORT, [a3])
+            wait_until(lambda: denied() and denied(), 15, interval=0.1, what="deny-all in effect")
             a3.leave()
             a3.join()          # a join under the policy still registers
             r.create(api, r.NETWORKPOLICIES, allow, "mca")

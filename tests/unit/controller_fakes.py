@@ -182,6 +182,7 @@ class FakeNB:
 
     def __init__(self):
         self.owned: list = []   # SimpleNamespace rows: table, name, external_ids, addresses, type
+        self.acl_tier = True
         self.ovsdb_connection = SimpleNamespace(lock=threading.Lock())
 
     def rows_owned(self, table, kind=None, owner=None):
@@ -212,6 +213,12 @@ class FakeNB:
     def ref_names(self, row, column):
         """As NorthboundAPI.ref_names: the names of the rows `row.<column>` holds."""
         return {r.name for r in getattr(row, column)}
+
+    def capabilities(self):
+        """As NorthboundAPI.capabilities: current OVN (ACL tiers), unless a test
+        sets `acl_tier` False (Debian 12's 23.03)."""
+        from pacific.ovn.capabilities import Capabilities
+        return Capabilities("fake", acl_tier=self.acl_tier, acl_sample=True, lb_health_check=True)
 
     def is_connected(self):
         return True

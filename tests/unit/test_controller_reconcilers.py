@@ -308,7 +308,7 @@ def test_policies_compile_against_the_pods_and_namespaces_their_events_said(ctl)
     policy = ctl.feature("policy")
 
     def seen():
-        w = policy._world()
+        w = policy.world()
         return ({(p.namespace, p.name, p.ip, tuple(sorted(p.labels.items()))) for p in w.pods},
                 w.namespace_labels)
 

@@ -25,7 +25,7 @@ ALLOWED = {
     "tools": {"kube", "ovn"},          # day-two tools: they read; shared rules are top-level
 }
 TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "servicesnat", "remotes",
-             "selectors", "egressip", "egressfirewall", "multicast",
+             "selectors", "egressip", "egressfirewall", "multicast", "clusterpolicy",
              "tenancy", "ovsinstall", "heap"}
 
 

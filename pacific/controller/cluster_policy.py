@@ -1,0 +1,353 @@
+"""ClusterNetworkPolicy → OVN (model, precedence and validation:
+pacific/clusterpolicy.py; guide: docs/networkpolicy.md).
+
+Per policy (key: its name), in ONE transaction:
+- port group `cnp_<hash>`: the subject's pods' ports (a new pod's port joins
+  in the transaction that creates it: port_builders);
+- per rule with pod, namespace or node peers, address set
+  `cnp_<hash>_<i|e><index>` of their addresses (networks go into the match
+  as they are);
+- the rules' ACLs on the group, in OVN tier 0 (Admin) or 2 (Baseline), one
+  priority per (policy priority, rule index): Accept `allow-related`, Deny
+  `drop`, Pass `pass`.
+Pods and namespace labels come from the NetworkPolicy feature's view of the
+cluster (`policies.world()`: addresses, labels, named ports), nodes from the
+Node objects (addresses and their ovn0 join address).
+
+Status conditions: `Accepted` (the spec is valid and OVN has ACL tiers, or
+why not) and `Enforced`: after a write the controller bumps
+NB_Global.nb_cfg (pacific.ovn.barrier) and sets it True once every chassis
+applied it (hv_cfg), with how long that took.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import ipaddress
+import logging
+import threading
+import time
+
+from ovsdbapp.backend.ovs_idl import idlutils
+
+from pacific import clusterpolicy as cp
+from pacific import names
+from pacific.controller import informers, model
+from pacific.controller.feature import Feature
+from pacific.kube import errors as kerr
+from pacific.kube import resources as r
+from pacific.ovn import acl, barrier, ensure
+
+LOG = logging.getLogger(__name__)
+ENFORCE_CHECK = 0.05       # s between checks of hv_cfg after a write
+ENFORCE_PATIENCE = 60.0    # s before Enforced says which chassis are behind
+
+
+def group_name(policy: str) -> str:
+    return names.CNP_GROUP_PREFIX + hashlib.sha256(policy.encode()).hexdigest()[:16]
+
+
+def set_name(policy: str, direction: str, index: int) -> str:
+    return f"{group_name(policy)}_{direction[0]}{index}"
+
+
+def cnp_ids(policy: str, **extra) -> dict:
+    return {names.EXT_OWNER_KIND: names.OWNER_KIND_CLUSTER_POLICY, names.EXT_OWNER: policy,
+            names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
+
+
+def node_addresses(node: dict) -> set[str]:
+    """A Node's IPv4 addresses as peers see them: its status addresses and
+    its ovn0 join address (what node -> pod traffic comes from)."""
+    out = {a.get("address") for a in (node.get("status") or {}).get("addresses") or []
+           if a.get("type") in ("InternalIP", "ExternalIP")}
+    join = (model.meta(node).get("annotations") or {}).get(names.ANN_NODE_JOIN_IP)
+    if join:
+        out.add(join.split("/")[0])
+    return {a for a in out if a and _v4(a)}
+
+
+def _v4(addr: str) -> bool:
+    try:
+        return ipaddress.ip_network(addr, strict=False).version == 4
+    except ValueError:
+        return False
+
+
+class ClusterPolicyFeature(Feature):
+    name = "cluster-policy"
+    informers = {"cnps": informers.CLUSTER_NETWORK_POLICIES, "pods": informers.PODS,
+                 "namespaces": informers.NAMESPACES, "nodes": informers.NODES}
+    uses = {"policies": "policy"}     # its view of pods (labels, addresses, named ports)
+
+    def __init__(self, ctl):
+        super().__init__(ctl)
+        self._lock = threading.Lock()
+        self._parsed: dict[str, cp.Policy] = {}           # applied policies
+        self._pending: dict[str, tuple[int, float, int]] = {}   # name -> (nb_cfg, t0, generation)
+
+    # -- events ------------------------------------------------------------------------
+    def handlers(self):
+        return {"cnps": self._on_cnp, "pods": self._on_pod, "namespaces": self._on_namespace,
+                "nodes": self._on_node}
+
+    def _on_cnp(self, old, new):
+        if old is not None and new is not None and old.get("spec") == new.get("spec") and \
+                model.meta(old).get("generation") == model.meta(new).get("generation"):
+            return ()       # our own status write
+        return (model.meta(new or old)["name"],)
+
+    def _all(self) -> list[str]:
+        return [model.meta(o)["name"] for o in self.ctl.informer("cnps").list()]
+
+    def _on_pod(self, old, new):
+        if old is not None and new is not None and model.labels_of(old) == model.labels_of(new) \
+                and model.meta(old).get("annotations") == model.meta(new).get("annotations"):
+            return ()
+        return self._all()
+
+    def _on_namespace(self, old, new):
+        if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):
+            return ()
+        return self._all()
+
+    def _on_node(self, old, new):
+        if old is not None and new is not None and node_addresses(old) == node_addresses(new) \
+                and model.labels_of(old) == model.labels_of(new):
+            return ()
+        with self._lock:
+            return [n for n, p in self._parsed.items()
+                    if any(peer.kind == "nodes" for rule in p.rules for peer in rule.peers)]
+
+    def resync_keys(self):
+        keys = set(self._all())
+        keys |= {row.external_ids.get(names.EXT_OWNER) for row in
+                 self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_CLUSTER_POLICY)}
+        return sorted(k for k in keys if k)
+
+    # -- a new pod's port joins the subjects selecting it ----------------------------------
+    def port_builders(self, pod: dict, lsp: str) -> list:
+        m = model.meta(pod)
+        ns_obj = self.ctl.informer("namespaces").get(m.get("namespace"))
+        ns_labels = model.labels_of(ns_obj) if ns_obj else {}
+        out = []
+        with self._lock:
+            parsed = list(self._parsed.items())
+        for name, pol in parsed:
+            if cp.selects_pod(pol.subject, ns_labels, model.labels_of(pod)):
+                pg = group_name(name)
+                out += [lambda api, pg=pg, n=name: ensure.EnsurePortGroup(api, pg, cnp_ids(n)),
+                        lambda api, pg=pg: ensure.PortGroupAddPorts(api, pg, [lsp])]
+        return out
+
+    # -- reconcile -------------------------------------------------------------------------
+    def reconcile(self, key: str) -> None:
+        if key.startswith("~"):
+            self._check_enforced(key[1:])
+            return
+        obj = self.ctl.informer("cnps").get(key)
+        if obj is None:
+            self._remove(key)
+            return
+        if not self.ctl.acl_tiers():
+            self._status(obj, (False, "ACLTiersUnavailable", "this OVN has no ACL tiers "
+                               "(OVN 23.09 or later has): nothing is enforced"), None)
+            return
+        try:
+            pol = cp.parse(obj)
+        except cp.PolicyError as e:
+            with self._lock:
+                kept = key in self._parsed
+            self._status(obj, (False, "InvalidSpec", str(e) + (
+                "; the rules applied before stay" if kept else "; nothing is enforced")), None)
+            return
+        specs, sets, notes = self._compile(key, pol)
+        changed = self._write(key, pol, specs, sets)
+        with self._lock:
+            self._parsed[key] = pol
+        message = "valid; " + (", ".join(notes) if notes else
+                                f"{len(specs)} ACLs in OVN tier {cp.OVN_TIER[pol.tier]}")
+        generation = model.meta(obj).get("generation") or 0
+        enforced = self._condition(obj, "Enforced")
+        if not changed and enforced and enforced.get("status") == "True" and \
+                enforced.get("observedGeneration") == generation:
+            self._status(obj, (True, "Valid", message), enforced)
+            return
+        target = barrier.bump(self.ctl.nb)
+        if target is None:
+            self._status(obj, (True, "Valid", message), ("Unknown", "NoBarrier",
+                                                         "NB has no NB_Global row to wait on"))
+            return
+        with self._lock:
+            self._pending[key] = (target, time.monotonic(), generation)
+        self._status(obj, (True, "Valid", message),
+                     ("False", "Pending", f"waiting until every chassis applied NB change {target}"))
+        self.queue.add_after("~" + key, ENFORCE_CHECK)
+
+    def _compile(self, key: str, pol: cp.Policy):
+        world = self.policies.world()
+        nsl = world.namespace_labels
+        subject = [p for p in world.pods
+                   if cp.selects_pod(pol.subject, nsl.get(p.namespace, {}), p.labels)]
+        pg = group_name(key)
+        specs, sets, notes = [], {}, []
+        for rule in pol.rules:
+            ingress = rule.direction == "ingress"
+            addrs, cidrs, peer_pods = set(), [], []
+            for peer in rule.peers:
+                if peer.kind in ("namespaces", "pods"):
+                    found = [p for p in world.pods if cp.selects_pod(
+                        peer.selection, nsl.get(p.namespace, {}), p.labels)]
+                    peer_pods += found
+                    addrs |= {p.ip for p in found}
+                elif peer.kind == "nodes":
+                    addrs |= {a for n in self.ctl.informer("nodes").list()
+                              if cp.selects_pod(cp.Selection("pods", {}, peer.selection.pod_selector),
+                                                {}, model.labels_of(n))
+                              for a in node_addresses(n)}
+                elif peer.kind == "networks":
+                    cidrs += [c for c in peer.values if _v4(c)]
+                else:     # domainNames: Accept only; not resolved yet, so it matches nothing
+                    notes.append(f"{rule.direction}[{rule.index}]: domainNames match nothing yet")
+            dests = subject if ingress else peer_pods
+            clauses = cp.port_clauses(rule.ports, {p.ip: p.named_ports for p in dests}, "ip4.dst")
+            field = "ip4.src" if ingress else "ip4.dst"
+            terms = []
+            if addrs:
+                name = set_name(key, rule.direction, rule.index)
+                sets[name] = addrs
+                terms.append(f"{field} == ${name}")
+            if cidrs:
+                terms.append(f"{field} == {{{', '.join(cidrs)}}}")
+            if not terms or clauses == []:
+                continue          # matches no traffic now (no peer, no port resolved)
+            match = (f"{'outport' if ingress else 'inport'} == @{pg} && ip4 && "
+                     f"({' || '.join(terms)})")
+            if clauses:
+                match += " && (" + " || ".join(f"({c})" for c in clauses) + ")"
+            specs.append(acl.AclSpec(
+                "to-lport" if ingress else "from-lport", pol.acl_priority(rule), match,
+                cp.ACTIONS[rule.action], name=f"cnp:{key}:{rule.direction}/{rule.index}"[:63],
+                external_ids=cnp_ids(key, **{names.EXT_RULE: f"{rule.direction}/{rule.index}"}),
+                tier=cp.OVN_TIER[pol.tier]))
+        return specs, sets, notes
+
+    def _write(self, key: str, pol: cp.Policy, specs: list, sets: dict) -> bool:
+        """Make NB hold exactly this; True if anything was written."""
+        nb, pg = self.ctl.nb, group_name(key)
+        world = self.policies.world()
+        nsl = world.namespace_labels
+        want = {p.port for p in world.pods
+                if cp.selects_pod(pol.subject, nsl.get(p.namespace, {}), p.labels)}
+        have = self._members(pg)
+        want = {p for p in want if nb.row_uuid(ensure.LSP, p) is not None}   # ports NB has
+        changes = []
+        if want - (have or set()):
+            changes.append(lambda api, a=sorted(want - (have or set())):
+                           ensure.PortGroupAddPorts(api, pg, a))
+        if have and have - want:
+            changes.append(lambda api, a=sorted(have - want): ensure.PortGroupRemovePorts(api, pg, a))
+        for name, addrs in sorted(sets.items()):
+            now = ensure.address_set_addresses(nb, name)
+            if now != addrs:
+                changes += ensure.address_set_rows(name, cnp_ids(key), addrs, now)
+        stale = [row.name for row in nb.rows_owned(ensure.AS, names.OWNER_KIND_CLUSTER_POLICY, key)
+                 if row.name not in sets]
+        if not changes and have is not None and not stale and acl.acls_are(nb, pg, specs):
+            return False
+        self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, cnp_ids(key)), *changes,
+                             lambda api: acl.EnsurePortGroupACLs(api, pg, specs),
+                             *[lambda api, n=n: ensure.DeleteAddressSet(api, n) for n in stale]],
+                            what=f"ClusterNetworkPolicy {key}")
+        LOG.info("ClusterNetworkPolicy %s (%s, priority %d): %d pods, %d ACLs", key, pol.tier,
+                 pol.priority, len(want), len(specs))
+        return True
+
+    def _members(self, pg: str) -> set[str] | None:
+        """The group's ports in the replica; None: no such group."""
+        nb = self.ctl.nb
+        with nb.ovsdb_connection.lock:
+            try:
+                row = nb.lookup(ensure.PG, pg)
+            except idlutils.RowNotFound:
+                return None
+            return nb.ref_names(row, "ports")
+
+    def _remove(self, key: str) -> None:
+        with self._lock:
+            self._parsed.pop(key, None)
+            self._pending.pop(key, None)
+        nb = self.ctl.nb
+        rows = [(ensure.PG, row.name) for row in
+                nb.rows_owned(ensure.PG, names.OWNER_KIND_CLUSTER_POLICY, key)]
+        rows += [(ensure.AS, row.name) for row in
+                 nb.rows_owned(ensure.AS, names.OWNER_KIND_CLUSTER_POLICY, key)]
+        if not rows:
+            return
+        # the group (and its ACLs) first: a set its ACLs name cannot go before
+        self.ctl.writer.run(
+            [lambda api, n=n: ensure.DeletePortGroup(api, n) for t, n in rows if t == ensure.PG] +
+            [lambda api, n=n: ensure.DeleteAddressSet(api, n) for t, n in rows if t == ensure.AS],
+            what=f"ClusterNetworkPolicy {key} removed")
+        LOG.info("ClusterNetworkPolicy %s removed: %d rows", key, len(rows))
+
+    # -- status ----------------------------------------------------------------------------
+    def _check_enforced(self, key: str) -> None:
+        with self._lock:
+            pending = self._pending.get(key)
+        obj = self.ctl.informer("cnps").get(key)
+        if pending is None or obj is None:
+            return
+        target, t0, generation = pending
+        c = barrier.counters(self.ctl.nb)
+        waited = time.monotonic() - t0
+        if c is not None and c.hv_cfg >= target:
+            with self._lock:
+                self._pending.pop(key, None)
+            self._status(obj, None, ("True", "Enforced", f"every chassis applied it "
+                                     f"(NB change {target}, {waited:.2f} s after the write)"),
+                         generation)
+            return
+        if waited > ENFORCE_PATIENCE:
+            self._status(obj, None, ("False", "ChassisBehind", (
+                f"not every chassis applied NB change {target} after {waited:.0f} s "
+                f"(hv_cfg {c.hv_cfg if c else '?'}): an ovn-controller down or behind; "
+                "`pacific diagnose` names it")), generation)
+            self.queue.add_after("~" + key, 5.0)
+            return
+        self.queue.add_after("~" + key, ENFORCE_CHECK)
+
+    @staticmethod
+    def _condition(obj: dict, type_: str) -> dict | None:
+        return next((c for c in (obj.get("status") or {}).get("conditions") or []
+                     if c.get("type") == type_), None)
+
+    def _status(self, obj: dict, accepted, enforced, generation: int | None = None) -> None:
+        """Conditions Accepted ((ok, reason, message) or None: keep) and Enforced
+        ((status, reason, message), a condition dict to keep, or None: Unknown)."""
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        gen = generation if generation is not None else model.meta(obj).get("generation") or 0
+        conds = []
+        for type_, value in (("Accepted", accepted), ("Enforced", enforced)):
+            old = self._condition(obj, type_)
+            if value is None and type_ == "Accepted" and old is not None:
+                conds.append(old)
+                continue
+            if isinstance(value, dict):
+                conds.append(value)
+                continue
+            if value is None:
+                value = ("Unknown", "NotApplied", "nothing was applied")
+            status, reason, message = value
+            status = {True: "True", False: "False"}.get(status, status)
+            same = old is not None and old.get("status") == status
+            conds.append({"type": type_, "status": status, "reason": reason, "message": message,
+                          "observedGeneration": gen,
+                          "lastTransitionTime": old.get("lastTransitionTime") if same else now})
+        if conds == (obj.get("status") or {}).get("conditions"):
+            return
+        try:
+            r.patch_merge(self.ctl.kube, r.CLUSTERNETWORKPOLICIES, model.meta(obj)["name"],
+                          {"status": {"conditions": conds}}, subresource="status")
+        except kerr.NotFound:
+            pass

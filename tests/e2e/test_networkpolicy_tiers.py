@@ -1,0 +1,233 @@
+"""ClusterNetworkPolicy (network-policy-api v1alpha2) with real packets, on the
+pods of tests/e2e/test_networkpolicy.py (namespaces x, y, z of one tenant, pods
+a, b, c, TCP 80 and 81, UDP 80; the same shared sandbox): every ordered pair and
+port checked against a model of each case.  Cases port the shape of the
+network-policy-api conformance tests named beside them (their pods and
+namespaces are these): Admin rules above NetworkPolicy, Pass down to it,
+Baseline below it, priorities and rule order, ingress and egress, inline
+networks, port ranges, named ports, node peers; then a cross-tenant exception
+and the Enforced status."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from controller_fixtures import wait_until
+from pacific import clusterpolicy, contract, names
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods as sandboxpods
+from test_networkpolicy import (ALL_IN_X, ING, apply, check, clean, every, np_env,  # noqa: F401
+                                pol, probe)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
+
+
+def cnp(name, tier, priority, subject, ingress=None, egress=None):
+    spec = {"tier": tier, "priority": priority, "subject": subject}
+    if ingress:
+        spec["ingress"] = ingress
+    if egress:
+        spec["egress"] = egress
+    return {"apiVersion": f"{clusterpolicy.GROUP}/{clusterpolicy.VERSION}",
+            "kind": clusterpolicy.KIND, "metadata": {"name": name}, "spec": spec}
+
+
+def ns_sel(ns):
+    return {"matchLabels": {"ns": ns}}
+
+
+def pod_sel(ns, pod):
+    return {"pods": {"namespaceSelector": ns_sel(ns), "podSelector": {"matchLabels": {"pod": pod}}}}
+
+
+def tcp(port):
+    return {"tcp": {"destinationPort": {"number": port}}}
+
+
+def clean_cnps(api):
+    for o in r.list_(api, r.CLUSTERNETWORKPOLICIES)[0]:
+        r.delete(api, r.CLUSTERNETWORKPOLICIES, o["metadata"]["name"])
+
+
+@pytest.fixture
+def tiers(np_env):
+    sb, api, ips = np_env
+    clean(api)
+    clean_cnps(api)
+    yield sb, api, ips
+    clean(api)
+    clean_cnps(api)
+
+
+def enforced(api, name, timeout=30.0) -> dict:
+    def cond():
+        o = r.get(api, r.CLUSTERNETWORKPOLICIES, name) or {}
+        c = {x["type"]: x for x in (o.get("status") or {}).get("conditions") or []}
+        return c if c.get("Enforced", {}).get("status") == "True" else None
+    return wait_until(cond, timeout, what=f"ClusterNetworkPolicy {name} Enforced")
+
+
+def run(tiers_env, cnps=(), nps=(), allowed=every):
+    sb, api, ips = tiers_env
+    for c in cnps:
+        r.create(api, r.CLUSTERNETWORKPOLICIES, c)
+    apply(api, *nps)
+    for c in cnps:
+        enforced(api, c["metadata"]["name"])
+    check(sb, ips, allowed)
+
+
+def test_admin_deny_then_a_higher_accept_ingress_tcp(tiers):
+    """~ conformance AdminNetworkPolicyIngressTCP: Deny y -> x on TCP 80 (priority
+    20); Accept y/a -> x TCP 80 at priority 10 wins for y/a."""
+    run(tiers, [
+        cnp("deny-y", "Admin", 20, {"namespaces": ns_sel("x")}, ingress=[
+            {"name": "deny-y-80", "action": "Deny", "from": [{"namespaces": ns_sel("y")}],
+             "protocols": [tcp(80)]}]),
+        cnp("accept-ya", "Admin", 10, {"namespaces": ns_sel("x")}, ingress=[
+            {"action": "Accept", "from": [pod_sel("y", "a")], "protocols": [tcp(80)]}])],
+        allowed=lambda s, d, pr, pt: not (d[0] == "x" and s[0] == "y" and s[1] != "a"
+                                          and (pr, pt) == ("tcp", 80)))
+
+
+def test_admin_accept_overrides_a_networkpolicy_and_deny_holds_against_one(tiers):
+    """~ AdminNetworkPolicyPriorityField / gress rules: NetworkPolicy denies all
+    ingress of x; an Admin Accept z -> x still gets in, and an Admin Deny
+    y -> z holds although z has a policy allowing everything."""
+    run(tiers, [
+        cnp("z-in", "Admin", 5, {"namespaces": ns_sel("x")}, ingress=[
+            {"action": "Accept", "from": [{"namespaces": ns_sel("z")}]}]),
+        cnp("no-y-to-z", "Admin", 6, {"namespaces": ns_sel("z")}, ingress=[
+            {"action": "Deny", "from": [{"namespaces": ns_sel("y")}]}])],
+        [pol("deny", "x", {**ALL_IN_X, **ING}),
+         pol("all", "z", {"podSelector": {}, "ingress": [{}], **ING})],
+        allowed=lambda s, d, pr, pt: (s[0] == "z" if d[0] == "x" else
+                                      not (d[0] == "z" and s[0] == "y")))
+
+
+def test_pass_hands_over_to_networkpolicy_and_baseline_decides_where_none_selects(tiers):
+    """~ AdminNetworkPolicyPassAction + BaselineAdminNetworkPolicy: Admin Pass
+    y -> x (priority 1) above an Admin Deny y -> x (priority 2): the Deny never
+    applies.  NetworkPolicy in x allows only y/b; Baseline denies y -> every
+    pod, which applies to y and z's pods (no NetworkPolicy selects them), not to x."""
+    run(tiers, [
+        cnp("pass-y", "Admin", 1, {"namespaces": ns_sel("x")}, ingress=[
+            {"action": "Pass", "from": [{"namespaces": ns_sel("y")}]}]),
+        cnp("deny-y", "Admin", 2, {"namespaces": ns_sel("x")}, ingress=[
+            {"action": "Deny", "from": [{"namespaces": ns_sel("y")}]}]),
+        cnp("base-deny-y", "Baseline", 50, {"namespaces": {}}, ingress=[
+            {"action": "Deny", "from": [{"namespaces": ns_sel("y")}]}])],
+        [pol("only-yb", "x", {**ALL_IN_X, **ING, "ingress": [{"from": [
+            {"namespaceSelector": {"matchLabels": {"ns": "y"}},
+             "podSelector": {"matchLabels": {"pod": "b"}}}]}]})],
+        allowed=lambda s, d, pr, pt: (s == ("y", "b") if d[0] == "x" else s[0] != "y"))
+
+
+def test_baseline_accept_above_baseline_deny_and_a_networkpolicy_overrides_both(tiers):
+    """~ BaselineAdminNetworkPolicyIngressTCP: Baseline Accept z/a -> y TCP 80
+    (priority 1) above a Baseline Deny of everything into y (priority 2)."""
+    run(tiers, [
+        cnp("base-za", "Baseline", 1, {"namespaces": ns_sel("y")}, ingress=[
+            {"action": "Accept", "from": [pod_sel("z", "a")], "protocols": [tcp(80)]}]),
+        cnp("base-deny", "Baseline", 2, {"namespaces": ns_sel("y")}, ingress=[
+            {"action": "Deny", "from": [{"namespaces": {}}]}])],
+        allowed=lambda s, d, pr, pt: d[0] != "y" or (s == ("z", "a") and (pr, pt) == ("tcp", 80)))
+
+
+def test_egress_networks_port_ranges_and_named_ports(tiers):
+    """~ AdminNetworkPolicyEgressInlineCIDRPeers, port ranges, named ports:
+    x/a may not reach y/b's address (a /32 network) at all; z's pods may not
+    send TCP 80-81 anywhere; x may not reach port `serve-81` (a named port) of y."""
+    sb, api, ips = tiers
+    run(tiers, [
+        cnp("cidr", "Admin", 30, {"pods": {"namespaceSelector": ns_sel("x"),
+                                           "podSelector": {"matchLabels": {"pod": "a"}}}},
+            egress=[{"action": "Deny", "to": [{"networks": [f"{ips[('y', 'b')]}/32"]}]}]),
+        cnp("range", "Admin", 31, {"namespaces": ns_sel("z")}, egress=[
+            {"action": "Deny", "to": [{"namespaces": {}}],
+             "protocols": [{"tcp": {"destinationPort": {"range": {"start": 80, "end": 81}}}}]}]),
+        cnp("named", "Admin", 32, {"namespaces": ns_sel("x")}, egress=[
+            {"action": "Deny", "to": [{"namespaces": ns_sel("y")}],
+             "protocols": [{"destinationNamedPort": "serve-81"}]}])],
+        allowed=lambda s, d, pr, pt: not (
+            (s == ("x", "a") and d == ("y", "b"))
+            or (s[0] == "z" and pr == "tcp")
+            or (s[0] == "x" and d[0] == "y" and (pr, pt) == ("tcp", 81))))
+
+
+def test_node_peers_and_enforced_means_enforced(tiers):
+    """~ AdminNetworkPolicyEgressNodePeers: x's pods may not reach any node.
+    The moment Enforced is True, a probe already sees it (KEP-2943's promise)."""
+    sb, api, ips = tiers
+    node = r.get(api, r.NODES, "node1")
+    node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+    from test_networkpolicy import POD_NETNS
+    netns = POD_NETNS[(sb.name, "x", "a")]
+
+    def pings():
+        return sb.exec(netns, ["ping", "-c1", "-W1", node_ip], check=False).returncode == 0
+    wait_until(pings, 20, what="x/a pings node1 before the policy")
+    r.create(api, r.CLUSTERNETWORKPOLICIES, cnp("no-nodes", "Admin", 40, {"namespaces": ns_sel("x")},
+                                               egress=[{"action": "Deny", "to": [{"nodes": {}}]}]))
+    conds = enforced(api, "no-nodes")
+    assert not pings(), "Enforced said True before a chassis dropped the traffic"
+    assert conds["Accepted"]["status"] == "True" and "every chassis" in conds["Enforced"]["message"]
+    assert probe(sb, ("x", "a"), ips[("y", "a")], "tcp", 80)     # pods are no nodes
+
+
+def test_an_invalid_policy_says_why_and_changes_nothing(tiers):
+    sb, api, ips = tiers
+    body = cnp("bad", "Admin", 3, {"namespaces": ns_sel("x")}, ingress=[
+        {"action": "Deny", "from": [{"namespaces": ns_sel("y")}],
+         "protocols": [{"tcp": {"destinationPort": {"range": {"start": 90, "end": 80}}}}]}])
+    r.create(api, r.CLUSTERNETWORKPOLICIES, body)
+
+    def refused():
+        o = r.get(api, r.CLUSTERNETWORKPOLICIES, "bad") or {}
+        c = {x["type"]: x for x in (o.get("status") or {}).get("conditions") or []}
+        return c.get("Accepted") if c.get("Accepted", {}).get("status") == "False" else None
+    acc = wait_until(refused, 30, what="Accepted False")
+    assert acc["reason"] == "InvalidSpec" and "start (90) must be less than end (80)" in acc["message"]
+    check(sb, ips, every)
+
+
+def test_an_admin_accept_opens_one_cross_tenant_flow_and_nothing_else(tiers):
+    """Tenant isolation is the lowest Admin rule: a monitoring namespace of its
+    own tenant scrapes x on TCP 80 only; everything else between them stays
+    isolated, in both directions."""
+    sb, api, ips = tiers
+    r.create(api, r.NAMESPACES, {"metadata": {"name": "mon", "labels": {"ns": "mon"}}})
+    try:
+        sandboxpods.add_pod(sb, "mon", "scraper", "node2", api=api)
+        mon = sandboxpods.load(sb, "mon", "scraper").netns
+        mon_ip = contract.own_record(r.get(api, r.PODS, "scraper", "mon")).ip
+        p = subprocess.Popen(["ip", "netns", "exec", mon, sys.executable, NETCHECK, "serve", "80"],
+                             stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        try:
+            def reaches(port, proto="tcp"):
+                cp = sb.exec(mon, [sys.executable, NETCHECK, "probe", proto, ips[("x", "a")],
+                                   str(port), "1"], check=False)
+                return cp.returncode == 0
+            assert not reaches(80)           # isolated tenants
+            r.create(api, r.CLUSTERNETWORKPOLICIES, cnp(
+                "scrape", "Admin", 100, {"namespaces": {"matchLabels": {names.LABEL_TENANT: "np"}}},
+                ingress=[{"name": "monitoring", "action": "Accept",
+                          "from": [{"namespaces": ns_sel("mon")}], "protocols": [tcp(80)]}]))
+            enforced(api, "scrape")
+            assert wait_until(lambda: reaches(80), 10, what="mon scrapes x/a:80")
+            time.sleep(0.5)                  # a window for what must stay blocked
+            assert not reaches(81) and not reaches(80, "udp")
+            assert not probe(sb, ("x", "a"), mon_ip, "tcp", 80), "x reached mon: isolation opened"
+        finally:
+            p.kill()
+            p.wait()
+    finally:
+        for o in r.list_(api, r.PODS, "mon")[0]:
+            sandboxpods.delete_pod(sb, "mon", o["metadata"]["name"], api=api)
+        r.delete(api, r.NAMESPACES, "mon")

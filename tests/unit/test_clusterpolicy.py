@@ -1,0 +1,217 @@
+"""ClusterNetworkPolicy: the spec checked as the upstream CRD's validation says
+(the API server here has no CEL), its precedence in OVN's ACL tiers, and the
+feature on the controller fakes (rows, tiers, status)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from controller_fakes import drain, make_controller
+from pacific import clusterpolicy as cp
+from pacific import contract, names
+from pacific.controller.cluster_policy import group_name, node_addresses, set_name
+from pacific.kube import resources as r
+from pacific.ovn import acl, ensure
+
+
+def cnp(name="p", tier="Admin", priority=10, subject=None, ingress=None, egress=None):
+    spec = {"tier": tier, "priority": priority,
+            "subject": subject or {"namespaces": {"matchLabels": {"team": "a"}}}}
+    if ingress is not None:
+        spec["ingress"] = ingress
+    if egress is not None:
+        spec["egress"] = egress
+    return {"apiVersion": f"{cp.GROUP}/{cp.VERSION}", "kind": cp.KIND,
+            "metadata": {"name": name, "generation": 1}, "spec": spec}
+
+
+def test_a_full_policy_parses_in_order():
+    pol = cp.parse(cnp(ingress=[
+        {"name": "mon", "action": "Accept", "from": [{"namespaces": {}}],
+         "protocols": [{"tcp": {"destinationPort": {"number": 9100}}},
+                       {"udp": {"destinationPort": {"range": {"start": 1000, "end": 2000}}}}]},
+        {"action": "Deny", "from": [{"pods": {"namespaceSelector": {}, "podSelector": {}}}]}],
+        egress=[{"action": "Pass", "to": [{"networks": ["10.0.0.0/8", "192.168.1.5"]},
+                                          {"nodes": {}}]}]))
+    assert [(x.direction, x.index, x.action) for x in pol.rules] == [
+        ("ingress", 0, "Accept"), ("ingress", 1, "Deny"), ("egress", 0, "Pass")]
+    assert pol.rules[0].ports == (cp.Port("tcp", 9100, 9100), cp.Port("udp", 1000, 2000))
+    assert pol.rules[2].peers[0].values == ("10.0.0.0/8", "192.168.1.5/32")
+
+
+@pytest.mark.parametrize("spec_change,words", [
+    ({"tier": "Gold"}, "spec.tier: 'Gold'"),
+    ({"priority": 1001}, "spec.priority: 0-1000"),
+    ({"subject": {}}, "spec.subject: exactly one of namespaces, pods"),
+    ({"subject": {"namespaces": {}, "pods": {"podSelector": {}}}}, "(namespaces, pods set)"),
+    ({"subject": {"pods": {"namespaceSelector": {}}}}, "spec.subject.pods: podSelector is required"),
+    ({"ingress": [{"action": "Allow", "from": [{"namespaces": {}}]}]}, "spec.ingress[0].action"),
+    ({"ingress": [{"action": "Deny", "from": []}]}, "spec.ingress[0].from: 1 to 25"),
+    ({"ingress": [{"action": "Deny", "from": [{"networks": ["1.2.3.0/24"]}]}]},
+     "spec.ingress[0].from[0]: unknown field(s) networks"),
+    ({"egress": [{"action": "Deny", "to": [{"networks": ["10.0.0.300/8"]}]}]},
+     "spec.egress[0].to[0].networks[0]: '10.0.0.300/8' is not a CIDR"),
+    ({"egress": [{"action": "Deny", "to": [{"domainNames": ["a.example"]}]}]},
+     "domainNames: only in Accept rules"),
+    ({"egress": [{"action": "Accept", "to": [{"nodes": {}}],
+                  "protocols": [{"destinationNamedPort": "http"}]}]},
+     "destinationNamedPort cannot go with networks, nodes"),
+    ({"ingress": [{"action": "Deny", "from": [{"namespaces": {}}],
+                   "protocols": [{"tcp": {"destinationPort": {"range": {"start": 9, "end": 9}}}}]}]},
+     "start (9) must be less than end (9)"),
+    ({"ingress": [{"action": "Deny", "from": [{"namespaces": {}}],
+                   "protocols": [{"tcp": {}, "udp": {}}]}]}, "exactly one of tcp, udp, sctp"),
+    ({"ingress": [{"action": "Deny", "from": [{"namespaces": {"matchExpressions": [
+        {"key": "a", "operator": "Near"}]}}]}]}, "spec.ingress[0].from[0].namespaces"),
+    ({"ingress": [{"action": "Deny", "from": [{"namespaces": {}}]}] * 26}, "at most 25 rules"),
+])
+def test_invalid_specs_are_named_with_their_path(spec_change, words):
+    obj = cnp()
+    obj["spec"].update(spec_change)
+    with pytest.raises(cp.PolicyError) as e:
+        cp.parse(obj)
+    assert words in str(e.value)
+
+
+def test_precedence_admin_above_isolation_then_by_priority_then_rule_order():
+    assert cp.acl_priority(1000, 24) > names.PRIO_ACL_ISOLATION_DROP > names.PRIO_ACL_MCAST_IGMP
+    assert cp.acl_priority(0, 0) > cp.acl_priority(0, 1) > cp.acl_priority(1, 0) \
+        > cp.acl_priority(1000, 0)
+    assert cp.acl_priority(0, 0) <= 32767
+    assert (cp.OVN_TIER[cp.ADMIN], cp.NP_TIER, cp.OVN_TIER[cp.BASELINE]) == (0, 1, 2)
+    assert cp.ACTIONS == {"Accept": "allow-related", "Deny": "drop", "Pass": "pass"}
+
+
+def test_port_clauses_numbers_ranges_and_named_ports():
+    ports = (cp.Port("tcp", 80, 80), cp.Port("udp", 5, 9), cp.Port("sctp"), cp.Port(None, named="web"))
+    named = {"10.16.0.5": (("web", 8080, "TCP"),), "10.16.0.6": (("web", 8081, "TCP"),),
+             "10.16.0.7": (("other", 1, "UDP"),)}
+    assert cp.port_clauses(ports, named, "ip4.dst") == [
+        "tcp && tcp.dst == 80", "udp && udp.dst >= 5 && udp.dst <= 9", "sctp",
+        "ip4.dst == {10.16.0.5} && tcp && tcp.dst == 8080",
+        "ip4.dst == {10.16.0.6} && tcp && tcp.dst == 8081"]
+    assert cp.port_clauses((), named, "ip4.dst") is None
+    assert cp.port_clauses((cp.Port(None, named="none"),), named, "ip4.dst") == []
+
+
+def test_node_addresses_are_its_status_ipv4_and_its_join_address():
+    node = {"metadata": {"name": "n1", "annotations": {names.ANN_NODE_JOIN_IP: "100.64.0.2/16"}},
+            "status": {"addresses": [{"type": "InternalIP", "address": "192.168.77.11"},
+                                     {"type": "InternalIP", "address": "fd00::11"},
+                                     {"type": "Hostname", "address": "n1"}]}}
+    assert node_addresses(node) == {"192.168.77.11", "100.64.0.2"}
+
+
+# --- the feature on the fakes ---------------------------------------------------------
+
+def _pod(name, ns, labels=None, ports=()):
+    return {"metadata": {"name": name, "namespace": ns, "labels": labels or {}},
+            "spec": {"nodeName": "node1", "containers": [
+                {"name": "c", "image": "pause",
+                 "ports": [{"name": n, "containerPort": p} for n, p in ports]}]}}
+
+
+def setup(acl_tier=True):
+    ctl = make_controller()
+    ctl.nb.acl_tier = acl_tier
+    for ns, team in (("a1", "a"), ("b1", "b")):
+        ctl.kube.add(r.NAMESPACES, {"metadata": {"name": ns, "labels": {"team": team}}})
+        ctl.kube.add(r.PODS, _pod("web", ns, {"app": "web"}, [("http", 8080)]), ns)
+        ctl.kube.add(r.PODS, _pod("db", ns, {"app": "db"}), ns)
+    drain(ctl)
+    for p in ctl.kube.of(r.PODS):     # their ports are in NB (FakeNB holds what a test adds)
+        rec = contract.own_record(p)
+        ctl.nb.owned.append(SimpleNamespace(table=ensure.LSP, name=rec.port, external_ids={}))
+    return ctl
+
+
+def _ip(ctl, ns, name):
+    return contract.own_record(r.get(ctl.kube, r.PODS, name, ns)).ip
+
+
+def _acls(ctl, name):
+    cmds = [c for w, cs in ctl.writer.writes if w == f"ClusterNetworkPolicy {name}" for c in cs]
+    return [s for c in cmds if isinstance(c, acl.EnsureACLs) for s in c.specs], cmds
+
+
+def test_admin_rules_become_tier_0_acls_on_the_subject_with_peer_sets_and_status():
+    ctl = setup()
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("mon", ingress=[
+        {"action": "Accept", "from": [{"namespaces": {"matchLabels": {"team": "b"}}}],
+         "protocols": [{"destinationNamedPort": "http"}]},
+        {"action": "Deny", "from": [{"pods": {"namespaceSelector": {}, "podSelector": {
+            "matchLabels": {"app": "db"}}}}]}],
+        egress=[{"action": "Pass", "to": [{"networks": ["8.8.8.0/24"]}]}]))
+    drain(ctl)
+    specs, cmds = _acls(ctl, "mon")
+    pg = group_name("mon")
+    assert {(s.direction, s.action, s.tier) for s in specs} == {
+        ("to-lport", "allow-related", 0), ("to-lport", "drop", 0), ("from-lport", "pass", 0)}
+    accept = next(s for s in specs if s.action == "allow-related")
+    assert accept.match == (f"outport == @{pg} && ip4 && (ip4.src == ${set_name('mon', 'ingress', 0)})"
+                            f" && ((ip4.dst == {{{_ip(ctl, 'a1', 'web')}}} && tcp && tcp.dst == 8080))")
+    assert accept.priority == cp.acl_priority(10, 0)
+    members = {m for c in cmds if isinstance(c, ensure.PortGroupAddPorts) for m in c.members}
+    assert members == {names.pod_lsp_name("a1", "web"), names.pod_lsp_name("a1", "db")}
+    sets = {c.name: set(c.members) for c in cmds if isinstance(c, ensure.AddressSetAddAddresses)}
+    assert sets[set_name("mon", "ingress", 0)] == {_ip(ctl, "b1", "web"), _ip(ctl, "b1", "db")}
+    assert sets[set_name("mon", "ingress", 1)] == {_ip(ctl, "a1", "db"), _ip(ctl, "b1", "db")}
+    conds = {c["type"]: c for c in r.get(ctl.kube, r.CLUSTERNETWORKPOLICIES, "mon")["status"]["conditions"]}
+    assert conds["Accepted"]["status"] == "True"
+    assert conds["Enforced"]["status"] != "True"      # no chassis in the fakes to say so
+
+
+def test_networkpolicy_moves_to_tier_1_and_baseline_is_tier_2():
+    ctl = setup()
+    ctl.kube.add(r.NETWORKPOLICIES, {"metadata": {"name": "deny", "namespace": "a1"},
+                                     "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}, "a1")
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("base", tier="Baseline", ingress=[
+        {"action": "Deny", "from": [{"namespaces": {}}]}]))
+    drain(ctl)
+    np_specs = [s for _, cs in ctl.writer.writes for c in cs if isinstance(c, acl.EnsureACLs)
+                and c.group.startswith("np_") for s in c.specs]
+    assert np_specs and {s.tier for s in np_specs} == {cp.NP_TIER}
+    assert {s.tier for s in _acls(ctl, "base")[0]} == {2}
+
+
+def test_without_acl_tiers_nothing_is_applied_and_status_says_why():
+    ctl = setup(acl_tier=False)
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("x", ingress=[
+        {"action": "Deny", "from": [{"namespaces": {}}]}]))
+    drain(ctl)
+    assert not _acls(ctl, "x")[1]
+    (acc,) = [c for c in r.get(ctl.kube, r.CLUSTERNETWORKPOLICIES, "x")["status"]["conditions"]
+              if c["type"] == "Accepted"]
+    assert acc["status"] == "False" and acc["reason"] == "ACLTiersUnavailable"
+
+
+def test_an_invalid_policy_is_refused_in_status_and_a_deleted_one_leaves_nothing():
+    ctl = setup()
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("bad", priority=5000))
+    drain(ctl)
+    (acc,) = [c for c in r.get(ctl.kube, r.CLUSTERNETWORKPOLICIES, "bad")["status"]["conditions"]
+              if c["type"] == "Accepted"]
+    assert acc["reason"] == "InvalidSpec" and "spec.priority" in acc["message"]
+    ctl.nb.owned += [SimpleNamespace(table=ensure.PG, name=group_name("gone"), external_ids=
+                                     {names.EXT_OWNER_KIND: names.OWNER_KIND_CLUSTER_POLICY,
+                                      names.EXT_OWNER: "gone"}),
+                     SimpleNamespace(table=ensure.AS, name=set_name("gone", "ingress", 0),
+                                     external_ids={names.EXT_OWNER_KIND: names.OWNER_KIND_CLUSTER_POLICY,
+                                                   names.EXT_OWNER: "gone"})]
+    ctl.resync()
+    drain(ctl)
+    cmds = [c for w, cs in ctl.writer.writes if w == "ClusterNetworkPolicy gone removed" for c in cs]
+    assert [type(c).__name__ for c in cmds] == ["DeletePortGroup", "DeleteAddressSet"]
+
+
+def test_a_new_pod_joins_the_subject_in_its_own_transaction():
+    ctl = setup()
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("s", ingress=[
+        {"action": "Deny", "from": [{"namespaces": {}}]}]))
+    drain(ctl)
+    ctl.kube.add(r.PODS, _pod("late", "a1"), "a1")
+    drain(ctl)
+    port = names.pod_lsp_name("a1", "late")
+    cmds = [c for w, c in ctl.writer.writes if w == f"pod port {port}"][0]
+    assert group_name("s") in {c.name for c in cmds if isinstance(c, ensure.PortGroupAddPorts)}
