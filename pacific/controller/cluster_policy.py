@@ -230,7 +230,24 @@ class ClusterPolicyFeature(Feature):
                 cp.ACTIONS[rule.action], name=f"cnp:{key}:{rule.direction}/{rule.index}"[:63],
                 external_ids=cnp_ids(key, **{names.EXT_RULE: f"{rule.direction}/{rule.index}"}),
                 tier=cp.OVN_TIER[pol.tier]))
+            if addrs and rule.action != "Deny":
+                specs.append(self._neighbours(key, pol, rule, pg))
         return specs, sets, notes
+
+    @staticmethod
+    def _neighbours(key: str, pol: cp.Policy, rule: cp.Rule, pg: str) -> acl.AclSpec:
+        """ARP between the subject's pods and the rule's pod peers, both ways: an
+        Accept (or Pass) between tenants is of no use while tenant isolation
+        drops the ARP that finds the peer on a shared Subnet (OVN's group
+        `<pg>_ip4` holds the subject's addresses)."""
+        peers = f"${set_name(key, rule.direction, rule.index)}"
+        match = (f"arp && ((arp.spa == ${pg}_ip4 && arp.tpa == {peers}) || "
+                 f"(arp.spa == {peers} && arp.tpa == ${pg}_ip4))")
+        rid = f"{rule.direction}/{rule.index}/arp"
+        return acl.AclSpec("to-lport", pol.acl_priority(rule), match, "allow",
+                           name=f"cnp:{key}:{rid}"[:63],
+                           external_ids=cnp_ids(key, **{names.EXT_RULE: rid}),
+                           tier=cp.OVN_TIER[pol.tier])
 
     def _write(self, key: str, pol: cp.Policy, specs: list, sets: dict) -> bool:
         """Make NB hold exactly this; True if anything was written."""

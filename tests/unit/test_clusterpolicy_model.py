@@ -146,6 +146,12 @@ def test_admin_rules_become_tier_0_acls_on_the_subject_with_peer_sets_and_status
     drain(ctl)
     specs, cmds = _acls(ctl, "mon")
     pg = group_name("mon")
+    # ARP between the subject and the pod peers of the Accept (not of the Deny):
+    # tenant isolation would drop it
+    arp = [s for s in specs if s.external_ids[names.EXT_RULE].endswith("/arp")]
+    assert [s.external_ids[names.EXT_RULE] for s in arp] == ["ingress/0/arp"]
+    assert arp[0].action == "allow" and f"arp.spa == ${pg}_ip4" in arp[0].match
+    specs = [s for s in specs if s not in arp]
     assert {(s.direction, s.action, s.tier) for s in specs} == {
         ("to-lport", "allow-related", 0), ("to-lport", "drop", 0), ("from-lport", "pass", 0)}
     accept = next(s for s in specs if s.action == "allow-related")
