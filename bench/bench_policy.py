@@ -13,6 +13,10 @@
    policy created -> its ACLs in NB -> in force on every chassis (nb_cfg ->
    hv_cfg, `ovn-nbctl --wait=hv sync`), p50/p99 over 20 policies each; ACL
    and logical-flow counts.  Baseline: `--wait=hv sync` with nothing to apply.
+   Then (issue 28, `--cnps`, 100): ClusterNetworkPolicies beside the 1,000
+   NetworkPolicies, created at once, then 20 more one by one: created ->
+   status `Enforced=True` (the controller's own nb_cfg/hv_cfg barrier: every
+   chassis applied it), p50/p99 (goal p99 <= 1 s).
 3. Cost follows change (issue 23): `--churn-pods` (1,000) pods created and
    deleted at `--churn-rate` a second over `--namespaces` namespaces (at most
    `--churn-live` alive at once), first with no policy, then with
@@ -179,9 +183,54 @@ def part2(args) -> None:
                   f"-> every chassis p50 {pct(to_hv, 50) * 1000:6.1f} ms p99 "
                   f"{pct(to_hv, 99) * 1000:6.1f} ms (goal p99 <= 1 s); {acls} ACLs, "
                   f"{flows} logical flow lines", flush=True)
+        if args.cnps:
+            cluster_policies(api, kc, args.cnps)
     finally:
         if not args.keep:
             sb.down()
+
+
+def cluster_policy(i: int) -> dict:
+    """Admin (even) or Baseline (odd): namespaces team=t<i%3> may not be reached
+    from team=t<(i+1)%3> on TCP port 1000+i."""
+    return {"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
+            "metadata": {"name": f"cnp{i}"},
+            "spec": {"tier": "Baseline" if i % 2 else "Admin", "priority": i % 1000,
+                     "subject": {"namespaces": {"matchLabels": {"team": f"t{i % 3}"}}},
+                     "ingress": [{"action": "Deny", "from": [{"namespaces": {"matchLabels": {
+                         "team": f"t{(i + 1) % 3}"}}}],
+                         "protocols": [{"tcp": {"destinationPort": {"number": 1000 + i}}}]}]}}
+
+
+def enforced(api, name: str) -> bool:
+    o = r.get(api, r.CLUSTERNETWORKPOLICIES, name) or {}
+    return any(c.get("type") == "Enforced" and c.get("status") == "True"
+               and c.get("observedGeneration") == (o.get("metadata") or {}).get("generation")
+               for c in (o.get("status") or {}).get("conditions") or [])
+
+
+def cluster_policies(api, kc: str, n: int) -> None:
+    def mk(local, i):
+        if not hasattr(local, "api"):
+            local.api = client.load(kc)
+        r.create(local.api, r.CLUSTERNETWORKPOLICIES, cluster_policy(i))
+    t0 = time.perf_counter()
+    parallel(mk, range(n))
+    wait_until(lambda: all(enforced(api, f"cnp{i}") for i in range(n)), 600, interval=0.5,
+               what=f"{n} ClusterNetworkPolicies enforced")
+    print(f"   {n} ClusterNetworkPolicies created at once: all Enforced after "
+          f"{time.perf_counter() - t0:.1f} s", flush=True)
+    took = []
+    for k in range(20):
+        i = n + k
+        t0 = time.perf_counter()
+        r.create(api, r.CLUSTERNETWORKPOLICIES, cluster_policy(i))
+        while not enforced(api, f"cnp{i}"):
+            time.sleep(0.005)
+        took.append(time.perf_counter() - t0)
+    print(f"   one more ClusterNetworkPolicy: created -> Enforced (every chassis) p50 "
+          f"{pct(took, 50) * 1000:.0f} ms p99 {pct(took, 99) * 1000:.0f} ms (goal p99 <= 1 s)",
+          flush=True)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -297,6 +346,8 @@ def main() -> int:
     ap.add_argument("--churn-pods", type=int, default=1000)
     ap.add_argument("--churn-rate", type=float, default=20.0, help="pods created a second")
     ap.add_argument("--churn-live", type=int, default=300, help="pods alive at once")
+    ap.add_argument("--cnps", type=int, default=100,
+                    help="ClusterNetworkPolicies beside the policies of part 2 (0: none)")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     only = set(args.only or (1, 2, 3))

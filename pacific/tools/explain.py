@@ -103,6 +103,10 @@ class Namer:
             what = f"NetworkPolicy {owner} {direction} rule {index}" if index.isdigit() \
                 else f"NetworkPolicy {owner} ({rule})"
             return what, f"dropped by {what}"
+        if kind == names.OWNER_KIND_CLUSTER_POLICY:
+            direction, _, index = rule.partition("/")
+            what = f"ClusterNetworkPolicy {owner} {direction} rule {index}"
+            return what, f"dropped by {what} (spec.{direction}[{index}]: Deny)"
         if kind == names.OWNER_KIND_EGRESS_FIREWALL:
             index = str((acl.get("name") or [""])[0] if isinstance(acl.get("name"), list)
                         else acl.get("name") or "").rpartition(":")[2]
@@ -126,7 +130,9 @@ class Namer:
                     what, why = self.acl_words(acl, src)
                     if acl is None and not st.drops:
                         continue
-                    hops.append(Hop(where, f"{what}: {'drop' if st.drops else 'allow'}"))
+                    verdict = "drop" if st.drops else \
+                        "pass (on to the next tier)" if (acl or {}).get("action") == "pass" else "allow"
+                    hops.append(Hop(where, f"{what}: {verdict}"))
                     if st.drops:
                         drop_words = why
                 elif st.backends:

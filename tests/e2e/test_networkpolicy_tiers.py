@@ -93,6 +93,12 @@ def test_admin_deny_then_a_higher_accept_ingress_tcp(tiers):
             {"action": "Accept", "from": [pod_sel("y", "a")], "protocols": [tcp(80)]}])],
         allowed=lambda s, d, pr, pt: not (d[0] == "x" and s[0] == "y" and s[1] != "a"
                                           and (pr, pt) == ("tcp", 80)))
+    sb = tiers[0]
+    cp_ = subprocess.run([os.path.join(os.path.dirname(sys.executable), "pacific"), "trace",
+                          "y/b", "x/a", "--tcp", "80", "--sandbox", sb.name],
+                         capture_output=True, text=True, timeout=60)
+    assert cp_.returncode == 1 and cp_.stdout.startswith(
+        "FAIL: dropped by ClusterNetworkPolicy deny-y ingress rule 0"), cp_.stdout + cp_.stderr
 
 
 def test_admin_accept_overrides_a_networkpolicy_and_deny_holds_against_one(tiers):
