@@ -12,7 +12,8 @@ Per policy (key: its name), in ONE transaction:
   `drop`, Pass `pass`.
 Pods and namespace labels come from the NetworkPolicy feature's view of the
 cluster (`policies.world()`: addresses, labels, named ports), nodes from the
-Node objects (addresses and their ovn0 join address).
+Node objects (addresses and their ovn0 join address), domain names from DNS
+(A records, asked again at their TTL; `--dns-servers`), each rule's in its set.
 
 Status conditions: `Accepted` (the spec is valid and OVN has ACL tiers, or
 why not) and `Enforced`: after a write the controller bumps
@@ -33,6 +34,7 @@ from ovsdbapp.backend.ovs_idl import idlutils
 from pacific import clusterpolicy as cp
 from pacific import names
 from pacific.controller import informers, model
+from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.feature import Feature
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
@@ -85,6 +87,8 @@ class ClusterPolicyFeature(Feature):
         self._lock = threading.Lock()
         self._parsed: dict[str, cp.Policy] = {}           # applied policies
         self._pending: dict[str, tuple[int, float, int]] = {}   # name -> (nb_cfg, t0, generation)
+        # domainNames of Accept rules, resolved like the egress firewall's (its own resolver)
+        self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None)
 
     # -- events ------------------------------------------------------------------------
     def handlers(self):
@@ -190,7 +194,7 @@ class ClusterPolicyFeature(Feature):
         subject = [p for p in world.pods
                    if cp.selects_pod(pol.subject, nsl.get(p.namespace, {}), p.labels)]
         pg = group_name(key)
-        specs, sets, notes = [], {}, []
+        specs, sets, notes, names_used = [], {}, [], set()
         for rule in pol.rules:
             ingress = rule.direction == "ingress"
             addrs, cidrs, peer_pods = set(), [], []
@@ -207,8 +211,19 @@ class ClusterPolicyFeature(Feature):
                               for a in node_addresses(n)}
                 elif peer.kind == "networks":
                     cidrs += [c for c in peer.values if _v4(c)]
-                else:     # domainNames: Accept only; not resolved yet, so it matches nothing
-                    notes.append(f"{rule.direction}[{rule.index}]: domainNames match nothing yet")
+                else:     # domainNames (Accept only): their A records, kept resolved
+                    for dn in peer.values:
+                        if dn.startswith("*."):
+                            notes.append(f"{rule.direction}[{rule.index}]: {dn} matches nothing "
+                                         "(a wildcard cannot be resolved)")
+                            continue
+                        names_used.add(dn)
+                        answer = self.dns.answer(dn)
+                        if answer is None:
+                            notes.append(f"{rule.direction}[{rule.index}]: {dn} not resolved yet")
+                        elif answer[1]:
+                            notes.append(f"{rule.direction}[{rule.index}]: {answer[1]}")
+                        addrs |= set(answer[0]) if answer else set()
             dests = subject if ingress else peer_pods
             clauses = cp.port_clauses(rule.ports, {p.ip: p.named_ports for p in dests}, "ip4.dst")
             field = "ip4.src" if ingress else "ip4.dst"
@@ -232,6 +247,7 @@ class ClusterPolicyFeature(Feature):
                 tier=cp.OVN_TIER[pol.tier]))
             if addrs and rule.action != "Deny":
                 specs.append(self._neighbours(key, pol, rule, pg))
+        self.dns.use(key, names_used)
         return specs, sets, notes
 
     @staticmethod
@@ -291,6 +307,7 @@ class ClusterPolicyFeature(Feature):
             return nb.ref_names(row, "ports")
 
     def _remove(self, key: str) -> None:
+        self.dns.use(key, [])
         with self._lock:
             self._parsed.pop(key, None)
             self._pending.pop(key, None)

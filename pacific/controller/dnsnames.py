@@ -6,6 +6,14 @@
                                          # (frozenset(), "NXDOMAIN: ...")
     names.stop()
 
+A feature whose objects name DNS names keeps them through `DnsUsers`: which
+of its keys use which names, the names wanted being all of them, and a
+changed answer queues the keys using it:
+
+    users = DnsUsers(feature.queue_keys, servers)
+    users.use("ns1", ["example.com"])    # started at the first name
+    users.answer("example.com"); users.names()
+
 One thread resolves every wanted name (A records) and resolves it again when
 its answer's TTL expires (at least MIN_TTL s later; an error is retried after
 RETRY s); `on_change(name)` is called whenever a name's addresses or error
@@ -106,3 +114,43 @@ class DnsNames:
             if before != (addrs, err):
                 LOG.info("DNS %s: %s", name, err or ", ".join(sorted(addrs)))
                 self._on_change(name)
+
+
+class DnsUsers:
+    """Which keys of one feature use which DNS names, over a DnsNames of its own
+    (started at the first name): a changed answer queues the keys using it."""
+
+    def __init__(self, queue_keys: Callable[[list[str]], object], servers: list[str] | None = None):
+        self._lock = threading.Lock()
+        self._users: dict[str, set[str]] = {}       # DNS name -> keys using it
+        self._started = False
+        self._queue_keys = queue_keys
+        self.dns = DnsNames(self._changed, servers=servers)
+
+    def _changed(self, name: str) -> None:
+        with self._lock:
+            users = sorted(self._users.get(name, ()))
+        self._queue_keys(users)
+
+    def use(self, key: str, wanted) -> None:
+        """`key` now uses exactly these names (none: it uses no name any more)."""
+        with self._lock:
+            for name in list(self._users):
+                self._users[name].discard(key)
+                if not self._users[name]:
+                    del self._users[name]
+            for name in wanted:
+                self._users.setdefault(name, set()).add(key)
+            all_names = set(self._users)
+            start = bool(all_names) and not self._started
+            self._started = self._started or start
+        if start:
+            self.dns.start()
+        self.dns.want(all_names)
+
+    def names(self) -> set[str]:
+        with self._lock:
+            return set(self._users)
+
+    def answer(self, name: str) -> tuple[frozenset, str | None] | None:
+        return self.dns.answer(name)

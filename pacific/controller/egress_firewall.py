@@ -23,11 +23,10 @@ the rules already programmed stay.
 from __future__ import annotations
 
 import logging
-import threading
 
 from pacific import contract, egressfirewall as efw, exposure, names
 from pacific.controller import informers, model
-from pacific.controller.dnsnames import DnsNames
+from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.feature import Feature
 from pacific.controller.service import cluster_cidrs
 from pacific.kube import errors as kerr
@@ -65,10 +64,7 @@ class EgressFirewallFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self._lock = threading.Lock()
-        self._dns_users: dict[str, set[str]] = {}        # DNS name -> namespaces using it
-        self.dns = DnsNames(self._on_dns, servers=list(ctl.cfg.dns_servers) or None)
-        self._dns_started = False
+        self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None)
 
     # -- events -> keys ----------------------------------------------------------------
     def handlers(self):
@@ -88,11 +84,6 @@ class EgressFirewallFeature(Feature):
     @staticmethod
     def _on_cluster(old, new):
         return () if model.same_status(old, new, "addresses", "cidrBlock") else [CLUSTER_KEY]
-
-    def _on_dns(self, name: str) -> None:
-        with self._lock:
-            users = sorted(self._dns_users.get(name, ()))
-        self.queue_keys(users)
 
     def resync_keys(self):
         yield CLUSTER_KEY
@@ -123,8 +114,7 @@ class EgressFirewallFeature(Feature):
         if exits:
             builders.append(lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP,
                                                                  exits))
-        with self._lock:
-            used = {efw.dns_set(n) for n in self._dns_users}
+        used = {efw.dns_set(n) for n in self.dns.names()}
         for row in self.ctl.nb.rows_owned(ensure.AS, names.OWNER_KIND_EGRESS_FIREWALL, ""):
             if row.name.startswith(names.EFW_DNS_SET_PREFIX) and row.name not in used:
                 builders.append(lambda api, n=row.name: ensure.DeleteAddressSet(api, n))
@@ -153,7 +143,7 @@ class EgressFirewallFeature(Feature):
             self._status(o, "refused", [f"only one EgressFirewall per namespace, named "
                                         f"{names.EGRESS_FIREWALL_NAME!r}, is programmed"])
         if obj is None:
-            self._use_dns(ns, [])
+            self.dns.use(ns, [])
             if ensure.address_set_addresses(self.ctl.nb, src) is not None or \
                     not acl.acls_are(self.ctl.nb, names.EFW_EXITS_GROUP, [], scope=ids):
                 self.ctl.writer.run([
@@ -168,7 +158,7 @@ class EgressFirewallFeature(Feature):
         except efw.FirewallError as e:
             self._status(obj, "refused", [f"{e}; the rules programmed before stay"])
             return
-        self._use_dns(ns, fw.dns_names)
+        self.dns.use(ns, fw.dns_names)
         pods = self.pod_index.addresses_in(ns)
         have = ensure.address_set_addresses(self.ctl.nb, src) or set()
         builders = [lambda api: ensure.EnsureAddressSet(api, names.EFW_CLUSTER_SET, cluster_ids()),
@@ -192,21 +182,6 @@ class EgressFirewallFeature(Feature):
         LOG.info("namespace %s: egress firewall of %d rules over %d pods", ns, len(specs),
                  len(pods))
         self._status(obj, "programmed", messages)
-
-    def _use_dns(self, ns: str, wanted: list[str]) -> None:
-        with self._lock:
-            for name in list(self._dns_users):
-                self._dns_users[name].discard(ns)
-                if not self._dns_users[name]:
-                    del self._dns_users[name]
-            for name in wanted:
-                self._dns_users.setdefault(name, set()).add(ns)
-            all_names = set(self._dns_users)
-            start = all_names and not self._dns_started
-            self._dns_started = self._dns_started or bool(start)
-        if start:
-            self.dns.start()
-        self.dns.want(all_names)
 
     def _status(self, obj: dict, state: str, messages: list[str]) -> None:
         want = {"status": state, "messages": messages or ["every rule programmed"]}

@@ -237,3 +237,25 @@ def test_an_admin_accept_opens_one_cross_tenant_flow_and_nothing_else(tiers):
         for o in r.list_(api, r.PODS, "mon")[0]:
             sandboxpods.delete_pod(sb, "mon", o["metadata"]["name"], api=api)
         r.delete(api, r.NAMESPACES, "mon")
+
+
+def test_an_egress_allowlist_of_domain_names_above_a_deny(tiers, tmp_path):
+    """~ AdminNetworkPolicyEgressDomainNames (experimental): x may reach only
+    what `yb.pacific.test` resolves to (y/b, answered by the sandbox's dnsmasq
+    through the controllers' --dns-servers); every other pod is denied by a
+    lower-precedence Admin Deny."""
+    from pacific.sandbox import controllers
+    sb, api, ips = tiers
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"{ips[('y', 'b')]} yb.pacific.test\n")
+    dnsmasq = controllers.serve_dns(sb, str(hosts))
+    try:
+        run(tiers, [
+            cnp("allow-yb", "Admin", 1, {"namespaces": ns_sel("x")}, egress=[
+                {"action": "Accept", "to": [{"domainNames": ["yb.pacific.test"]}]}]),
+            cnp("deny-pods", "Admin", 2, {"namespaces": ns_sel("x")}, egress=[
+                {"action": "Deny", "to": [{"namespaces": {}}]}])],
+            allowed=lambda s, d, pr, pt: s[0] != "x" or d == ("y", "b"))
+    finally:
+        dnsmasq.kill()
+        dnsmasq.wait()
