@@ -132,9 +132,11 @@ class SouthboundWatch:
     def _connect(self) -> None:
         monitor = {"Port_Binding": ["logical_port", "type", "chassis", "mac"],
                    "Chassis": ["name"],
-                   # multicast groups per Subnet, for the controller's metrics
-                   "IGMP_Group": ["address", "datapath", "ports"],
-                   "Datapath_Binding": ["external_ids"]}
+                   # multicast groups per Subnet, for the controller's metrics; with
+                   # the columns of each table's schema index (ovsdbapp indexes them:
+                   # a column left out breaks the IDL at the first deleted row)
+                   "IGMP_Group": ["address", "datapath", "chassis", "ports"],
+                   "Datapath_Binding": ["external_ids", "tunnel_key"]}
         if self.address_sets is not None:
             monitor["Address_Set"] = ["name", "addresses"]
         conditions = {"Port_Binding": [["type", "==", "chassisredirect"],

@@ -142,3 +142,34 @@ def test_a_server_not_there_yet_is_waited_for(tmp_path):
     finally:
         watch.stop()
         srv.stop()
+
+
+def test_multicast_groups_are_counted_and_deleted_datapaths_leave_the_replica_working(sb):
+    """IGMP snooping's groups per switch (members counted although the pods'
+    Port_Bindings are not replicated), and rows of every watched table deleted
+    without breaking the replica: ovsdbapp indexes each table by its schema
+    index, so a watched table must bring that index's columns (a Datapath_Binding
+    deleted without its tunnel_key once stopped every later update)."""
+    srv, client = sb
+    watch = SouthboundWatch(srv.remote, timeout=10).start()
+    try:
+        wait(lambda: watch.view() is not None, "the first copy")
+        res = transact(client, {"op": "insert", "table": "Datapath_Binding", "uuid-name": "sw",
+                                "row": {"tunnel_key": 7, "external_ids": ["map", [["name", "blue"]]]}})
+        dp = res[0]["uuid"][1]
+        pod = transact(client, {"op": "select", "table": "Port_Binding", "columns": ["_uuid"],
+                                "where": [["logical_port", "==", "pod:shop/a"]]})[0]["rows"][0]["_uuid"]
+        transact(client, {"op": "insert", "table": "IGMP_Group",
+                          "row": {"address": "239.1.1.1", "datapath": ["uuid", dp],
+                                  "chassis": ["uuid", chassis_uuid(client, "node1")],
+                                  "ports": ["set", [pod]]}})
+        wait(lambda: watch.view().multicast.get("blue") == (1, 1), "one group, one member")
+        # deleted in the transaction that moves the gateway: one update message,
+        # which a failing index would abort halfway
+        transact(client, {"op": "delete", "table": "IGMP_Group", "where": []},
+                 {"op": "delete", "table": "Datapath_Binding", "where": [["tunnel_key", "==", 7]]},
+                 bind(client, "cr-" + PORT, "node2"))
+        wait(lambda: "blue" not in watch.view().multicast, "the group gone")
+        wait(lambda: gateways(watch.view())[0][KEY][0] == "node2", "the holder in the same update")
+    finally:
+        watch.stop()
