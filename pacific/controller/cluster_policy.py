@@ -16,9 +16,8 @@ Node objects (addresses and their ovn0 join address), domain names from DNS
 (A records, asked again at their TTL; `--dns-servers`), each rule's in its set.
 
 Status conditions: `Accepted` (the spec is valid and OVN has ACL tiers, or
-why not) and `Enforced`: after a write the controller bumps
-NB_Global.nb_cfg (pacific.ovn.barrier) and sets it True once every chassis
-applied it (hv_cfg), with how long that took.
+why not) and `Enforced`: True once every chassis applied the write
+(controller/enforced.py: the nb_cfg/hv_cfg barrier), with how long that took.
 """
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ import hashlib
 import ipaddress
 import logging
 import threading
-import time
 
 from ovsdbapp.backend.ovs_idl import idlutils
 
@@ -35,14 +33,13 @@ from pacific import clusterpolicy as cp
 from pacific import names
 from pacific.controller import informers, model
 from pacific.controller.dnsnames import DnsUsers
+from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
-from pacific.ovn import acl, barrier, ensure
+from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
-ENFORCE_CHECK = 0.05       # s between checks of hv_cfg after a write
-ENFORCE_PATIENCE = 60.0    # s before Enforced says which chassis are behind
 
 
 def group_name(policy: str) -> str:
@@ -86,7 +83,7 @@ class ClusterPolicyFeature(Feature):
         super().__init__(ctl)
         self._lock = threading.Lock()
         self._parsed: dict[str, cp.Policy] = {}           # applied policies
-        self._pending: dict[str, tuple[int, float, int]] = {}   # name -> (nb_cfg, t0, generation)
+        self.enforced = EnforcedTracker(self, self._report_enforced)
         # domainNames of Accept rules, resolved like the egress firewall's (its own resolver)
         self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None)
 
@@ -146,8 +143,8 @@ class ClusterPolicyFeature(Feature):
 
     # -- reconcile -------------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
-        if key.startswith("~"):
-            self._check_enforced(key[1:])
+        if self.enforced.handles(key):
+            self.enforced.check(key)
             return
         obj = self.ctl.informer("cnps").get(key)
         if obj is None:
@@ -173,20 +170,14 @@ class ClusterPolicyFeature(Feature):
                                 f"{len(specs)} ACLs in OVN tier {cp.OVN_TIER[pol.tier]}")
         generation = model.meta(obj).get("generation") or 0
         enforced = self._condition(obj, "Enforced")
-        if not changed and enforced and enforced.get("status") == "True" and \
-                enforced.get("observedGeneration") == generation:
-            self._status(obj, (True, "Valid", message), enforced)
+        if not changed and enforced and (self.enforced.pending(key) is not None or (
+                enforced.get("status") == "True" and
+                enforced.get("observedGeneration") == generation)):
+            self._status(obj, (True, "Valid", message), enforced)   # as it is, or on its way
             return
-        target = barrier.bump(self.ctl.nb)
-        if target is None:
-            self._status(obj, (True, "Valid", message), ("Unknown", "NoBarrier",
-                                                         "NB has no NB_Global row to wait on"))
-            return
-        with self._lock:
-            self._pending[key] = (target, time.monotonic(), generation)
         self._status(obj, (True, "Valid", message),
-                     ("False", "Pending", f"waiting until every chassis applied NB change {target}"))
-        self.queue.add_after("~" + key, ENFORCE_CHECK)
+                     ("False", "Pending", "waiting until every chassis applied it"))
+        self.enforced.written(key, generation)
 
     def _compile(self, key: str, pol: cp.Policy):
         world = self.policies.world()
@@ -308,9 +299,9 @@ class ClusterPolicyFeature(Feature):
 
     def _remove(self, key: str) -> None:
         self.dns.use(key, [])
+        self.enforced.forget(key)
         with self._lock:
             self._parsed.pop(key, None)
-            self._pending.pop(key, None)
         nb = self.ctl.nb
         rows = [(ensure.PG, row.name) for row in
                 nb.rows_owned(ensure.PG, names.OWNER_KIND_CLUSTER_POLICY, key)]
@@ -326,30 +317,13 @@ class ClusterPolicyFeature(Feature):
         LOG.info("ClusterNetworkPolicy %s removed: %d rows", key, len(rows))
 
     # -- status ----------------------------------------------------------------------------
-    def _check_enforced(self, key: str) -> None:
-        with self._lock:
-            pending = self._pending.get(key)
+    def _report_enforced(self, key: str, ok, message: str, generation) -> None:
         obj = self.ctl.informer("cnps").get(key)
-        if pending is None or obj is None:
+        if obj is None:
             return
-        target, t0, generation = pending
-        c = barrier.counters(self.ctl.nb)
-        waited = time.monotonic() - t0
-        if c is not None and c.hv_cfg >= target:
-            with self._lock:
-                self._pending.pop(key, None)
-            self._status(obj, None, ("True", "Enforced", f"every chassis applied it "
-                                     f"(NB change {target}, {waited:.2f} s after the write)"),
-                         generation)
-            return
-        if waited > ENFORCE_PATIENCE:
-            self._status(obj, None, ("False", "ChassisBehind", (
-                f"not every chassis applied NB change {target} after {waited:.0f} s "
-                f"(hv_cfg {c.hv_cfg if c else '?'}): an ovn-controller down or behind; "
-                "`pacific diagnose` names it")), generation)
-            self.queue.add_after("~" + key, 5.0)
-            return
-        self.queue.add_after("~" + key, ENFORCE_CHECK)
+        status, reason = {True: ("True", "Enforced"), False: ("False", "ChassisBehind"),
+                          None: ("Unknown", "NoBarrier")}[ok]
+        self._status(obj, None, (status, reason, message), generation)
 
     @staticmethod
     def _condition(obj: dict, type_: str) -> dict | None:

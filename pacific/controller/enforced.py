@@ -1,0 +1,84 @@
+"""When is a feature's write in force on every chassis?  The nb_cfg/hv_cfg
+barrier (pacific.ovn.barrier) for one feature's keys, checked on its own
+queue so no worker ever waits:
+
+    self.enforced = EnforcedTracker(self, self._report)   # in __init__
+    ...after a write for `key`:   self.enforced.written(key, tag)
+    ...in reconcile:              if self.enforced.handles(key):
+                                      self.enforced.check(key); return
+    def _report(self, key, ok, message, tag): ...         # write the object's status
+
+`report(key, True, "every chassis applied it (NB change N, 0.05 s after the
+write)", tag)` once hv_cfg reached the bumped nb_cfg; `report(key, False,
+why, tag)` after PATIENCE s and again every LATE_EVERY s while a chassis is
+behind; `report(key, None, why, tag)` when NB has no NB_Global row to bump.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from pacific.ovn import barrier
+
+PREFIX = "~"          # queue keys of the checks: "~" + the feature's key
+CHECK_EVERY = 0.05    # s between looks at hv_cfg (the replica: free)
+PATIENCE = 60.0       # s before saying a chassis is behind
+LATE_EVERY = 5.0      # s between looks once late
+
+Report = Callable[[str, "bool | None", str, object], None]
+
+
+class EnforcedTracker:
+    def __init__(self, feature, report: Report):
+        self.feature, self.report = feature, report
+        self._lock = threading.Lock()
+        self._pending: dict[str, tuple[int, float, object]] = {}   # key -> (nb_cfg, t0, tag)
+
+    def written(self, key: str, tag: object = None) -> None:
+        target = barrier.bump(self.feature.ctl.nb)
+        if target is None:
+            self.report(key, None, "NB has no NB_Global row to wait on", tag)
+            return
+        with self._lock:
+            self._pending[key] = (target, time.monotonic(), tag)
+        self.feature.queue.add_after(PREFIX + key, CHECK_EVERY)
+
+    @staticmethod
+    def handles(key: str) -> bool:
+        return key.startswith(PREFIX)
+
+    def pending(self, key: str) -> int | None:
+        """The nb_cfg `key` waits for, or None."""
+        with self._lock:
+            p = self._pending.get(key)
+        return p[0] if p else None
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._pending.pop(key, None)
+
+    def check(self, queued: str) -> None:
+        key = queued[len(PREFIX):]
+        with self._lock:
+            pending = self._pending.get(key)
+        if pending is None:
+            return
+        target, t0, tag = pending
+        c = barrier.counters(self.feature.ctl.nb)
+        waited = time.monotonic() - t0
+        if c is not None and c.hv_cfg >= target:
+            with self._lock:
+                if self._pending.get(key) is pending:
+                    del self._pending[key]
+            self.report(key, True, f"every chassis applied it (NB change {target}, "
+                        f"{waited:.2f} s after the write)", tag)
+            return
+        if waited > PATIENCE:
+            self.report(key, False, (
+                f"not every chassis applied NB change {target} after {waited:.0f} s (hv_cfg "
+                f"{c.hv_cfg if c else '?'}): an ovn-controller down or behind; `pacific "
+                "diagnose` names it"), tag)
+            self.feature.queue.add_after(queued, LATE_EVERY)
+            return
+        self.feature.queue.add_after(queued, CHECK_EVERY)
