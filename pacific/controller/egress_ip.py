@@ -29,6 +29,7 @@ import time
 
 from pacific import contract, egressip, names, selectors
 from pacific.controller import gateway, informers, model
+from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.service import cluster_cidrs, infrastructure_ips
 from pacific.controller.transit import transit
@@ -86,6 +87,9 @@ class EgressIPFeature(Feature):
         self._holders: dict[str, str | None] = {}        # key -> chassis holding it (SB)
         self._first = gateway.FirstRanked()
         self._reported: dict[str, str] = {}
+        # status.enforced: a new generation's rows in force on every chassis
+        self.enforced = EnforcedTracker(self, self._report_enforced)
+        self._enforcing: dict[str, tuple] = {}        # name -> (uid, generation) written
 
     # -- events -> keys ----------------------------------------------------------------
     def handlers(self):
@@ -181,6 +185,9 @@ class EgressIPFeature(Feature):
 
     # -- reconcile ---------------------------------------------------------------------
     def reconcile(self, name: str) -> None:
+        if self.enforced.handles(name):
+            self.enforced.check(name)
+            return
         d = self.decision()
         want = {k: g for k, g in d.grants.items() if g.name == name}
         have = {row.external_ids.get(names.EXT_OWNER)
@@ -194,6 +201,9 @@ class EgressIPFeature(Feature):
         obj = self.ctl.informer("egressips").get(name)
         if obj is not None:
             self._status(obj, want, d, nodes)
+        else:
+            self._enforcing.pop(name, None)
+            self.enforced.forget(name)
 
     def _ensure(self, g: egressip.Grant, nodes: list[str]) -> None:
         gname = egressip.gateway_name(g.key)
@@ -215,6 +225,23 @@ class EgressIPFeature(Feature):
         if want != cur:
             LOG.info("EgressIP %s: %d pods leave as %s through %s", g.name, len(want), g.ip,
                      ", ".join(ranked) or "no assignable node")
+
+    def _patch_status(self, obj: dict, fields: dict) -> None:
+        if all((obj.get("status") or {}).get(k) == v for k, v in fields.items()):
+            return
+        try:
+            r.patch_merge(self.ctl.kube, r.EGRESSIPS, model.meta(obj)["name"],
+                          {"status": fields}, subresource="status")
+        except kerr.NotFound:
+            pass
+
+    def _report_enforced(self, name: str, ok, message: str, version) -> None:
+        obj = self.ctl.informer("egressips").get(name)
+        if obj is None or (model.meta(obj).get("uid"),
+                           model.meta(obj).get("generation") or 0) != version:
+            return                    # a newer generation has its own check
+        self._patch_status(obj, {"enforced": {True: "True", False: "False"}.get(ok, "Unknown"),
+                                 "enforcedMessage": message})
 
     def _remove(self, key: str) -> None:
         gname = egressip.gateway_name(key)
@@ -248,12 +275,13 @@ class EgressIPFeature(Feature):
         # null for a key the object lacks, and its schema then refuses it
         status = {"items": items, "refused": refused,
                   "message": "; ".join(problems) or "every address granted"}
-        if (obj.get("status") or {}) != status:
-            try:
-                r.patch_merge(self.ctl.kube, r.EGRESSIPS, name, {"status": status},
-                              subresource="status")
-            except kerr.NotFound:
-                pass
+        self._patch_status(obj, status)
+        version = (model.meta(obj).get("uid"), model.meta(obj).get("generation") or 0)
+        if self._enforcing.get(name) != version:
+            self._enforcing[name] = version
+            self._patch_status(obj, {"enforced": "Pending",
+                                     "enforcedMessage": "waiting until every chassis applied it"})
+            self.enforced.written(name, version)
         text = "; ".join(problems)
         if text and self._reported.get(name) != text:
             self.ctl.event(obj, "EgressIPProblem", text)

@@ -126,6 +126,23 @@ def test_rules_in_order_by_cidr_and_port_for_running_pods_only_outside_the_clust
                what="everything reachable again")
 
 
+def test_enforced_in_status_means_in_force(env):
+    """status.enforced turns True once every chassis applied the firewall
+    (the nb_cfg/hv_cfg barrier): one probe right then is already denied."""
+    sb, api, pods, _, _ = env
+    a = pods["a"]
+    assert reach(sb, a, FAR)
+    r.create(api, r.EGRESSFIREWALLS, firewall(NS, [rule("Deny", f"{FAR}/32")]), NS)
+    try:
+        st = wait_until(lambda: (lambda s: s if s.get("enforced") == "True" else None)(
+            status(api, NS)), 20, interval=0.01, what="status.enforced True")
+        assert not reach(sb, a, FAR), "enforced, yet the far host still answered"
+        assert "every chassis applied it" in st["enforcedMessage"]
+    finally:
+        r.delete(api, r.EGRESSFIREWALLS, "default", NS)
+    wait_until(lambda: reach(sb, a, FAR), 20, interval=0.2, what="the far host again")
+
+
 def test_an_invalid_firewall_is_refused_and_the_rules_before_stay(env):
     sb, api, pods, _, _ = env
     a = pods["a"]

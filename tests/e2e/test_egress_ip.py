@@ -132,6 +132,10 @@ def test_selected_pods_leave_with_their_egress_ip_tcp_and_udp_on_every_node(env)
     assert {i["egressIP"]: i["node"] for i in st["items"]} == {
         ip: holders(sb, ip)[0] for ip in (EIP_A, EIP_B)}
     assert sum(i["pods"] for i in st["items"]) == 2 and st["refused"] == []
+    # every chassis applied the EgressIP's rows (the nb_cfg/hv_cfg barrier)
+    st = wait_until(lambda: (lambda s: s if s.get("enforced") == "True" else None)(status(api)),
+                    20, what="status.enforced True")
+    assert "every chassis applied it" in st["enforcedMessage"]
 
 
 def test_unselected_pods_and_cluster_traffic_are_untouched(env):
