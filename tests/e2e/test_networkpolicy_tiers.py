@@ -239,16 +239,17 @@ def test_an_admin_accept_opens_one_cross_tenant_flow_and_nothing_else(tiers):
         r.delete(api, r.NAMESPACES, "mon")
 
 
-def test_an_egress_allowlist_of_domain_names_above_a_deny(tiers, tmp_path):
+def test_an_egress_allowlist_of_domain_names_above_a_deny(tiers):
     """~ AdminNetworkPolicyEgressDomainNames (experimental): x may reach only
     what `yb.pacific.test` resolves to (y/b, answered by the sandbox's dnsmasq
     through the controllers' --dns-servers); every other pod is denied by a
     lower-precedence Admin Deny."""
     from pacific.sandbox import controllers
     sb, api, ips = tiers
-    hosts = tmp_path / "hosts"
-    hosts.write_text(f"{ips[('y', 'b')]} yb.pacific.test\n")
-    dnsmasq = controllers.serve_dns(sb, str(hosts))
+    hosts = os.path.join(sb.dir, "cnp-hosts")     # dnsmasq (another user) reads it there
+    with open(hosts, "w") as f:
+        f.write(f"{ips[('y', 'b')]} yb.pacific.test\n")
+    dnsmasq = controllers.serve_dns(sb, hosts)
     try:
         run(tiers, [
             cnp("allow-yb", "Admin", 1, {"namespaces": ns_sel("x")}, egress=[
