@@ -10,7 +10,7 @@
    port-group and address-set counts.  Baseline in the same run: the same
    start without policies (ports only).
 2. In the 3-node sandbox with 100, then 1,000 policies in place: a new
-   policy created -> its ACLs in NB -> in force on every chassis (nb_cfg ->
+   policy created -> listed by its group in NB (its ACLs there) -> in force on every chassis (nb_cfg ->
    hv_cfg, `ovn-nbctl --wait=hv sync`), p50/p99 over 20 policies each; ACL
    and logical-flow counts.  Baseline: `--wait=hv sync` with nothing to apply.
    Then (issue 28, `--cnps`, 100): ClusterNetworkPolicies beside the 1,000
@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import os
 import subprocess
 import sys
@@ -65,10 +64,17 @@ def policy(ns: str, i: int) -> dict:
 
 
 def policies_in_nb(sb) -> set[str]:
-    """The policies NB holds ACLs of (policies share port groups: decision 0031)."""
-    out = sb.nbctl("--bare", "--columns=external_ids", "find", "ACL",
-                   f'external_ids:"{names.EXT_OWNER_KIND}"={names.OWNER_KIND_POLICY}')
-    return set(re.findall(rf'{re.escape(names.EXT_OWNER)}="?([^\s",]+)', out))
+    """The policies in force in NB: policies share port groups and their ACLs
+    (decision 0031), each group lists its policies (external_ids
+    pacific.io/policies)."""
+    out = sb.nbctl("--bare", "--columns=external_ids", "find", "Port_Group",
+                   f'external_ids:"{names.EXT_OWNER_KIND}"={names.OWNER_KIND_POLICY_GROUP}')
+    found = set()
+    for line in out.splitlines():
+        ids = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        ns = ids.get(names.EXT_OWNER, "").split("/", 1)[0]
+        found |= {f"{ns}/{p}" for p in ids.get(names.EXT_POLICIES, "").split(",") if p}
+    return found
 
 
 def parallel(fn, items, workers=16):
@@ -167,8 +173,7 @@ def part2(args) -> None:
                 ns = nss[k % len(nss)]
                 t0 = time.perf_counter()
                 r.create(api, r.NETWORKPOLICIES, policy(ns, i), ns)
-                while not sb.nbctl("--bare", "--columns=_uuid", "find", "ACL",
-                                   f'external_ids:"{names.EXT_OWNER}"="{ns}/p{i}"').strip():
+                while f"{ns}/p{i}" not in policies_in_nb(sb):
                     time.sleep(0.002)
                 t1 = time.perf_counter()
                 sb.nbctl("--wait=hv", "sync")
