@@ -145,6 +145,35 @@ def test_baseline_accept_above_baseline_deny_and_a_networkpolicy_overrides_both(
         allowed=lambda s, d, pr, pt: d[0] != "y" or (s == ("z", "a") and (pr, pt) == ("tcp", 80)))
 
 
+def test_priorities_across_policies_and_rule_order_within_one(tiers):
+    """~ AdminNetworkPolicyPriorityField / rule ordering: an Admin Deny z -> x
+    (priority 50) under an Accept z/c -> x (priority 40); in one policy of
+    priority 45 an Accept z/b written before a Deny z: z/b and z/c get in."""
+    run(tiers, [
+        cnp("deny-z", "Admin", 50, {"namespaces": ns_sel("x")}, ingress=[
+            {"action": "Deny", "from": [{"namespaces": ns_sel("z")}]}]),
+        cnp("accept-zc", "Admin", 40, {"namespaces": ns_sel("x")}, ingress=[
+            {"action": "Accept", "from": [pod_sel("z", "c")]}]),
+        cnp("ordered", "Admin", 45, {"namespaces": ns_sel("x")}, ingress=[
+            {"action": "Accept", "from": [pod_sel("z", "b")]},
+            {"action": "Deny", "from": [{"namespaces": ns_sel("z")}]}])],
+        allowed=lambda s, d, pr, pt: not (d[0] == "x" and s == ("z", "a")))
+
+
+def test_baseline_egress_deny_where_a_networkpolicy_selects_nothing(tiers):
+    """~ BaselineAdminNetworkPolicyEgressTCP/UDP: Baseline denies y's egress to
+    z; a NetworkPolicy selecting y/a for egress (to z only) decides for y/a."""
+    run(tiers, [
+        cnp("base-y-not-z", "Baseline", 10, {"namespaces": ns_sel("y")}, egress=[
+            {"action": "Deny", "to": [{"namespaces": ns_sel("z")}]}])],
+        [pol("ya-to-z", "y", {"podSelector": {"matchLabels": {"pod": "a"}},
+                              "policyTypes": ["Egress"],
+                              "egress": [{"to": [{"namespaceSelector": {
+                                  "matchLabels": {"ns": "z"}}}]}]})],
+        allowed=lambda s, d, pr, pt: (d[0] == "z" if s == ("y", "a") else
+                                      not (s[0] == "y" and d[0] == "z")))
+
+
 def test_egress_networks_port_ranges_and_named_ports(tiers):
     """~ AdminNetworkPolicyEgressInlineCIDRPeers, port ranges, named ports:
     x/a may not reach y/b's address (a /32 network) at all; z's pods may not
