@@ -25,12 +25,11 @@ from __future__ import annotations
 import logging
 
 from pacific import contract, egressfirewall as efw, exposure, names
-from pacific.controller import informers, model
+from pacific.controller import enforced, informers, model
 from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.service import cluster_cidrs
-from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
@@ -68,7 +67,6 @@ class EgressFirewallFeature(Feature):
         self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None)
         # status.enforced: a new generation's rules in force on every chassis
         self.enforced = EnforcedTracker(self, self._report_enforced)
-        self._enforcing: dict[str, tuple] = {}        # namespace -> (uid, generation) written
 
     # -- events -> keys ----------------------------------------------------------------
     def handlers(self):
@@ -150,7 +148,6 @@ class EgressFirewallFeature(Feature):
                                         f"{names.EGRESS_FIREWALL_NAME!r}, is programmed"])
         if obj is None:
             self.dns.use(ns, [])
-            self._enforcing.pop(ns, None)
             self.enforced.forget(ns)
             if ensure.address_set_addresses(self.ctl.nb, src) is not None or \
                     not acl.acls_are(self.ctl.nb, names.EFW_EXITS_GROUP, [], scope=ids):
@@ -190,35 +187,18 @@ class EgressFirewallFeature(Feature):
         LOG.info("namespace %s: egress firewall of %d rules over %d pods", ns, len(specs),
                  len(pods))
         self._status(obj, "programmed", messages)
-        version = (model.meta(obj).get("uid"), model.meta(obj).get("generation") or 0)
-        if self._enforcing.get(ns) != version:
-            self._enforcing[ns] = version
-            self._patch_status(obj, {"enforced": "Pending",
-                                     "enforcedMessage": "waiting until every chassis applied it"})
-            self.enforced.written(ns, version)
+        if self.enforced.new_version(ns, obj):
+            r.patch_status(self.ctl.kube, r.EGRESSFIREWALLS, obj, enforced.PENDING)
+            self.enforced.written(ns, enforced.version(obj))
 
     def _report_enforced(self, ns: str, ok, message: str, version) -> None:
         obj = self._firewall(ns)
-        if obj is None or (model.meta(obj).get("uid"),
-                           model.meta(obj).get("generation") or 0) != version:
-            return                    # a newer generation has its own check
-        self._patch_status(obj, {"enforced": {True: "True", False: "False"}.get(ok, "Unknown"),
-                                 "enforcedMessage": message})
-
-    def _patch_status(self, obj: dict, fields: dict) -> bool:
-        if all((obj.get("status") or {}).get(k) == v for k, v in fields.items()):
-            return False
-        m = model.meta(obj)
-        try:
-            r.patch_merge(self.ctl.kube, r.EGRESSFIREWALLS, m["name"], {"status": fields},
-                          namespace=m.get("namespace"), subresource="status")
-        except kerr.NotFound:
-            return False
-        return True
+        if obj is not None and enforced.version(obj) == version:   # else a newer one's own check
+            r.patch_status(self.ctl.kube, r.EGRESSFIREWALLS, obj, enforced.status_fields(ok, message))
 
     def _status(self, obj: dict, state: str, messages: list[str]) -> None:
         want = {"status": state, "messages": messages or ["every rule programmed"]}
-        if not self._patch_status(obj, want):
+        if not r.patch_status(self.ctl.kube, r.EGRESSFIREWALLS, obj, want):
             return
         if state == "refused" or messages:
             self.ctl.event(obj, "EgressFirewallProblem", "; ".join(messages))

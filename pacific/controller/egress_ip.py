@@ -28,12 +28,11 @@ import threading
 import time
 
 from pacific import contract, egressip, names, selectors
-from pacific.controller import gateway, informers, model
+from pacific.controller import enforced, gateway, informers, model
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.service import cluster_cidrs, infrastructure_ips
 from pacific.controller.transit import transit
-from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -89,7 +88,6 @@ class EgressIPFeature(Feature):
         self._reported: dict[str, str] = {}
         # status.enforced: a new generation's rows in force on every chassis
         self.enforced = EnforcedTracker(self, self._report_enforced)
-        self._enforcing: dict[str, tuple] = {}        # name -> (uid, generation) written
 
     # -- events -> keys ----------------------------------------------------------------
     def handlers(self):
@@ -202,7 +200,6 @@ class EgressIPFeature(Feature):
         if obj is not None:
             self._status(obj, want, d, nodes)
         else:
-            self._enforcing.pop(name, None)
             self.enforced.forget(name)
 
     def _ensure(self, g: egressip.Grant, nodes: list[str]) -> None:
@@ -226,22 +223,10 @@ class EgressIPFeature(Feature):
             LOG.info("EgressIP %s: %d pods leave as %s through %s", g.name, len(want), g.ip,
                      ", ".join(ranked) or "no assignable node")
 
-    def _patch_status(self, obj: dict, fields: dict) -> None:
-        if all((obj.get("status") or {}).get(k) == v for k, v in fields.items()):
-            return
-        try:
-            r.patch_merge(self.ctl.kube, r.EGRESSIPS, model.meta(obj)["name"],
-                          {"status": fields}, subresource="status")
-        except kerr.NotFound:
-            pass
-
     def _report_enforced(self, name: str, ok, message: str, version) -> None:
         obj = self.ctl.informer("egressips").get(name)
-        if obj is None or (model.meta(obj).get("uid"),
-                           model.meta(obj).get("generation") or 0) != version:
-            return                    # a newer generation has its own check
-        self._patch_status(obj, {"enforced": {True: "True", False: "False"}.get(ok, "Unknown"),
-                                 "enforcedMessage": message})
+        if obj is not None and enforced.version(obj) == version:   # else a newer one's own check
+            r.patch_status(self.ctl.kube, r.EGRESSIPS, obj, enforced.status_fields(ok, message))
 
     def _remove(self, key: str) -> None:
         gname = egressip.gateway_name(key)
@@ -275,13 +260,10 @@ class EgressIPFeature(Feature):
         # null for a key the object lacks, and its schema then refuses it
         status = {"items": items, "refused": refused,
                   "message": "; ".join(problems) or "every address granted"}
-        self._patch_status(obj, status)
-        version = (model.meta(obj).get("uid"), model.meta(obj).get("generation") or 0)
-        if self._enforcing.get(name) != version:
-            self._enforcing[name] = version
-            self._patch_status(obj, {"enforced": "Pending",
-                                     "enforcedMessage": "waiting until every chassis applied it"})
-            self.enforced.written(name, version)
+        r.patch_status(self.ctl.kube, r.EGRESSIPS, obj, status)
+        if self.enforced.new_version(name, obj):
+            r.patch_status(self.ctl.kube, r.EGRESSIPS, obj, enforced.PENDING)
+            self.enforced.written(name, enforced.version(obj))
         text = "; ".join(problems)
         if text and self._reported.get(name) != text:
             self.ctl.event(obj, "EgressIPProblem", text)

@@ -8,6 +8,15 @@ queue so no worker ever waits:
                                       self.enforced.check(key); return
     def _report(self, key, ok, message, tag): ...         # write the object's status
 
+A feature that reports in `status.enforced` / `enforcedMessage` (EgressIP,
+EgressFirewall) starts a barrier once per version of its object (uid,
+generation), not after every reconcile:
+
+    if self.enforced.new_version(key, obj):
+        r.patch_status(kube, res, obj, enforced.PENDING)
+        self.enforced.written(key, enforced.version(obj))
+    ...and reports with status_fields(ok, message) if version(obj) is still the tag.
+
 `report(key, True, "every chassis applied it (NB change N, 0.05 s after the
 write)", tag)` once hv_cfg reached the bumped nb_cfg; `report(key, False,
 why, tag)` after PATIENCE s and again every LATE_EVERY s while a chassis is
@@ -27,6 +36,19 @@ PATIENCE = 60.0       # s before saying a chassis is behind
 LATE_EVERY = 5.0      # s between looks once late
 
 Report = Callable[[str, "bool | None", str, object], None]
+PENDING = {"enforced": "Pending", "enforcedMessage": "waiting until every chassis applied it"}
+
+
+def version(obj: dict) -> tuple:
+    """Which incarnation and spec of an object a write was for."""
+    meta = obj.get("metadata") or {}
+    return meta.get("uid"), meta.get("generation") or 0
+
+
+def status_fields(ok: "bool | None", message: str) -> dict:
+    """A report as `status.enforced` ("True", "False", "Unknown") and its message."""
+    return {"enforced": {True: "True", False: "False"}.get(ok, "Unknown"),
+            "enforcedMessage": message}
 
 
 class EnforcedTracker:
@@ -34,6 +56,7 @@ class EnforcedTracker:
         self.feature, self.report = feature, report
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[int, float, object]] = {}   # key -> (nb_cfg, t0, tag)
+        self._versions: dict[str, tuple] = {}      # key -> version(obj) its barrier began for
 
     def written(self, key: str, tag: object = None) -> None:
         target = barrier.bump(self.feature.ctl.nb)
@@ -43,6 +66,16 @@ class EnforcedTracker:
         with self._lock:
             self._pending[key] = (target, time.monotonic(), tag)
         self.feature.queue.add_after(PREFIX + key, CHECK_EVERY)
+
+    def new_version(self, key: str, obj: dict) -> bool:
+        """Is this version of `key`'s object one whose barrier has not begun
+        (recorded as begun: the caller calls written() next)?"""
+        v = version(obj)
+        with self._lock:
+            if self._versions.get(key) == v:
+                return False
+            self._versions[key] = v
+            return True
 
     @staticmethod
     def handles(key: str) -> bool:
@@ -57,6 +90,7 @@ class EnforcedTracker:
     def forget(self, key: str) -> None:
         with self._lock:
             self._pending.pop(key, None)
+            self._versions.pop(key, None)
 
     def check(self, queued: str) -> None:
         key = queued[len(PREFIX):]

@@ -218,6 +218,20 @@ def patch_merge(api: Any, res: Resource, name: str, patch: dict,
     return obj
 
 
+def patch_status(api: Any, res: Resource, obj: dict, fields: dict) -> bool:
+    """Merge `fields` into obj's status subresource unless it already holds
+    them; False when nothing was written (as it was, or the object is gone)."""
+    if all((obj.get("status") or {}).get(k) == v for k, v in fields.items()):
+        return False
+    meta = obj.get("metadata") or {}
+    try:
+        patch_merge(api, res, meta["name"], {"status": fields}, namespace=meta.get("namespace"),
+                    subresource="status")
+    except errors.NotFound:
+        return False
+    return True
+
+
 def delete(api: Any, res: Resource, name: str, namespace: str | None = None,
            uid: str | None = None, grace_period: int | None = None) -> bool:
     """Delete; False if it was already gone.  With uid, only that incarnation

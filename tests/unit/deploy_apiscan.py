@@ -9,7 +9,8 @@ methods of the classes it instantiates), and maps them to RBAC verbs:
 
     get -> get, list_ -> list, create -> create, replace -> update,
     patch_merge -> patch, delete -> delete, Informer(...) -> list + watch;
-    subresource="status" -> resource "<plural>/status".
+    subresource="status" -> resource "<plural>/status"; patch_status -> patch of
+    "<plural>/status".
 
 A call it cannot resolve (a raw `resources.request`, a resource held in a
 variable) in component code is reported in `Scan.unresolved`, so the tests
@@ -32,7 +33,8 @@ INFORMER = "pacific.kube.informer.Informer"
 # the daemon then makes each Informer from `spec.resource`
 INFORMER_SPECS = ("pacific.controller.feature.InformerSpec", "pacific.node.feature.InformerSpec")
 HELPER_VERBS = {"get": ("get",), "list_": ("list",), "create": ("create",),
-                "replace": ("update",), "patch_merge": ("patch",), "delete": ("delete",)}
+                "replace": ("update",), "patch_merge": ("patch",), "delete": ("delete",),
+                "patch_status": ("patch",)}
 SCANNED_PACKAGES = ("pacific/kube", "pacific/controller", "pacific/node", "pacific/cni",
                     "pacific/ipam", "pacific/ovn")
 
@@ -187,7 +189,8 @@ def scan(component_modules: list[str]) -> Scan:
                                               "variable")
                     continue
                 plural = res.plural
-                sub = _arg(call, 5 if target.endswith("patch_merge") else 4, "subresource")
+                sub = ast.Constant("status") if target.endswith("patch_status") else \
+                    _arg(call, 5 if target.endswith("patch_merge") else 4, "subresource")
                 if isinstance(sub, ast.Constant) and sub.value:
                     plural = f"{plural}/{sub.value}"
                 elif sub is not None and not (isinstance(sub, ast.Constant) and sub.value is None):
