@@ -30,12 +30,11 @@ import threading
 from ovsdbapp.backend.ovs_idl import idlutils
 
 from pacific import clusterpolicy as cp
-from pacific import names
+from pacific import contract, exposure, names, selectors
 from pacific.controller import informers, model
 from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
-from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
@@ -58,12 +57,14 @@ def cnp_ids(policy: str, **extra) -> dict:
 def node_addresses(node: dict) -> set[str]:
     """A Node's IPv4 addresses as peers see them: its status addresses and
     its ovn0 join address (what node -> pod traffic comes from)."""
-    out = {a.get("address") for a in (node.get("status") or {}).get("addresses") or []
-           if a.get("type") in ("InternalIP", "ExternalIP")}
-    join = (model.meta(node).get("annotations") or {}).get(names.ANN_NODE_JOIN_IP)
-    if join:
-        out.add(join.split("/")[0])
-    return {a for a in out if a and _v4(a)}
+    out = exposure.node_addresses([node])
+    try:
+        rec = contract.NodeRecord.of(node)
+    except contract.ContractError:
+        rec = None
+    if rec is not None:
+        out.add(rec.ip)
+    return {a for a in out if _v4(a)}
 
 
 def _v4(addr: str) -> bool:
@@ -102,8 +103,9 @@ class ClusterPolicyFeature(Feature):
         return [model.meta(o)["name"] for o in self.ctl.informer("cnps").list()]
 
     def _on_pod(self, old, new):
+        """A pod's address or labels changed: it may enter or leave subjects and peers."""
         if old is not None and new is not None and model.labels_of(old) == model.labels_of(new) \
-                and model.meta(old).get("annotations") == model.meta(new).get("annotations"):
+                and contract.own_record(old) == contract.own_record(new):
             return ()
         return self._all()
 
@@ -162,8 +164,8 @@ class ClusterPolicyFeature(Feature):
             self._status(obj, (False, "InvalidSpec", str(e) + (
                 "; the rules applied before stay" if kept else "; nothing is enforced")), None)
             return
-        specs, sets, notes = self._compile(key, pol)
-        changed = self._write(key, pol, specs, sets)
+        specs, sets, notes, subject = self._compile(key, pol)
+        changed = self._write(key, pol, specs, sets, {p.port for p in subject})
         with self._lock:
             self._parsed[key] = pol
         message = "valid; " + (", ".join(notes) if notes else
@@ -197,8 +199,8 @@ class ClusterPolicyFeature(Feature):
                     addrs |= {p.ip for p in found}
                 elif peer.kind == "nodes":
                     addrs |= {a for n in self.ctl.informer("nodes").list()
-                              if cp.selects_pod(cp.Selection("pods", {}, peer.selection.pod_selector),
-                                                {}, model.labels_of(n))
+                              if selectors.matches(peer.selection.pod_selector or {},
+                                                   model.labels_of(n))
                               for a in node_addresses(n)}
                 elif peer.kind == "networks":
                     cidrs += [c for c in peer.values if _v4(c)]
@@ -239,7 +241,7 @@ class ClusterPolicyFeature(Feature):
             if addrs and rule.action != "Deny":
                 specs.append(self._neighbours(key, pol, rule, pg))
         self.dns.use(key, names_used)
-        return specs, sets, notes
+        return specs, sets, notes, subject
 
     @staticmethod
     def _neighbours(key: str, pol: cp.Policy, rule: cp.Rule, pg: str) -> acl.AclSpec:
@@ -256,15 +258,12 @@ class ClusterPolicyFeature(Feature):
                            external_ids=cnp_ids(key, **{names.EXT_RULE: rid}),
                            tier=cp.OVN_TIER[pol.tier])
 
-    def _write(self, key: str, pol: cp.Policy, specs: list, sets: dict) -> bool:
-        """Make NB hold exactly this; True if anything was written."""
+    def _write(self, key: str, pol: cp.Policy, specs: list, sets: dict, ports: set) -> bool:
+        """Make NB hold exactly this (the subject's `ports`); True if anything
+        was written."""
         nb, pg = self.ctl.nb, group_name(key)
-        world = self.policies.world()
-        nsl = world.namespace_labels
-        want = {p.port for p in world.pods
-                if cp.selects_pod(pol.subject, nsl.get(p.namespace, {}), p.labels)}
         have = self._members(pg)
-        want = {p for p in want if nb.row_uuid(ensure.LSP, p) is not None}   # ports NB has
+        want = {p for p in ports if nb.row_uuid(ensure.LSP, p) is not None}   # ports NB has
         changes = []
         if want - (have or set()):
             changes.append(lambda api, a=sorted(want - (have or set())):
@@ -352,10 +351,4 @@ class ClusterPolicyFeature(Feature):
             conds.append({"type": type_, "status": status, "reason": reason, "message": message,
                           "observedGeneration": gen,
                           "lastTransitionTime": old.get("lastTransitionTime") if same else now})
-        if conds == (obj.get("status") or {}).get("conditions"):
-            return
-        try:
-            r.patch_merge(self.ctl.kube, r.CLUSTERNETWORKPOLICIES, model.meta(obj)["name"],
-                          {"status": {"conditions": conds}}, subresource="status")
-        except kerr.NotFound:
-            pass
+        r.patch_status(self.ctl.kube, r.CLUSTERNETWORKPOLICIES, obj, {"conditions": conds})

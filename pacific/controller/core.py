@@ -143,7 +143,8 @@ class Controller:
         self.writer.start()
         threads: list[threading.Thread] = []
         if self.cfg.sb_remote and self.southbound is None:
-            self.southbound = SouthboundWatch(self.cfg.sb_remote).start()
+            self.southbound = SouthboundWatch(self.cfg.sb_remote,
+                                              multicast=self.cfg.multicast).start()
         try:
             for inf in self.informers.values():
                 inf.start()

@@ -11,8 +11,8 @@ admitted to a Service's egress SNAT).
 
 One IDL connection (pacific.ovn.base) replicates only the chassisredirect and
 patch Port_Bindings (an OVSDB condition: never the pods' ports), the Chassis
-names, IGMP snooping's groups (per switch: how many, and their member ports,
-counted, for metrics) and, when asked, the Address_Sets (the view keeps only those whose name
+names and, when asked, IGMP snooping's groups (per switch: how many, and
+their member ports, counted, for the controller's metrics) and the Address_Sets (the view keeps only those whose name
 starts with the prefix asked for: every pod's address is in some set, and the
 view is rebuilt on every change).  The ovs IDL reconnects by itself and
 re-reads; the view is rebuilt in the connection thread after each change, so a
@@ -84,14 +84,14 @@ def build_view(tables, address_sets: str | None) -> SbView:
 def _multicast(tables) -> dict[str, tuple[int, int]]:
     if "IGMP_Group" not in tables:
         return {}
-    names = {uuid: row.external_ids.get("name", str(uuid))
+    switch_of = {uuid: row.external_ids.get("name", str(uuid))
              for uuid, row in tables["Datapath_Binding"].rows.items()}
     groups: dict[str, set] = {}
     members: dict[str, int] = {}
     for row in tables["IGMP_Group"].rows.values():
         if row.address == "mrouters" or not row.datapath:
             continue
-        sw = names.get(row.datapath[0].uuid, "?")
+        sw = switch_of.get(row.datapath[0].uuid, "?")
         groups.setdefault(sw, set()).add(row.address)
         # the raw datum: its Port_Bindings (pods) are not in this replica, so
         # row.ports, which keeps only the rows it holds, is empty
@@ -100,9 +100,10 @@ def _multicast(tables) -> dict[str, tuple[int, int]]:
 
 
 class SouthboundWatch:
-    def __init__(self, remote: str, address_sets: str | None = None,
+    def __init__(self, remote: str, address_sets: str | None = None, multicast: bool = False,
                  timeout: float = DEFAULT_TIMEOUT):
         self.remote, self.address_sets, self.timeout = remote, address_sets, timeout
+        self.multicast = multicast
         self._view: SbView | None = None
         self._subscribers: list[Callable[[], None]] = []
         self._api: _SouthboundAPI | None = None
@@ -131,12 +132,13 @@ class SouthboundWatch:
 
     def _connect(self) -> None:
         monitor = {"Port_Binding": ["logical_port", "type", "chassis", "mac"],
-                   "Chassis": ["name"],
-                   # multicast groups per Subnet, for the controller's metrics; with
-                   # the columns of each table's schema index (ovsdbapp indexes them:
-                   # a column left out breaks the IDL at the first deleted row)
-                   "IGMP_Group": ["address", "datapath", "chassis", "ports"],
-                   "Datapath_Binding": ["external_ids", "tunnel_key"]}
+                   "Chassis": ["name"]}
+        if self.multicast:
+            # groups per Subnet, for the controller's metrics; with the columns of
+            # each table's schema index (ovsdbapp indexes them: a column left out
+            # breaks the IDL at the first deleted row)
+            monitor["IGMP_Group"] = ["address", "datapath", "chassis", "ports"]
+            monitor["Datapath_Binding"] = ["external_ids", "tunnel_key"]
         if self.address_sets is not None:
             monitor["Address_Set"] = ["name", "addresses"]
         conditions = {"Port_Binding": [["type", "==", "chassisredirect"],

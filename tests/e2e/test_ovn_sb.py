@@ -151,7 +151,7 @@ def test_multicast_groups_are_counted_and_deleted_datapaths_leave_the_replica_wo
     index, so a watched table must bring that index's columns (a Datapath_Binding
     deleted without its tunnel_key once stopped every later update)."""
     srv, client = sb
-    watch = SouthboundWatch(srv.remote, timeout=10).start()
+    watch = SouthboundWatch(srv.remote, multicast=True, timeout=10).start()
     try:
         wait(lambda: watch.view() is not None, "the first copy")
         res = transact(client, {"op": "insert", "table": "Datapath_Binding", "uuid-name": "sw",

@@ -96,7 +96,8 @@ def test_port_clauses_numbers_ranges_and_named_ports():
 
 
 def test_node_addresses_are_its_status_ipv4_and_its_join_address():
-    node = {"metadata": {"name": "n1", "annotations": {names.ANN_NODE_JOIN_IP: "100.64.0.2/16"}},
+    join = contract.NodeRecord("100.64.0.2/16", "0a:58:64:40:00:02", "100.64.0.1", "node:n1")
+    node = {"metadata": {"name": "n1", "annotations": join.annotations()},
             "status": {"addresses": [{"type": "InternalIP", "address": "192.168.77.11"},
                                      {"type": "InternalIP", "address": "fd00::11"},
                                      {"type": "Hostname", "address": "n1"}]}}
