@@ -248,6 +248,22 @@ PRIO_ACL_MCAST_IGMP = 2901              # IGMP of enabled pods: joins and querie
 MCAST_QUERY_INTERVAL = 30               # s between the Subnet querier's IGMP general queries
 
 
+# --- Audit and dry-run of policies (pacific/audit.py, controller/audit.py,
+# node/flowlog.py, tools/flows.py) ---------------------------------------------
+ANN_AUDIT = "pacific.io/audit"            # on a policy: "allow", "deny", "allow,deny" (or
+                                          # "all"), "none"; on a Namespace (administrators'):
+                                          # its tenant isolation's drops ("deny")
+ANN_AUDIT_SEVERITY = "pacific.io/audit-severity"   # alert|warning|notice|info (default)|debug
+ANN_ENFORCEMENT = "pacific.io/enforcement"          # on a policy: "enforce" (default) | "dry-run"
+METER_AUDIT = "pacific-audit"             # OVN meter (fair: one bucket per ACL) of every log
+AUDIT_RATE = 20                           # log records/s per ACL before the meter drops them
+AUDIT_BURST = 40
+OWNER_KIND_DRY_RUN = "DryRun"             # the observing ACLs of dry-run policies, on each
+                                          # Subnet switch (after load balancing)
+OVN_CONTROLLER_LOG = "/var/log/ovn/ovn-controller.log"   # where ovn-controller writes acl_log
+FLOW_LOG = "/var/log/pacific/flows.jsonl"                # pacific-node's structured records
+FLOW_LOG_MAX_BYTES = 20 * 1024 * 1024                    # then rotated once (.1)
+
 def egress_switch_name(subnet: str) -> str:
     """The transit switch of a centralized Subnet (its router port is
     router_port_name(this), its localnet port egress_localnet_name)."""

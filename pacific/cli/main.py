@@ -10,6 +10,7 @@ import sys
 
 from pacific.cli import demo as demo_cli
 from pacific.cli import diagnose as diagnose_cli
+from pacific.cli import flows as flows_cli
 from pacific.cli import sandbox as sandbox_cli
 from pacific.cli import tenant as tenant_cli
 from pacific.cli import topology as topology_cli
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace_cli.register(sub)
     topology_cli.register(sub)
     diagnose_cli.register(sub)
+    flows_cli.register(sub)
     return parser
 
 

@@ -30,7 +30,7 @@ import threading
 from ovsdbapp.backend.ovs_idl import idlutils
 
 from pacific import clusterpolicy as cp
-from pacific import contract, exposure, names, selectors
+from pacific import audit, contract, exposure, names, selectors
 from pacific.controller import informers, model
 from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.enforced import EnforcedTracker
@@ -78,7 +78,8 @@ class ClusterPolicyFeature(Feature):
     name = "cluster-policy"
     informers = {"cnps": informers.CLUSTER_NETWORK_POLICIES, "pods": informers.PODS,
                  "namespaces": informers.NAMESPACES, "nodes": informers.NODES}
-    uses = {"policies": "policy"}     # its view of pods (labels, addresses, named ports)
+    uses = {"policies": "policy",     # its view of pods (labels, addresses, named ports)
+            "audit": "audit"}         # the dry-run observers' switches
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -96,7 +97,8 @@ class ClusterPolicyFeature(Feature):
     def _on_cnp(self, old, new):
         if old is not None and new is not None and old.get("spec") == new.get("spec") and \
                 model.meta(old).get("generation") == model.meta(new).get("generation"):
-            return ()       # our own status write
+            if audit.of(old) == audit.of(new):
+                return ()       # our own status write
         return (model.meta(new or old)["name"],)
 
     def _all(self) -> list[str]:
@@ -165,6 +167,15 @@ class ClusterPolicyFeature(Feature):
                 "; the rules applied before stay" if kept else "; nothing is enforced")), None)
             return
         specs, sets, notes, subject = self._compile(key, pol)
+        mode, problems = audit.of(obj)
+        if mode.dry_run:      # observed on every Subnet switch, enforced nowhere
+            self.audit.publish(f"cnp:{key}", audit.observers(specs, mode, f"cnp:{key}"))
+            notes = [*notes, f"dry-run: {len(specs)} ACLs observe, none enforces"]
+            specs = []
+        else:
+            self.audit.publish(f"cnp:{key}", [])
+            specs = [audit.logged(s, mode) for s in specs]
+        notes += problems
         changed = self._write(key, pol, specs, sets, {p.port for p in subject})
         with self._lock:
             self._parsed[key] = pol
@@ -298,6 +309,7 @@ class ClusterPolicyFeature(Feature):
 
     def _remove(self, key: str) -> None:
         self.dns.use(key, [])
+        self.audit.publish(f"cnp:{key}", [])
         self.enforced.forget(key)
         with self._lock:
             self._parsed.pop(key, None)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 
-from pacific import contract, egressfirewall as efw, exposure, names
+from pacific import audit, contract, egressfirewall as efw, exposure, names
 from pacific.controller import enforced, informers, model
 from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.enforced import EnforcedTracker
@@ -177,8 +177,10 @@ class EgressFirewallFeature(Feature):
             set_name = efw.dns_set(name)
             cur = ensure.address_set_addresses(self.ctl.nb, set_name) or set()
             builders += ensure.address_set_rows(set_name, cluster_ids(), addrs, cur)
-        specs = [acl.AclSpec("to-lport", prio, match, action, name=f"efw:{ns}:{i}"[:63],
-                             external_ids=ids)
+        mode, problems = audit.of(obj, policy=False)
+        messages += problems
+        specs = [audit.logged(acl.AclSpec("to-lport", prio, match, action,
+                                          name=f"efw:{ns}:{i}"[:63], external_ids=ids), mode)
                  for i, (prio, match, action) in enumerate(
                      efw.matches(fw, names.EFW_EXITS_GROUP, names.EFW_CLUSTER_SET))]
         builders.append(lambda api: acl.EnsurePortGroupACLs(api, names.EFW_EXITS_GROUP, specs,

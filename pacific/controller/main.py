@@ -115,6 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between each Subnet querier's IGMP general queries; a membership "
                    "not refreshed for two of them (and 5 s) ends (default: %(default)s) "
                    "[PACIFIC_MULTICAST_QUERY_INTERVAL]")
+    g = p.add_argument_group("audit")
+    g.add_argument("--audit-rate", type=int,
+                   default=int(_env("PACIFIC_AUDIT_RATE", str(names.AUDIT_RATE))),
+                   help=f"log records per second of each audited ACL (a policy with "
+                   f"{names.ANN_AUDIT}, or a dry-run one) before OVN's meter {names.METER_AUDIT} "
+                   "drops the rest: a flood cannot fill a node's disk (default: %(default)s) "
+                   "[PACIFIC_AUDIT_RATE]")
+    g.add_argument("--audit-burst", type=int,
+                   default=int(_env("PACIFIC_AUDIT_BURST", str(names.AUDIT_BURST))),
+                   help="records an ACL may log at once above the rate (default: %(default)s) "
+                   "[PACIFIC_AUDIT_BURST]")
     g = p.add_argument_group("performance")
     g.add_argument("--workers", type=int, default=int(_env("PACIFIC_WORKERS", "16")),
                    help="pod reconcile workers (every other feature gets a quarter) [PACIFIC_WORKERS]")
@@ -186,6 +197,7 @@ def config_from_args(args) -> Config:
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
                   gc_interval=args.gc_interval, lag_probe_interval=args.lag_probe_interval, isolation=args.isolation,
                   multicast=args.multicast, multicast_query_interval=args.multicast_query_interval,
+                  audit_rate=args.audit_rate, audit_burst=args.audit_burst,
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
                   sb_remote=args.sb_remote, event_burst=args.event_burst,
                   event_rate=args.event_rate,

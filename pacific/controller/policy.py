@@ -38,7 +38,7 @@ import threading
 
 from ovsdbapp.backend.ovs_idl import idlutils
 
-from pacific import clusterpolicy, contract, names
+from pacific import audit, clusterpolicy, contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
 from pacific.controller.policy_index import PolicyIndex
@@ -130,6 +130,7 @@ def pod_info(pod: dict, rec=None) -> PodInfo | None:
 
 class PolicyFeature(Feature):
     name = "policy"
+    uses = {"audit": "audit"}
     informers = {"policies": informers.NETWORK_POLICIES, "pods": informers.PODS,
                  "namespaces": informers.NAMESPACES}
 
@@ -137,6 +138,7 @@ class PolicyFeature(Feature):
         super().__init__(ctl)
         self._lock = threading.Lock()
         self._reported: dict[str, str] = {}
+        self._observed: dict[str, set[str]] = {}     # group -> its dry-run policies' owners
         # the pods and namespace labels every policy is compiled against, kept
         # from the informers' events (namespace -> pod name -> PodInfo): a
         # change re-reads one pod, never all.  A snapshot (World) is taken after
@@ -268,6 +270,7 @@ class PolicyFeature(Feature):
         policies = [(k, pol) for k in self.index.policies_of(key)
                     if (pol := cache.get(k)) is not None and group_key(pol) == key]
         if not policies:
+            self._observe(key, {})
             if self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY_GROUP, key):
                 self.ctl.writer.run([lambda api: ensure.DeletePortGroup(api, pg)],
                                     what=f"NetworkPolicy group {key} removed")
@@ -276,19 +279,28 @@ class PolicyFeature(Feature):
         world = self.world()
         specs: dict[tuple, acl.AclSpec] = {}
         sets: dict[str, frozenset] = {}
-        want, applied = None, []
+        want, applied, observed = None, [], {}
         for pkey, pol in policies:
+            mode, problems = audit.of(pol)
             try:
                 types, rules, ports = compile_policy(pol, world)
             except PolicyError as exc:
                 self._report(pol, pkey, str(exc))
                 continue
-            self._report(pol, pkey, None)
-            applied.append(pkey)
+            self._report(pol, pkey, "; ".join(problems) or None, "InvalidAudit")
             want = set(ports)
-            for spec in self._acls(pkey, pg, types, rules):
-                specs.setdefault(spec.key, spec)     # a shared ACL names the first policy
             sets.update(n_ips for r_ in rules for n_ips in r_.address_sets)
+            mine = self._acls(pkey, pg, types, rules)
+            if mode.dry_run:     # observed, not enforced (pacific/audit.py)
+                observed[f"np:{pkey}"] = audit.observers(mine, mode, f"np:{pkey}")
+                continue
+            applied.append(pkey)
+            for spec in mine:
+                spec = audit.logged(spec, mode)
+                # a shared ACL names the first policy; it logs if any policy asks
+                if spec.key not in specs or (spec.log and not specs[spec.key].log):
+                    specs[spec.key] = spec
+        self._observe(key, observed)
         if want is None:
             return        # no policy of the group applies: what NB holds stays (reported)
         specs_list = list(specs.values())
@@ -405,13 +417,28 @@ class PolicyFeature(Feature):
     def _addresses(self, name: str) -> set[str] | None:
         return ensure.address_set_addresses(self.ctl.nb, name)
 
-    def _report(self, pol: dict, key: str, problem: str | None) -> None:
+    def _observe(self, gkey: str, observed: dict) -> None:
+        """The group's dry-run policies' observers to the audit feature (and
+        none any more for its policies that are gone or enforce now)."""
+        with self._lock:
+            before = self._observed.get(gkey, set())
+            self._observed[gkey] = set(observed)
+            if not observed:
+                self._observed.pop(gkey)
+        for owner in before - set(observed):
+            self.audit.publish(owner, [])
+        for owner, specs in observed.items():
+            self.audit.publish(owner, specs)
+
+    def _report(self, pol: dict, key: str, problem: str | None,
+                reason: str = "InvalidNetworkPolicy") -> None:
         with self._lock:
             if problem is None or self._reported.get(key) == problem:
                 if problem is None:
                     self._reported.pop(key, None)
                 return
             self._reported[key] = problem
-        msg = f"NetworkPolicy {key} not applied: {problem}"
+        msg = (f"NetworkPolicy {key} not applied: {problem}" if reason == "InvalidNetworkPolicy"
+               else f"NetworkPolicy {key}: {problem}")
         LOG.warning("%s", msg)
-        self.ctl.event(pol, "InvalidNetworkPolicy", msg)
+        self.ctl.event(pol, reason, msg)

@@ -6,6 +6,7 @@ pools that node and pod addresses are restored into.
 """
 from __future__ import annotations
 
+from pacific.controller.audit import AuditFeature
 from pacific.controller.cluster_policy import ClusterPolicyFeature
 from pacific.controller.egress import EgressFeature
 from pacific.controller.egress_firewall import EgressFirewallFeature
@@ -21,6 +22,6 @@ from pacific.controller.service import ServiceFeature
 from pacific.controller.subnet import SubnetFeature
 from pacific.controller.tenant import TenantFeature
 
-FEATURES = [SubnetFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
+FEATURES = [SubnetFeature, AuditFeature, NodeFeature, TenantFeature, PolicyFeature, PodFeature, QosFeature,
             ServiceFeature, EgressFeature, GatewayFeature, EgressSnatFeature,
             EgressIPFeature, EgressFirewallFeature, MulticastFeature, ClusterPolicyFeature]

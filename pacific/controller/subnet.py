@@ -225,7 +225,8 @@ class SubnetFeature(Feature):
         ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids, other_config=mcast),
                         lambda api: lb.AttachLoadBalancerGroup(api, name, names.LB_GROUP),
                         *cluster_router.router_link_builders(name, spec.gateway, spec.prefixlen, ids),
-                        lambda api: acl.EnsureACLs(api, name, acls, table=ensure.LS)],
+                        lambda api: acl.EnsureACLs(api, name, acls, table=ensure.LS,
+                                                   scope={names.EXT_OWNER_KIND: names.OWNER_KIND_SUBNET})],
                        what=f"subnet {name}")
         with self._lock:
             self.applied[name] = spec

@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from pacific import contract, names
+from pacific import audit, contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature, OnceEvents
 from pacific.ovn import acl, ensure
@@ -76,16 +76,18 @@ def isolation_frame_match(tenant: str) -> str:
             f"arp.spa != ${pg}_ip4")
 
 
-def isolation_acls(tenant: str) -> list[acl.AclSpec]:
+def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF) -> list[acl.AclSpec]:
+    """The drops; logged when an administrator asked (`pacific.io/audit: deny`
+    on a namespace of the tenant)."""
     ids = {**tenant_ids(tenant), names.EXT_RULE: "isolation"}
-    return [acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
-                        name=f"tenant:{tenant}"[:63], external_ids=ids)
+    return [audit.logged(acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
+                                     name=f"tenant:{tenant}"[:63], external_ids=ids), mode)
             for m in (isolation_match(tenant), isolation_frame_match(tenant))]
 
 
-def group_builders(tenant: str) -> list:
+def group_builders(tenant: str, mode: audit.Audit = audit.OFF) -> list:
     """The tenant's port group and its isolation ACLs (idempotent)."""
-    pg, ids, specs = group_name(tenant), tenant_ids(tenant), isolation_acls(tenant)
+    pg, ids, specs = group_name(tenant), tenant_ids(tenant), isolation_acls(tenant, mode)
     return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
             lambda api: acl.EnsurePortGroupACLs(api, pg, specs)]
 
@@ -103,6 +105,7 @@ class TenantFeature(Feature):
         super().__init__(ctl)
         self.globals = frozenset(ctl.cfg.global_namespaces)
         self._warnings = OnceEvents(ctl, "InvalidTenantLabel", LOG)
+        self._audit_warnings = OnceEvents(ctl, "InvalidAudit", LOG)
         self._lock = threading.Lock()
         self._ports: dict[str, dict[str, str]] = {}   # namespace -> pod name -> its port
 
@@ -126,7 +129,8 @@ class TenantFeature(Feature):
 
     def _on_namespace(self, old, new):
         if old is not None and new is not None and \
-                model.labels_of(old).get(names.LABEL_TENANT) == model.labels_of(new).get(names.LABEL_TENANT):
+                model.labels_of(old).get(names.LABEL_TENANT) == model.labels_of(new).get(names.LABEL_TENANT) \
+                and audit.of(old, policy=False) == audit.of(new, policy=False):
             return ()
         return (model.meta(new or old).get("name"),)
 
@@ -145,7 +149,7 @@ class TenantFeature(Feature):
         t = self.tenant(model.meta(pod)["namespace"])
         if t == GLOBAL:
             return []
-        return [*isolated_builders(), *group_builders(t),
+        return [*isolated_builders(), *group_builders(t, self.audit_of(t)),
                 lambda api: ensure.PortGroupAddPorts(api, names.PG_ISOLATED, [lsp]),
                 lambda api: ensure.PortGroupAddPorts(api, group_name(t), [lsp])]
 
@@ -158,6 +162,8 @@ class TenantFeature(Feature):
         want, problem = tenant_of(ns_obj, key, self.globals)
         self._warnings.report(ns_obj, key, problem,
                               f"namespace {key}: {problem}; it stays its own tenant")
+        problems = "; ".join(audit.of(ns_obj, policy=False)[1])
+        self._audit_warnings.report(ns_obj, key, problems or None, f"namespace {key}: {problems}")
         if not self.ctl.cfg.isolation or ns_obj is None:
             want = None
         isolated_want = want not in (None, GLOBAL)
@@ -182,8 +188,9 @@ class TenantFeature(Feature):
                 changes.append(lambda api, c=cmd, p=lsp: c(api, names.PG_ISOLATED, [p]))
             moved += bool(now_in - {want}) or (isolated_want and want not in now_in)
         setup = []   # a tenant's group exists once it has a pod (port_builders makes it too)
-        if isolated_want and ports and not (self._has_isolated() and self._group_ok(want)):
-            setup = [*isolated_builders(), *group_builders(want)]
+        if isolated_want and (ports or want in groups) and not (
+                self._has_isolated() and self._group_ok(want)):
+            setup = [*isolated_builders(), *group_builders(want, self.audit_of(want))]
         if not setup and not changes:
             return
         # ONE transaction: the namespace is never in two tenants, or in none
@@ -193,7 +200,16 @@ class TenantFeature(Feature):
                      want or "(isolation off)")
 
     def _group_ok(self, tenant: str) -> bool:
-        return acl.acls_are(self.ctl.nb, group_name(tenant), isolation_acls(tenant))
+        return acl.acls_are(self.ctl.nb, group_name(tenant),
+                            isolation_acls(tenant, self.audit_of(tenant)))
+
+    def audit_of(self, tenant: str) -> audit.Audit:
+        """What the tenant's namespaces ask of its isolation's drops: logged if
+        any namespace of it says `pacific.io/audit: deny` (or all)."""
+        asked = [audit.of(n, policy=False)[0] for n in self.ctl.informer("namespaces").list()
+                 if self.tenant(model.meta(n)["name"]) == tenant]
+        deny = [a for a in asked if a.deny]
+        return audit.Audit(deny=True, severity=deny[0].severity) if deny else audit.OFF
 
     def _has_isolated(self) -> bool:
         return any(self._tenant_of_group(r) == names.PG_ISOLATED for r in self._groups())

@@ -94,6 +94,7 @@ class NodeFeatures:
         ctx.informers = {
             name: make_informer(ctx.api, ctx.endpointslices if s.resource == r.ENDPOINTSLICES
                                 else s.resource, field_selector=s.selector(ctx.node_name),
+                                **({"transform": s.transform} if s.transform else {}),
                                 **fan_out(name, subs[name]))
             for name, s in self.specs.items()}
         self.ctx = ctx

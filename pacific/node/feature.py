@@ -58,6 +58,7 @@ class InformerSpec:
     resource: Resource
     field_selector: str | None = None   # "{node}" stands for this daemon's node
     wait_synced: bool = True            # the features start once it listed (or 30 s passed)
+    transform: Callable[[dict], dict] | None = None   # trims what the cache keeps
 
     def selector(self, node: str) -> str | None:
         return self.field_selector.format(node=node) if self.field_selector else None

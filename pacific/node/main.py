@@ -43,6 +43,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "datapath; default: %(default)s)")
     p.add_argument("--no-bootstrap", action="store_true",
                    help="do not touch Open_vSwitch external_ids")
+    p.add_argument("--ovn-controller-log", default=names.OVN_CONTROLLER_LOG,
+                   help="ovn-controller's log file, where OVN writes the lines of audited "
+                   "policies (acl_log) that become --flow-log's records (default: %(default)s)")
+    p.add_argument("--flow-log", default=names.FLOW_LOG,
+                   help="where audit records go, one JSON object per line, for `pacific flows` "
+                   "(default: %(default)s; '' for no records)")
+    p.add_argument("--flow-log-max-bytes", type=int, default=names.FLOW_LOG_MAX_BYTES,
+                   help="--flow-log is rotated once (.1) past this size (default: %(default)s)")
     p.add_argument("--ovn-rundir", default="/var/run/ovn",
                    help="where ovn-controller keeps its pidfile and unixctl socket "
                    "(for STATUS; default: %(default)s)")

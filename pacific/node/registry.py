@@ -12,8 +12,10 @@ from __future__ import annotations
 from pacific.node.egressgw import EgressGateway
 from pacific.node.egresssnat import EgressSnat
 from pacific.node.firewall import HostFirewall
+from pacific.node.flowlog import FlowLog
 from pacific.node.health import HealthReporter
 from pacific.node.mgmtport import MgmtPort
 from pacific.node.podloop import PodLoop
 
-FEATURES = [PodLoop, MgmtPort, EgressGateway, HostFirewall, EgressSnat, HealthReporter]
+FEATURES = [PodLoop, MgmtPort, EgressGateway, HostFirewall, EgressSnat, FlowLog,
+            HealthReporter]

@@ -32,20 +32,31 @@ class AclSpec:
     external_ids: dict = field(default_factory=dict, compare=False, hash=False)
     log: bool = False
     tier: int = 0             # OVN's ACL tier (0-3; OVN >= 23.09, pacific.ovn.capabilities)
+    severity: str = ""        # of its log records (with log): alert ... debug
+    meter: str = ""           # the Meter that limits its log records
+    after_lb: bool = False    # from-lport, evaluated after load balancing (options)
 
     @property
     def key(self) -> tuple:
-        return (self.direction, self.priority, self.match, self.action, self.tier)
+        return (self.direction, self.priority, self.match, self.action, self.tier,
+                self.after_lb)
 
 
 def _key(row) -> tuple:
     # a server without ACL tiers has no such column: everything is tier 0
-    return (row.direction, row.priority, row.match, row.action, getattr(row, "tier", 0) or 0)
+    return (row.direction, row.priority, row.match, row.action, getattr(row, "tier", 0) or 0,
+            row.options.get("apply-after-lb") == "true")
+
+
+def _opt(value: str) -> list:
+    return [value] if value else []
 
 
 def _same_extras(row, spec: AclSpec) -> bool:
-    return (list(row.name) == ([spec.name] if spec.name else [])
-            and dict(row.external_ids) == spec.external_ids and bool(row.log) == spec.log)
+    return (list(row.name) == _opt(spec.name)
+            and dict(row.external_ids) == spec.external_ids and bool(row.log) == spec.log
+            and list(row.severity) == _opt(spec.severity if spec.log else "")
+            and list(row.meter) == _opt(spec.meter if spec.log else ""))
 
 
 class EnsureACLs(Command):
@@ -84,15 +95,19 @@ class EnsureACLs(Command):
                 row.direction, row.priority, row.match, row.action = key[:4]
                 if spec.tier:
                     row.tier = spec.tier
+                if spec.after_lb:
+                    row.options = {"apply-after-lb": "true"}
                 self._converge(row, spec)
                 pg.addvalue("acls", row.uuid)
         self.result = len(want) - len(kept)
 
     @staticmethod
     def _converge(row, spec: AclSpec) -> None:
-        row.name = [spec.name] if spec.name else []
+        row.name = _opt(spec.name)
         row.external_ids = dict(spec.external_ids)
         row.log = spec.log
+        row.severity = _opt(spec.severity if spec.log else "")
+        row.meter = _opt(spec.meter if spec.log else "")
 
 
 def _in_scope(row, scope: dict) -> bool:

@@ -50,6 +50,8 @@ LS = "Logical_Switch"
 LSP = "Logical_Switch_Port"
 LR = "Logical_Router"
 LRP = "Logical_Router_Port"
+METER = "Meter"
+METER_BAND = "Meter_Band"
 
 
 class _Keep:
@@ -461,6 +463,48 @@ class EnsureAddressSet(_EnsureParent):
     def __init__(self, api, name: str, external_ids: dict, *, columns: dict | None = None,
                  merge_ids: bool = True):
         super().__init__(api, name, external_ids, columns, merge_ids)
+
+
+class EnsureMeter(Command):
+    """Meter `name` (unit pktps, one drop band of `rate` and `burst`, fair:
+    one bucket per ACL using it), created or converged in place."""
+
+    def __init__(self, api, name: str, rate: int, burst: int, external_ids: dict):
+        super().__init__(api)
+        self.name, self.rate, self.burst = name, int(rate), int(burst)
+        self.external_ids = dict(external_ids)
+
+    def describe(self):
+        return f"{self.name} {self.rate}/s burst {self.burst}"
+
+    def run_idl(self, txn):
+        meter = find(self.api, txn, METER, self.name)
+        bands = []
+        if meter is None:
+            meter = insert(self.api, txn, METER, self.name)
+            meter.unit = "pktps"
+        else:
+            bands = list(meter.bands)
+        same = (len(bands) == 1 and bands[0].rate == self.rate
+                and bands[0].burst_size == self.burst and bands[0].action == "drop")
+        if not same:
+            band = txn.insert(self.api.tables[METER_BAND])
+            band.action, band.rate, band.burst_size = "drop", self.rate, self.burst
+            meter.bands = [band.uuid]
+        _set_if_changed(meter, "fair", [True])
+        _set_if_changed(meter, "external_ids", self.external_ids)
+
+
+def meter_is(api, name: str, rate: int, burst: int) -> bool:
+    """Does the replica hold meter `name` with exactly this band?"""
+    with api.ovsdb_connection.lock:
+        try:
+            meter = api.lookup(METER, name)
+        except idlutils.RowNotFound:
+            return False
+        bands = list(meter.bands)
+        return (len(bands) == 1 and bands[0].rate == rate and bands[0].burst_size == burst
+                and list(meter.fair) == [True])
 
 
 class _Members(Command):

@@ -66,7 +66,7 @@ NB_TABLES = (
     "Logical_Router_Port", "Logical_Router_Static_Route",
     "Logical_Router_Policy", "NAT", "ACL", "Address_Set", "Port_Group",
     "Load_Balancer", "Load_Balancer_Group", "QoS", "Gateway_Chassis", "HA_Chassis_Group",
-    "HA_Chassis",
+    "HA_Chassis", "Meter", "Meter_Band",
 )
 
 # What pacific-controller monitors (``NorthboundAPI(..., monitor=CONTROLLER_MONITOR)``):
@@ -95,6 +95,9 @@ CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
     "Port_Group": ("name", "ports", "acls", "external_ids"),
     "Address_Set": ("name", "addresses", "external_ids"),
     "ACL": None,
+    # the audit meter (controller/audit.py)
+    "Meter": ("name", "unit", "bands", "fair", "external_ids"),
+    "Meter_Band": ("action", "rate", "burst_size"),
     # Services (pacific.ovn.lb)
     "Load_Balancer": ("name", "vips", "protocol", "options", "external_ids"),
     "Load_Balancer_Group": ("name", "load_balancer"),

@@ -44,13 +44,24 @@ def paths(node) -> NodePaths:
                      conf_dir=os.path.join(base, "net.d"), bin_dir=os.path.join(base, "bin"))
 
 
+def ovn_controller_log(node) -> str:
+    return os.path.join(node.rundir, "ovn-controller.log")
+
+
+def flow_log(node) -> str:
+    """The node daemon's audit records (pacific flows --sandbox reads them)."""
+    return os.path.join(node.rundir, "flows", os.path.basename(names.FLOW_LOG))
+
+
 def deploy_host_dirs(node) -> dict[str, str]:
     """Host paths deploy/node.yaml mounts -> this node's directories (a kubelet node
     of a --deploy sandbox binds them)."""
     p = paths(node)
     return {"/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
             "/run/pacific": os.path.dirname(p.socket), "/etc/cni/net.d": p.conf_dir,
-            "/opt/cni/bin": p.bin_dir, names.OVN_TLS_DIR: os.path.join(node.rundir, "ovn-tls")}
+            "/opt/cni/bin": p.bin_dir, names.OVN_TLS_DIR: os.path.join(node.rundir, "ovn-tls"),
+            os.path.dirname(names.OVN_CONTROLLER_LOG): node.rundir,
+            os.path.dirname(names.FLOW_LOG): os.path.dirname(flow_log(node))}
 
 
 def tag(node) -> str:
@@ -64,7 +75,8 @@ def argv(sandbox, node, kubeconfig: str, extra=()) -> list[str]:
             "--ovn-remote", sandbox.sb_tcp_remote, "--encap-ip", node.underlay_ip,
             "--ovn-rundir", node.rundir, "--ovs-rundir", node.rundir, "--mtu", str(node.mtu),
             "--cni-socket", p.socket, "--cni-conf-dir", p.conf_dir, "--cni-bin-dir", p.bin_dir,
-            "--health-interval", "3", *_ssl(sandbox, node), *controllers.exposure_args(sandbox),
+            "--health-interval", "3", "--ovn-controller-log", ovn_controller_log(node),
+            "--flow-log", flow_log(node), *_ssl(sandbox, node), *controllers.exposure_args(sandbox),
             *extra]
 
 

@@ -197,8 +197,9 @@ def test_the_registry_wires_egress_snat_to_the_firewall_and_the_gateway():
 
 
 def test_the_flags_turn_features_off_and_their_users_do_without():
-    features = registry("--no-host-firewall", "--health-interval", "0")
+    features = registry("--no-host-firewall", "--health-interval", "0", "--flow-log", "")
     assert [f.name for f in features.features] == ["pod-loop", "mgmt-port", "egress-gateway"]
+    assert "ips" not in features.ctx.informers            # only the flow log reads them
     assert features.get("egress-gateway").snat is None
     assert "services" not in features.ctx.informers      # only the frontends read them
 

@@ -1,0 +1,203 @@
+"""Audit and dry-run of policies, pure: what a policy's annotations ask for,
+how that changes its ACLs, and how ovn-controller's log lines become records
+in Kubernetes terms.  No I/O; unit-tested (tests/unit/test_audit_model.py).
+
+Annotations (on a NetworkPolicy, ClusterNetworkPolicy or EgressFirewall; on a
+Namespace for its tenant isolation, which only administrators can write):
+
+    pacific.io/audit: allow | deny | allow,deny | all | none
+    pacific.io/audit-severity: alert | warning | notice | info | debug
+    pacific.io/enforcement: enforce | dry-run      (policies only)
+
+Audit sets `log` on the ACLs whose verdict is asked for, with the severity and
+the fair meter names.METER_AUDIT (one token bucket per ACL: a flood on one
+policy cannot starve another's records, nor fill a disk).
+
+Dry-run (decision 0039): the policy's ACLs are not written where they decide
+anything.  Each becomes an *observer*: a from-lport ACL evaluated after load
+balancing (`apply-after-lb`) on every Subnet switch, matching only a
+connection's first packet (`ct.new`), in the same tier and priority as the
+enforcing ACL would have, with `allow-related` for an allow and a drop alike
+(the connection's verdict is the enforcing stages', before and after) and
+`pass` for a Pass.  The observers of drops log: "would-deny".  An ingress
+rule's `outport == @group` becomes `ip4.dst == $group_ip4` (the stage runs
+before the destination port is known).  What they see: pod-originated
+connections, Services' included (after their DNAT); not traffic entering the
+cluster from nodes or outside.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from pacific import names
+
+SEVERITIES = ("alert", "warning", "notice", "info", "debug")
+ALLOWS = frozenset({"allow", "allow-related", "allow-stateless"})
+DENIES = frozenset({"drop", "reject"})
+ENFORCE, DRY_RUN = "enforce", "dry-run"
+# the kind prefix of Pacific's ACL names ("np:ns/name:ingress/0") -> the object
+KINDS = {"np": "NetworkPolicy", "cnp": "ClusterNetworkPolicy", "tenant": "Tenant",
+         "efw": "EgressFirewall"}
+DRY = "dry-"          # name prefix of a dry-run observer ("dry-np:ns/name:ingress/deny")
+WORDS = {"allow": (True, False), "deny": (False, True), "all": (True, True),
+         "none": (False, False)}
+
+
+@dataclass(frozen=True)
+class Audit:
+    allow: bool = False
+    deny: bool = False
+    severity: str = "info"
+    dry_run: bool = False
+
+
+OFF = Audit()
+
+
+def of(obj: dict | None, policy: bool = True) -> tuple[Audit, list[str]]:
+    """What `obj`'s annotations ask for, and the problems with them (each names
+    the annotation and value).  A bad value audits nothing and enforces (a typo
+    never opens what the policy closes)."""
+    ann = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+    problems: list[str] = []
+    allow = deny = False
+    raw = ann.get(names.ANN_AUDIT)
+    if raw is not None:
+        words = [w.strip() for w in str(raw).split(",") if w.strip()]
+        bad = [w for w in words if w not in WORDS]
+        if bad or not words:
+            problems.append(f'{names.ANN_AUDIT}="{raw}": expected allow, deny, "allow,deny", '
+                            "all or none; auditing nothing")
+        else:
+            allow = any(WORDS[w][0] for w in words)
+            deny = any(WORDS[w][1] for w in words)
+    severity = ann.get(names.ANN_AUDIT_SEVERITY, "info")
+    if severity not in SEVERITIES:
+        problems.append(f'{names.ANN_AUDIT_SEVERITY}="{severity}": expected one of '
+                        f'{", ".join(SEVERITIES)}; using info')
+        severity = "info"
+    mode = ann.get(names.ANN_ENFORCEMENT, ENFORCE) if policy else ENFORCE
+    if mode not in (ENFORCE, DRY_RUN):
+        problems.append(f'{names.ANN_ENFORCEMENT}="{mode}": expected {ENFORCE} or {DRY_RUN}; '
+                        "enforcing")
+        mode = ENFORCE
+    return Audit(allow, deny, severity, mode == DRY_RUN), problems
+
+
+def logged(spec, audit: Audit, meter: str = names.METER_AUDIT):
+    """`spec` (a pacific.ovn.acl.AclSpec), logging when its verdict is one `audit` asks for."""
+    if ((audit.allow and spec.action in ALLOWS) or (audit.deny and spec.action in DENIES)):
+        return dataclasses.replace(spec, log=True, severity=audit.severity, meter=meter)
+    return spec
+
+
+_OUTPORT = re.compile(r"^outport == @([A-Za-z0-9_]+)")
+
+
+def observer(spec, audit: Audit, owner: str, meter: str = names.METER_AUDIT):
+    """The dry-run observer of an enforcing ACL (see the module doc); None for
+    an ACL that matches no IPv4 connection (ARP companions)."""
+    if "ip4" not in spec.match or spec.match.startswith("arp"):
+        return None
+    match = _OUTPORT.sub(lambda m: f"ip4.dst == ${m.group(1)}_ip4", spec.match)
+    deny = spec.action in DENIES
+    kind, _, rest = spec.name.partition(":")
+    return dataclasses.replace(
+        spec, direction="from-lport", match=f"ct.new && {match}",
+        action="pass" if spec.action == "pass" else "allow-related",
+        name=f"{DRY}{kind}:{rest}"[:63],
+        external_ids={**spec.external_ids, names.EXT_OWNER_KIND: names.OWNER_KIND_DRY_RUN,
+                      names.EXT_OWNER: owner},
+        log=deny, severity=audit.severity if deny else "", meter=meter if deny else "",
+        after_lb=True)
+
+
+def observers(specs, audit: Audit, owner: str) -> list:
+    return [o for o in (observer(s, audit, owner) for s in specs) if o is not None]
+
+
+# -- ovn-controller's log lines -> records ------------------------------------------
+_LINE = re.compile(
+    r'^(?P<time>[0-9T:.\-]+Z)\|\d+\|acl_log\([^)]*\)\|\w+\|name="(?P<name>(?:[^"\\]|\\.)*)", '
+    r"verdict=(?P<verdict>[\w-]+), severity=(?P<severity>\w+), "
+    r"direction=(?P<direction>[\w-]+): (?P<flow>.*)$")
+PROTOCOLS = {"tcp": "TCP", "udp": "UDP", "sctp": "SCTP", "icmp": "ICMP"}
+
+
+def parse_line(line: str) -> dict | None:
+    """One acl_log line of ovn-controller (lib/acl-log.c) -> its fields; None
+    for any other line."""
+    m = _LINE.match(line.rstrip("\n"))
+    if m is None:
+        return None
+    proto, _, rest = m["flow"].partition(",")
+    flow = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
+    return {"time": m["time"], "name": m["name"].replace('\\"', '"'), "verdict": m["verdict"],
+            "severity": m["severity"], "direction": m["direction"],
+            "protocol": PROTOCOLS.get(proto, proto.upper()),
+            "src": flow.get("nw_src"), "dst": flow.get("nw_dst"),
+            "sport": _int(flow.get("tp_src")), "dport": _int(flow.get("tp_dst")),
+            "icmp_type": _int(flow.get("icmp_type"))}
+
+
+def _int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def policy_of(name: str) -> dict:
+    """An ACL name Pacific writes -> {kind, namespace, name, rule, dry_run}."""
+    dry = name.startswith(DRY)
+    tag, _, rest = (name[len(DRY):] if dry else name).partition(":")
+    kind = KINDS.get(tag, tag or "unknown")
+    ns, pname, rule = "", rest, ""
+    if tag == "np":
+        key, _, rule = rest.rpartition(":") if rest.count(":") else (rest, "", "")
+        ns, _, pname = key.partition("/")
+    elif tag == "cnp":
+        pname, _, rule = rest.partition(":")
+    elif tag == "tenant":
+        rule = "isolation"
+    elif tag == "efw":
+        ns, _, idx = rest.partition(":")
+        pname, rule = names.EGRESS_FIREWALL_NAME, f"egress/{idx}"
+    return {"kind": kind, "namespace": ns, "name": pname, "rule": rule, "dry_run": dry}
+
+
+def record(entry: dict, node: str, pod_of) -> dict:
+    """A parsed line -> the structured record pacific-node writes; `pod_of(ip)`
+    -> "namespace/name" or None."""
+    pol = policy_of(entry["name"])
+    verdict = {"allow": "allow", "drop": "deny", "reject": "deny",
+               "pass": "pass"}.get(entry["verdict"], entry["verdict"])
+    if pol.pop("dry_run"):
+        verdict = "would-deny"
+    return {"time": entry["time"], "node": node, "verdict": verdict,
+            "severity": entry["severity"], "policy": pol,
+            "protocol": entry["protocol"],
+            "src": {"ip": entry["src"], "pod": pod_of(entry["src"]), "port": entry["sport"]},
+            "dst": {"ip": entry["dst"], "pod": pod_of(entry["dst"]), "port": entry["dport"]}}
+
+
+def matches(rec: dict, *, namespace: str | None = None, pod: str | None = None,
+            policy: str | None = None, verdict: str | None = None) -> bool:
+    """The filters of `pacific flows`: namespace (of either end or the policy),
+    pod ("ns/name", either end), policy ("Kind/ns/name" or "name"), verdict."""
+    ends = [rec["src"].get("pod") or "", rec["dst"].get("pod") or ""]
+    pol = rec["policy"]
+    if verdict and rec["verdict"] != verdict:
+        return False
+    if pod and pod not in ends:
+        return False
+    if namespace and namespace != pol.get("namespace") and not any(
+            e.startswith(namespace + "/") for e in ends):
+        return False
+    if policy:
+        full = "/".join(x for x in (pol["kind"], pol["namespace"], pol["name"]) if x)
+        if policy not in (pol["name"], full, f"{pol['namespace']}/{pol['name']}"):
+            return False
+    return True

@@ -1,0 +1,108 @@
+"""`pacific flows`: the audit records of every node (node/flowlog.py writes
+them, one JSON object per line), merged by time, filtered, and followed.
+
+    for rec in read(paths, filters):          # what the files hold now, oldest first
+    for rec in follow(paths, filters, stop):  # then what they get, as it comes
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+from pacific import audit
+
+POLL = 0.2          # s between looks at the files while following
+
+
+def _records(path: str) -> Iterator[dict]:
+    for name in (path + ".1", path):          # the rotated part first
+        try:
+            with open(name, errors="replace") as f:
+                for line in f:
+                    rec = _parse(line)
+                    if rec is not None:
+                        yield rec
+        except FileNotFoundError:
+            continue
+
+
+def _parse(line: str) -> dict | None:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None         # a line cut by a crash, or not ours
+    return rec if isinstance(rec, dict) and "policy" in rec else None
+
+
+def read(paths: list[str], filters: dict, since: str | None = None) -> list[dict]:
+    """Every record of `paths` that passes `filters` (audit.matches' keywords)
+    and is at or after `since` (an ISO time), oldest first."""
+    out = [rec for p in paths for rec in _records(p)
+           if (since is None or rec.get("time", "") >= since) and audit.matches(rec, **filters)]
+    return sorted(out, key=lambda rec: rec.get("time", ""))
+
+
+def follow(paths: list[str], filters: dict, stop: threading.Event | None = None
+           ) -> Iterator[dict]:
+    """Records appended to `paths` from now on, as they come (a file rotated
+    or created meanwhile is read from its start)."""
+    stop = stop or threading.Event()
+    pos = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+            pos[p] = (st.st_ino, st.st_size)
+        except FileNotFoundError:
+            pos[p] = (0, 0)
+    while not stop.is_set():
+        batch = []
+        for p in paths:
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:
+                continue
+            inode, offset = pos[p]
+            if st.st_ino != inode or st.st_size < offset:
+                inode, offset = st.st_ino, 0
+            if st.st_size > offset:
+                with open(p, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+                end = data.rfind(b"\n") + 1
+                for line in data[:end].decode(errors="replace").splitlines():
+                    rec = _parse(line)
+                    if rec is not None and audit.matches(rec, **filters):
+                        batch.append(rec)
+                offset += end
+            pos[p] = (inode, offset)
+        yield from sorted(batch, key=lambda rec: rec.get("time", ""))
+        stop.wait(POLL)
+
+
+def _end(e: dict) -> str:
+    where = e.get("pod") or e.get("ip") or "?"
+    return f"{where}:{e['port']}" if e.get("port") is not None else where
+
+
+def line(rec: dict) -> str:
+    """One record, for people."""
+    pol = rec["policy"]
+    who = "/".join(x for x in (pol.get("kind"), pol.get("namespace"), pol.get("name")) if x)
+    rule = f" {pol['rule']}" if pol.get("rule") else ""
+    return (f"{rec.get('time', '?')} {rec.get('node', '?'):<8} {rec['verdict']:<10} "
+            f"{rec.get('protocol', '?'):<5} {_end(rec['src'])} -> {_end(rec['dst'])}  "
+            f"{who}{rule}")
+
+
+def wait_for(paths: list[str], filters: dict, timeout: float, count: int = 1) -> list[dict]:
+    """At least `count` records passing `filters` within `timeout` s (what the
+    files hold included), or those found."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = read(paths, filters)
+        if len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(POLL)
