@@ -837,3 +837,52 @@ def test_clusternetworkpolicy_a_tenant_can_neither_write_one_nor_lift_an_admin_d
     finally:
         r.delete(admin, r.CLUSTERNETWORKPOLICIES, "atk-no-port")
         r.delete(admin, r.NETWORKPOLICIES, "allow-everything", ATK)
+
+
+def _dry_run_observers(sb, owner: str) -> int:
+    from pacific.ovn.nb import NorthboundAPI
+    nb = NorthboundAPI(sb.nb_remote)
+    try:
+        return sum(1 for row in nb.tables["ACL"].rows.values()
+                   if row.external_ids.get(names.EXT_OWNER_KIND) == names.OWNER_KIND_DRY_RUN
+                   and row.external_ids.get(names.EXT_OWNER) == owner)
+    finally:
+        nb.close()
+
+
+def test_audit_a_tenant_can_neither_audit_isolation_nor_open_anything_with_a_dry_run(env):
+    sb, admin, atk = env
+    # tenant isolation's records are the administrator's to ask for
+    with pytest.raises(kerr.ApiError) as refused:
+        r.patch_merge(atk, r.NAMESPACES, ATK,
+                      {"metadata": {"annotations": {names.ANN_AUDIT: "deny"}}})
+    assert refused.value.status == 403, refused.value
+    client = af.tenant_pod(sb, atk, admin, ATK, "dry-client", "node1", labels={"app": "dry-client"})
+    af.tenant_pod(sb, atk, admin, ATK, "dry-server", "node2", labels={"app": "dry-server"})
+    af.serve(sb, ATK, "dry-server", PORT)
+    own, victim = _pod_ip(admin, ATK, "dry-server"), _pod_ip(admin, VIC, "v1")
+    np = lambda name, ann, spec: {  # noqa: E731
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": ATK, "annotations": ann}, "spec": spec}
+    # its own enforced egress deny-all, then a dry-run policy that would allow everything
+    r.create(atk, r.NETWORKPOLICIES, np("deny-egress", {}, {
+        "podSelector": {"matchLabels": {"app": "dry-client"}},
+        "policyTypes": ["Egress"]}), ATK)
+    r.create(atk, r.NETWORKPOLICIES, np("dry-open", {names.ANN_ENFORCEMENT: "dry-run",
+                                                     names.ANN_AUDIT: "all"}, {
+        "podSelector": {}, "ingress": [{}], "egress": [{}],
+        "policyTypes": ["Ingress", "Egress"]}), ATK)
+    try:
+        wait_until(lambda: _dry_run_observers(sb, f"np:{ATK}/dry-open") > 0, 30,
+                   what="the dry-run policy's observers in NB")
+        for ip in (own, victim):
+            assert not af.reach(sb, client.netns, "tcp", ip, PORT), \
+                f"a dry-run allow-all opened {ip} past an enforced deny or tenant isolation"
+        r.delete(atk, r.NETWORKPOLICIES, "deny-egress", ATK)
+        wait_until(lambda: af.reach(sb, client.netns, "tcp", own, PORT), 30,
+                   what="the tenant's own server, its deny gone")
+        assert not af.reach(sb, client.netns, "tcp", victim, PORT), \
+            "a dry-run allow-all opened another tenant's pod"
+    finally:
+        for name in ("deny-egress", "dry-open"):
+            r.delete(admin, r.NETWORKPOLICIES, name, ATK)

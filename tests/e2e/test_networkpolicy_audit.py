@@ -1,0 +1,151 @@
+"""Audit and dry-run of policies with real packets, on the pods of
+tests/e2e/test_networkpolicy.py (namespaces x, y, z of one tenant, pods a, b,
+c serving TCP 80 and 81, UDP 80; the same shared sandbox): the records each
+node writes (pacific-node --flow-log, read as `pacific flows` does) carry the
+verdict, the policy and rule, both pods and ports; a dry-run policy drops
+nothing and says what it would deny, and enforcing it takes effect at once;
+a tenant's isolation logs its drops when an administrator asks."""
+from __future__ import annotations
+
+import glob
+import os
+
+import pytest
+
+from controller_fixtures import wait_until
+from pacific import names
+from pacific.kube import resources as r
+from pacific.tools import flows
+from test_networkpolicy import apply, clean, np_env, pol, probe  # noqa: F401
+from test_networkpolicy_tiers import clean_cnps, cnp, enforced, ns_sel
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def audited(np_env):
+    sb, api, ips = np_env
+    clean(api)
+    clean_cnps(api)
+    yield sb, api, ips
+    clean(api)
+    clean_cnps(api)
+
+
+def paths(sb) -> list[str]:
+    return sorted(glob.glob(os.path.join(sb.dir, "node*", "flows",
+                                         os.path.basename(names.FLOW_LOG))))
+
+
+def records(sb, count=1, timeout=20.0, **filters) -> list[dict]:
+    found = flows.wait_for(paths(sb), filters, timeout, count)
+    assert len(found) >= count, f"no {filters} record within {timeout} s: {found}"
+    return found
+
+
+def reached(sb, ips, src, dst, port=80, proto="tcp") -> bool:
+    return probe(sb, src, ips[dst], proto, port)
+
+
+def annotate(api, res, name, ns, ann):
+    r.patch_merge(api, res, name, {"metadata": {"annotations": ann}}, ns)
+
+
+def web_from_b(name, ann):
+    """x/a takes TCP 80 from x/b only."""
+    p = pol(name, "x", {"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [
+        {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}],
+         "ports": [{"protocol": "TCP", "port": 80}]}]})
+    p["metadata"]["annotations"] = ann
+    return p
+
+
+def test_an_audited_policy_records_what_it_allows_and_denies_in_kubernetes_terms(audited):
+    sb, api, ips = audited
+    apply(api, web_from_b("audited", {names.ANN_AUDIT: "allow,deny",
+                                      names.ANN_AUDIT_SEVERITY: "warning"}))
+    wait_until(lambda: not reached(sb, ips, ("x", "c"), ("x", "a")), 15,
+               what="the policy in force")
+    assert reached(sb, ips, ("x", "b"), ("x", "a"))
+    allow = records(sb, verdict="allow", policy="x/audited", pod="x/b")[-1]
+    deny = records(sb, verdict="deny", policy="x/audited", pod="x/c")[-1]
+    assert allow["policy"] == {"kind": "NetworkPolicy", "namespace": "x", "name": "audited",
+                               "rule": "ingress/0"}
+    assert (allow["src"]["pod"], allow["dst"]["pod"], allow["dst"]["ip"], allow["dst"]["port"],
+            allow["protocol"], allow["severity"]) == ("x/b", "x/a", ips[("x", "a")], 80, "TCP",
+                                                      "warning")
+    assert deny["policy"]["rule"] == "ingress" and deny["dst"]["pod"] == "x/a"
+    # the node that applied the verdict is the destination's (to-lport ACLs run there)
+    assert {allow["node"], deny["node"]} == {"node1"}
+    # one record per connection, however many packets it had
+    ports = [x["src"]["port"] for x in records(sb, verdict="allow", policy="x/audited", pod="x/b")]
+    assert len(ports) == len(set(ports))
+    # switched off: no more records
+    annotate(api, r.NETWORKPOLICIES, "audited", "x", {names.ANN_AUDIT: "none"})
+    wait_until(lambda: not _logging(sb), 15, what="the ACLs no longer logging")
+
+
+def _logging(sb) -> bool:
+    from pacific.ovn.nb import NorthboundAPI
+    nb = NorthboundAPI(sb.nb_remote)
+    try:
+        return any(row.log for row in nb.tables["ACL"].rows.values()
+                   if row.name and row.name[0].startswith("np:x/audited"))
+    finally:
+        nb.close()
+
+
+def test_a_dry_run_policy_drops_nothing_says_what_it_would_deny_and_enforces_at_once(audited):
+    sb, api, ips = audited
+    apply(api, web_from_b("trial", {names.ANN_ENFORCEMENT: "dry-run"}))
+    # observed, not enforced: everything still reaches x/a
+    wait_until(lambda: flows.read(paths(sb), {"verdict": "would-deny", "policy": "x/trial"})
+               or not reached(sb, ips, ("y", "c"), ("x", "a")), 20,
+               what="a would-deny record of y/c -> x/a")
+    assert reached(sb, ips, ("y", "c"), ("x", "a")) and reached(sb, ips, ("x", "c"), ("x", "a"))
+    assert reached(sb, ips, ("x", "b"), ("x", "a"))
+    would = records(sb, verdict="would-deny", policy="x/trial", pod="y/c")[-1]
+    assert would["dst"]["pod"] == "x/a" and would["dst"]["port"] == 80
+    assert would["policy"]["rule"] == "ingress"
+    assert would["node"] == "node2"          # seen where the connection starts (y/c's node)
+    assert not flows.read(paths(sb), {"verdict": "would-deny", "policy": "x/trial", "pod": "x/b"}), \
+        "x/b is allowed by the policy: nothing to say"
+    annotate(api, r.NETWORKPOLICIES, "trial", "x", {names.ANN_ENFORCEMENT: "enforce"})
+    wait_until(lambda: not reached(sb, ips, ("y", "c"), ("x", "a")), 15, what="enforced")
+    assert reached(sb, ips, ("x", "b"), ("x", "a"))
+
+
+def test_a_dry_run_admin_deny_observes_above_a_networkpolicy_that_allows(audited):
+    sb, api, ips = audited
+    apply(api, pol("allow-all", "x", {"podSelector": {}, "ingress": [{}]}))
+    c = cnp("trial-deny", "Admin", 20, {"namespaces": ns_sel("x")},
+            ingress=[{"action": "Deny", "from": [{"namespaces": ns_sel("z")}]}])
+    c["metadata"]["annotations"] = {names.ANN_ENFORCEMENT: "dry-run"}
+    r.create(api, r.CLUSTERNETWORKPOLICIES, c)
+    status = enforced(api, "trial-deny")
+    assert "dry-run" in status["Accepted"]["message"]
+    wait_until(lambda: reached(sb, ips, ("z", "b"), ("x", "b"))
+               and flows.read(paths(sb), {"verdict": "would-deny", "policy": "trial-deny"}), 20,
+               what="z/b reaches x/b and a would-deny record says the Deny would stop it")
+    rec = flows.read(paths(sb), {"verdict": "would-deny", "policy": "trial-deny"})[-1]
+    assert rec["policy"]["kind"] == "ClusterNetworkPolicy" and rec["src"]["pod"] == "z/b"
+    assert not flows.read(paths(sb), {"verdict": "would-deny", "policy": "trial-deny",
+                                      "namespace": "y"})
+
+
+def test_an_administrator_audits_a_tenant_s_isolation(audited):
+    sb, api, ips = audited
+    annotate(api, r.NAMESPACES, "x", None, {names.ANN_AUDIT: "deny"})
+    # z leaves tenant np for its own: its pods are now another tenant's
+    r.patch_merge(api, r.NAMESPACES, "z", {"metadata": {"labels": {names.LABEL_TENANT: "other"}}})
+    try:
+        wait_until(lambda: not reached(sb, ips, ("z", "a"), ("x", "b"))
+                   and flows.read(paths(sb), {"policy": "Tenant/np", "pod": "z/a"}), 20,
+                   what="z/a isolated from x/b, and the drop recorded")
+        rec = flows.read(paths(sb), {"policy": "Tenant/np", "pod": "z/a"})[-1]
+        assert rec["verdict"] == "deny" and rec["policy"]["rule"] == "isolation"
+        assert rec["dst"]["pod"].startswith(("x/", "y/"))
+    finally:
+        r.patch_merge(api, r.NAMESPACES, "z", {"metadata": {"labels": {names.LABEL_TENANT: "np"}}})
+        annotate(api, r.NAMESPACES, "x", None, {names.ANN_AUDIT: None})
+    wait_until(lambda: reached(sb, ips, ("z", "a"), ("x", "b")), 20, what="z back in tenant np")
