@@ -258,6 +258,10 @@ ANN_ENFORCEMENT = "pacific.io/enforcement"          # on a policy: "enforce" (de
 METER_AUDIT = "pacific-audit"             # OVN meter (fair: one bucket per ACL) of every log
 AUDIT_RATE = 20                           # log records/s per ACL before the meter drops them
 AUDIT_BURST = 40
+ANN_ENFORCED = "pacific.io/enforced"      # on a NetworkPolicy (written by the controller):
+                                          # "True" once every chassis applied it, "False",
+                                          # "Pending" or "Unknown"
+ANN_ENFORCED_MESSAGE = "pacific.io/enforced-message"
 OWNER_KIND_DRY_RUN = "DryRun"             # the observing ACLs of dry-run policies, on each
                                           # Subnet switch (after load balancing)
 OVN_CONTROLLER_LOG = "/var/log/ovn/ovn-controller.log"   # where ovn-controller writes acl_log

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Callable
 
+from pacific import names
 from pacific.ovn import barrier
 
 PREFIX = "~"          # queue keys of the checks: "~" + the feature's key
@@ -40,9 +41,12 @@ PENDING = {"enforced": "Pending", "enforcedMessage": "waiting until every chassi
 
 
 def version(obj: dict) -> tuple:
-    """Which incarnation and spec of an object a write was for."""
+    """Which incarnation, spec and enforcement mode of an object a write was
+    for (an annotation switching a policy from dry-run to enforced is a new
+    version, though not a new generation)."""
     meta = obj.get("metadata") or {}
-    return meta.get("uid"), meta.get("generation") or 0
+    mode = (meta.get("annotations") or {}).get(names.ANN_ENFORCEMENT)
+    return meta.get("uid"), meta.get("generation") or 0, mode
 
 
 def status_fields(ok: "bool | None", message: str) -> dict:
@@ -59,13 +63,20 @@ class EnforcedTracker:
         self._versions: dict[str, tuple] = {}      # key -> version(obj) its barrier began for
 
     def written(self, key: str, tag: object = None) -> None:
-        target = barrier.bump(self.feature.ctl.nb)
-        if target is None:
-            self.report(key, None, "NB has no NB_Global row to wait on", tag)
+        self.written_all([(key, tag)])
+
+    def written_all(self, keys: list[tuple[str, object]]) -> None:
+        """written() for several keys of one write: one NB change to wait on."""
+        if not keys:
             return
-        with self._lock:
-            self._pending[key] = (target, time.monotonic(), tag)
-        self.feature.queue.add_after(PREFIX + key, CHECK_EVERY)
+        target = barrier.bump(self.feature.ctl.nb)
+        for key, tag in keys:
+            if target is None:
+                self.report(key, None, "NB has no NB_Global row to wait on", tag)
+                continue
+            with self._lock:
+                self._pending[key] = (target, time.monotonic(), tag)
+            self.feature.queue.add_after(PREFIX + key, CHECK_EVERY)
 
     def new_version(self, key: str, obj: dict) -> bool:
         """Is this version of `key`'s object one whose barrier has not begun

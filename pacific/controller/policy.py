@@ -39,8 +39,10 @@ import threading
 from ovsdbapp.backend.ovs_idl import idlutils
 
 from pacific import audit, clusterpolicy, contract, names
-from pacific.controller import informers, model
+from pacific.controller import enforced, informers, model
+from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
+from pacific.kube import resources as r
 from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
                                              canonical, compile_policy, peer_moved, peer_pods,
@@ -49,6 +51,7 @@ from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
 KIND_PEER = "NetworkPolicyPeer"
+DRY_RUN_MESSAGE = (f"{names.ANN_ENFORCEMENT}=dry-run: observed (pacific flows), not enforced")
 
 
 def group_name(namespace: str, selector: dict | None) -> str:
@@ -139,6 +142,7 @@ class PolicyFeature(Feature):
         self._lock = threading.Lock()
         self._reported: dict[str, str] = {}
         self._observed: dict[str, set[str]] = {}     # group -> its dry-run policies' owners
+        self.enforced = EnforcedTracker(self, self._report_enforced)
         # the pods and namespace labels every policy is compiled against, kept
         # from the informers' events (namespace -> pod name -> PodInfo): a
         # change re-reads one pod, never all.  A snapshot (World) is taken after
@@ -158,7 +162,13 @@ class PolicyFeature(Feature):
 
     def _on_policy(self, old, new):
         m = model.meta(new or old)
-        before, after = self.index.update(model.object_key(m.get("namespace"), m.get("name")), new)
+        key = model.object_key(m.get("namespace"), m.get("name"))
+        before, after = self.index.update(key, new)
+        if new is None:
+            self.enforced.forget(key)
+        elif old is not None and old.get("spec") == new.get("spec") and \
+                audit.of(old) == audit.of(new):
+            return ()         # its labels, or the controller's own enforced annotations
         # a group left empty is kept until its reconcile removes its rows
         return sorted({g for g in (before, after) if g})
 
@@ -257,6 +267,9 @@ class PolicyFeature(Feature):
 
     # -- reconcile -------------------------------------------------------------------------
     def reconcile(self, key: str) -> None:
+        if self.enforced.handles(key):
+            self.enforced.check(key)
+            return
         if key == "*":
             self._collect()
             return
@@ -279,7 +292,7 @@ class PolicyFeature(Feature):
         world = self.world()
         specs: dict[tuple, acl.AclSpec] = {}
         sets: dict[str, frozenset] = {}
-        want, applied, observed = None, [], {}
+        want, applied, observed, fresh = None, [], {}, []
         for pkey, pol in policies:
             mode, problems = audit.of(pol)
             try:
@@ -293,8 +306,13 @@ class PolicyFeature(Feature):
             mine = self._acls(pkey, pg, types, rules)
             if mode.dry_run:     # observed, not enforced (pacific/audit.py)
                 observed[f"np:{pkey}"] = audit.observers(mine, mode, f"np:{pkey}")
+                if self.enforced.new_version(pkey, pol):
+                    self._report_enforced(pkey, False, DRY_RUN_MESSAGE, enforced.version(pol),
+                                          reason="DryRun")
                 continue
             applied.append(pkey)
+            if self.enforced.new_version(pkey, pol):
+                fresh.append((pkey, enforced.version(pol)))
             for spec in mine:
                 spec = audit.logged(spec, mode)
                 # a shared ACL names the first policy; it logs if any policy asks
@@ -317,11 +335,13 @@ class PolicyFeature(Feature):
             changes.append(lambda api: ensure.PortGroupAddPorts(api, pg, sorted(want)))
         if (not changes and have is not None and listed == ids[names.EXT_POLICIES]
                 and acl.acls_are(self.ctl.nb, pg, specs_list)):
+            self.enforced.written_all(fresh)    # (a policy that changed nothing in NB)
             return     # the replica already holds exactly this
         # ONE transaction: group, peers' sets, members and ACLs change together
         self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, ids), *changes,
                              lambda api: acl.EnsurePortGroupACLs(api, pg, specs_list)],
                             what=f"NetworkPolicy group {key}")
+        self.enforced.written_all(fresh)
         LOG.info("NetworkPolicy group %s: %d policies (%s%s), %d pods, %d ACLs", key,
                  len(applied), ", ".join(applied[:3]), ", ..." if len(applied) > 3 else "",
                  len(want), len(specs_list))
@@ -416,6 +436,24 @@ class PolicyFeature(Feature):
 
     def _addresses(self, name: str) -> set[str] | None:
         return ensure.address_set_addresses(self.ctl.nb, name)
+
+    def _report_enforced(self, key: str, ok, message: str, tag, reason: str = "") -> None:
+        """NetworkPolicy has no status: annotations pacific.io/enforced and
+        -message, and an Event, once per version."""
+        ns, _, name = key.partition("/")
+        pol = self.ctl.informer("policies").get(key)
+        if pol is None or enforced.version(pol) != tag:
+            return       # gone, or a newer version has its own barrier
+        fields = enforced.status_fields(ok, message)
+        ann = {names.ANN_ENFORCED: fields["enforced"],
+               names.ANN_ENFORCED_MESSAGE: fields["enforcedMessage"]}
+        have = model.meta(pol).get("annotations") or {}
+        if all(have.get(k) == v for k, v in ann.items()):
+            return
+        r.patch_merge(self.ctl.kube, r.NETWORKPOLICIES, name, {"metadata": {"annotations": ann}}, ns)
+        self.ctl.event(pol, reason or ("Enforced" if ok else "NotEnforced"),
+                       f"NetworkPolicy {key}: {message}",
+                       type="Normal" if ok or reason else "Warning")
 
     def _observe(self, gkey: str, observed: dict) -> None:
         """The group's dry-run policies' observers to the audit feature (and

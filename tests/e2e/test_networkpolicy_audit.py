@@ -149,3 +149,26 @@ def test_an_administrator_audits_a_tenant_s_isolation(audited):
         r.patch_merge(api, r.NAMESPACES, "z", {"metadata": {"labels": {names.LABEL_TENANT: "np"}}})
         annotate(api, r.NAMESPACES, "x", None, {names.ANN_AUDIT: None})
     wait_until(lambda: reached(sb, ips, ("z", "a"), ("x", "b")), 20, what="z back in tenant np")
+
+
+def test_a_networkpolicy_says_when_every_chassis_enforces_it_and_then_it_does(audited):
+    sb, api, ips = audited
+    apply(api, web_from_b("told", {}))
+
+    def said():
+        ann = (r.get(api, r.NETWORKPOLICIES, "told", "x") or {}).get("metadata", {}) \
+            .get("annotations") or {}
+        return ann if ann.get(names.ANN_ENFORCED) == "True" else None
+    ann = wait_until(said, 20, what="pacific.io/enforced=True on the NetworkPolicy")
+    # one probe each, right away: no retry, the annotation is the promise
+    assert not reached(sb, ips, ("x", "c"), ("x", "a"))
+    assert reached(sb, ips, ("x", "b"), ("x", "a"))
+    assert "every chassis applied it" in ann[names.ANN_ENFORCED_MESSAGE]
+    events = [e for e in r.list_(api, r.EVENTS, "x")[0]
+              if e["involvedObject"].get("name") == "told" and e["reason"] == "Enforced"]
+    assert events and events[0]["type"] == "Normal"
+    # a new version (here: dry-run) is told again
+    annotate(api, r.NETWORKPOLICIES, "told", "x", {names.ANN_ENFORCEMENT: "dry-run"})
+    wait_until(lambda: (r.get(api, r.NETWORKPOLICIES, "told", "x")["metadata"]["annotations"]
+                        .get(names.ANN_ENFORCED) == "False"), 20, what="enforced=False (dry-run)")
+    wait_until(lambda: reached(sb, ips, ("x", "c"), ("x", "a")), 20, what="dry-run lifts it")
