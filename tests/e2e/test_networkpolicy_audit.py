@@ -16,20 +16,16 @@ from controller_fixtures import wait_until
 from pacific import names
 from pacific.kube import resources as r
 from pacific.tools import flows
-from test_networkpolicy import apply, clean, np_env, pol, probe  # noqa: F401
-from test_networkpolicy_tiers import clean_cnps, cnp, enforced, ns_sel
+from test_networkpolicy import apply, np_env, pol, probe  # noqa: F401
+from test_networkpolicy_tiers import cnp, enforced, ns_sel, tiers  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 @pytest.fixture
-def audited(np_env):
-    sb, api, ips = np_env
-    clean(api)
-    clean_cnps(api)
-    yield sb, api, ips
-    clean(api)
-    clean_cnps(api)
+def audited(tiers):
+    """The shared pods, no NetworkPolicy nor ClusterNetworkPolicy before or after."""
+    return tiers
 
 
 def paths(sb) -> list[str]:
