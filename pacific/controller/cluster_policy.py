@@ -105,11 +105,29 @@ class ClusterPolicyFeature(Feature):
         return [model.meta(o)["name"] for o in self.ctl.informer("cnps").list()]
 
     def _on_pod(self, old, new):
-        """A pod's address or labels changed: it may enter or leave subjects and peers."""
-        if old is not None and new is not None and model.labels_of(old) == model.labels_of(new) \
-                and contract.own_record(old) == contract.own_record(new):
-            return ()
-        return self._all()
+        """A pod's address or labels changed: the policies whose subject or pod
+        peers it enters or leaves, or selects with a new address (and those not
+        parsed yet)."""
+        rec_old = contract.own_record(old) if old is not None else None
+        rec_new = contract.own_record(new) if new is not None else None
+        if rec_old == rec_new and (old is None or new is None or
+                                   model.labels_of(old) == model.labels_of(new)):
+            return ()       # no address before or after, or nothing policies read changed
+        ns_obj = self.ctl.informer("namespaces").get(model.meta(new or old).get("namespace"))
+        ns_labels = model.labels_of(ns_obj) if ns_obj else {}
+        before = model.labels_of(old) if rec_old is not None else None
+        after = model.labels_of(new) if rec_new is not None else None
+        with self._lock:
+            parsed = dict(self._parsed)
+        keys = []
+        for name, pol in parsed.items():
+            sels = [pol.subject, *(p.selection for rule in pol.rules for p in rule.peers
+                                   if p.kind in ("namespaces", "pods"))]
+            was = [before is not None and cp.selects_pod(s, ns_labels, before) for s in sels]
+            now = [after is not None and cp.selects_pod(s, ns_labels, after) for s in sels]
+            if was != now or (rec_old != rec_new and any(was + now)):
+                keys.append(name)
+        return keys + [n for n in self._all() if n not in parsed]
 
     def _on_namespace(self, old, new):
         if old is not None and new is not None and model.labels_of(old) == model.labels_of(new):

@@ -222,3 +222,25 @@ def test_a_new_pod_joins_the_subject_in_its_own_transaction():
     port = names.pod_lsp_name("a1", "late")
     cmds = [c for w, c in ctl.writer.writes if w == f"pod port {port}"][0]
     assert group_name("s") in {c.name for c in cmds if isinstance(c, ensure.PortGroupAddPorts)}
+
+
+def test_a_pod_event_wakes_only_the_policies_whose_selection_of_it_changes():
+    ctl = setup()
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("web-only", subject={"pods": {
+        "namespaceSelector": {}, "podSelector": {"matchLabels": {"app": "web"}}}},
+        ingress=[{"action": "Deny", "from": [{"namespaces": {"matchLabels": {"team": "b"}}}]}]))
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("team-a", ingress=[
+        {"action": "Deny", "from": [{"pods": {"namespaceSelector": {},
+                                              "podSelector": {"matchLabels": {"app": "db"}}}}]}]))
+    drain(ctl)
+    feat = next(f for f in ctl.features if f.name == "cluster-policy")
+    db = r.get(ctl.kube, r.PODS, "db", "a1")
+    relabel = lambda pod, labels: {**pod, "metadata": {**pod["metadata"], "labels": labels}}  # noqa: E731
+    # a1/db: subject of team-a (namespace team=a) and its peer (app=db); not web-only's
+    assert feat._on_pod(db, relabel(db, {"app": "db", "tier": "x"})) == []    # nothing moves
+    assert feat._on_pod(db, relabel(db, {"app": "cache"})) == ["team-a"]      # leaves the peer
+    assert sorted(feat._on_pod(db, relabel(db, {"app": "web"}))) == ["team-a", "web-only"]
+    # b1/db (team b): web-only's peer by its namespace, team-a's peer by its label
+    b_db = r.get(ctl.kube, r.PODS, "db", "b1")
+    assert sorted(feat._on_pod(b_db, None)) == ["team-a", "web-only"]         # deleted
+    assert feat._on_pod(None, relabel(b_db, {"app": "x"})) == ["web-only"]    # added: a new address
