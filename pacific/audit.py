@@ -134,10 +134,12 @@ def parse_line(line: str) -> dict | None:
         return None
     proto, _, rest = m["flow"].partition(",")
     flow = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
+    arp = proto == "arp"      # who asks (or answers) for whom: its sender and target
     return {"time": m["time"], "name": m["name"].replace('\\"', '"'), "verdict": m["verdict"],
             "severity": m["severity"], "direction": m["direction"],
             "protocol": PROTOCOLS.get(proto, proto.upper()),
-            "src": flow.get("nw_src"), "dst": flow.get("nw_dst"),
+            "src": flow.get("arp_spa" if arp else "nw_src"),
+            "dst": flow.get("arp_tpa" if arp else "nw_dst"),
             "sport": _int(flow.get("tp_src")), "dport": _int(flow.get("tp_dst")),
             "icmp_type": _int(flow.get("icmp_type"))}
 

@@ -18,8 +18,9 @@ time, node, verdict (allow, deny, would-deny), protocol, both ends (pod or
 address, port) and the policy and rule that decided.  Every pacific-node writes
 them to its --flow-log ({names.FLOW_LOG}); this reads those of a sandbox's
 nodes (--sandbox) or the files named, merges them by time, filters, and with
---follow keeps printing new ones.  On a cluster, run it on a node or in a
-pacific-node pod (kubectl exec), where the default file is.  OVN writes at most
+--follow keeps printing new ones.  On a cluster, --cluster reads every
+pacific-node pod's records through the API server (kubectl exec), or run it
+on a node, where the default file is.  OVN writes at most
 --audit-rate records per second per ACL (pacific-controller)."""
 
 
@@ -30,6 +31,10 @@ def register(sub) -> None:
     p.add_argument("files", nargs="*", metavar="FILE",
                    help=f"records files (default: {names.FLOW_LOG}, or the sandbox's nodes')")
     p.add_argument("--sandbox", metavar="NAME", help="every node of sandbox NAME")
+    p.add_argument("--cluster", action="store_true",
+                   help="every pacific-node pod's records, through the API server (kubectl "
+                   f"exec in {names.PACIFIC_NAMESPACE}: administrators' right)")
+    p.add_argument("--kubeconfig", help="with --cluster (default: $KUBECONFIG)")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
     p.add_argument("-n", "--namespace", help="records with either end, or the policy, in it")
     p.add_argument("--pod", metavar="NS/NAME", help="records with this pod at either end")
@@ -54,16 +59,29 @@ def paths_of(args) -> list[str]:
 
 def cmd_flows(args) -> int:
     from pacific.tools import flows
-    paths = paths_of(args)
     filters = {"namespace": args.namespace, "pod": args.pod, "policy": args.policy,
                "verdict": args.verdict}
     show = (lambda rec: json.dumps(rec, sort_keys=True)) if args.json else flows.line
+    if args.cluster:
+        import threading
+        from pacific.kube import client
+        from pacific.tools import flowsremote
+        try:
+            api = client.load(args.kubeconfig)
+            now = flowsremote.read(api, filters, args.since)
+        except Exception as e:        # ApiError, OSError, the client library's own
+            print(f"error: reading the nodes' records: {e}", file=sys.stderr)
+            return 2
+        later = flowsremote.follow(api, filters, threading.Event()) if args.follow else ()
+    else:
+        paths = paths_of(args)
+        now = flows.read(paths, filters, args.since)
+        later = flows.follow(paths, filters) if args.follow else ()
     try:
-        for rec in flows.read(paths, filters, args.since):
+        for rec in now:
             print(show(rec), flush=True)
-        if args.follow:
-            for rec in flows.follow(paths, filters):
-                print(show(rec), flush=True)
+        for rec in later:
+            print(show(rec), flush=True)
     except KeyboardInterrupt:
         return 0
     except BrokenPipeError:

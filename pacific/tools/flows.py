@@ -37,12 +37,21 @@ def _parse(line: str) -> dict | None:
     return rec if isinstance(rec, dict) and "policy" in rec else None
 
 
+def parse_text(text: str) -> list[dict]:
+    """Records of a records file's text (e.g. read through `kubectl exec`)."""
+    return [rec for line in text.splitlines() if (rec := _parse(line)) is not None]
+
+
+def select(records, filters: dict, since: str | None = None) -> list[dict]:
+    out = [rec for rec in records
+           if (since is None or rec.get("time", "") >= since) and audit.matches(rec, **filters)]
+    return sorted(out, key=lambda rec: rec.get("time", ""))
+
+
 def read(paths: list[str], filters: dict, since: str | None = None) -> list[dict]:
     """Every record of `paths` that passes `filters` (audit.matches' keywords)
     and is at or after `since` (an ISO time), oldest first."""
-    out = [rec for p in paths for rec in _records(p)
-           if (since is None or rec.get("time", "") >= since) and audit.matches(rec, **filters)]
-    return sorted(out, key=lambda rec: rec.get("time", ""))
+    return select((rec for p in paths for rec in _records(p)), filters, since)
 
 
 def follow(paths: list[str], filters: dict, stop: threading.Event | None = None

@@ -61,6 +61,39 @@ def test_deployment_pods_talk_across_nodes(dep):
             assert out == "hello from pacific\n"
 
 
+def test_audit_records_of_every_node_pod_through_the_api_server(dep):
+    """pacific-node as a pod reads ovn-controller's log from the host and
+    writes its records there; `pacific flows --cluster` reads every node's."""
+    import json
+    import subprocess
+    import sys
+    sb, api = dep
+    pods = wait_until(lambda: len(running(api, "kl", "app=web")) == 4 and
+                      running(api, "kl", "app=web"), 120, what="the 4 web pods (test above)")
+    target = pods[0]
+    src = next(p for p in pods if p["spec"]["nodeName"] != target["spec"]["nodeName"])
+    kubectl(sb, "apply", "-f", "-", input=json.dumps({
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "deny-one", "namespace": "kl",
+                     "annotations": {names.ANN_AUDIT: "deny"}},
+        "spec": {"podSelector": {"matchLabels": {"app": "web"}}, "policyTypes": ["Ingress"]}}))
+    pacific = os.path.join(os.path.dirname(sys.executable), "pacific")
+
+    def denied_and_recorded():
+        kubectl(sb, "-n", "kl", "exec", src["metadata"]["name"], "--", "wget", "-T", "1",
+                "-qO-", f"http://{target['status']['podIP']}:8080/", check=False)
+        out = subprocess.run([pacific, "flows", "--cluster", "--kubeconfig",
+                              k8s.kubeconfig_path(sb), "--json", "--verdict", "deny",
+                              "--pod", f"kl/{target['metadata']['name']}"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return [json.loads(x) for x in out.stdout.splitlines()]
+    recs = wait_until(denied_and_recorded, 60, interval=1, what="a deny record via --cluster")
+    assert recs[-1]["node"] == target["spec"]["nodeName"]
+    assert recs[-1]["policy"]["name"] == "deny-one"
+    assert recs[-1]["src"]["pod"] == f"kl/{src['metadata']['name']}"
+
+
 def test_down_leaves_no_mount_point_behind(dep):
     sb, _ = dep
     made = []

@@ -97,6 +97,16 @@ def test_a_log_line_becomes_a_record_in_kubernetes_terms():
     assert dry["verdict"] == "would-deny" and dry["policy"]["name"] == "web"
 
 
+def test_an_arp_line_names_its_sender_and_target():
+    line = ('2026-11-27T06:17:32.000Z|00020|acl_log(ovn_pinctrl0)|INFO|name="tenant:other", '
+            'verdict=drop, severity=info, direction=to-lport: arp,vlan_tci=0x0000,'
+            'dl_src=0a:58:0a:10:00:03,dl_dst=0a:58:0a:10:00:08,arp_spa=10.16.0.3,'
+            'arp_tpa=10.16.0.8,arp_op=2,arp_sha=0a:58:0a:10:00:03,arp_tha=0a:58:0a:10:00:08')
+    rec = audit.record(audit.parse_line(line), "n", {"10.16.0.8": "z/a"}.get)
+    assert (rec["protocol"], rec["src"]["ip"], rec["dst"]["pod"]) == ("ARP", "10.16.0.3", "z/a")
+    assert rec["policy"]["kind"] == "Tenant" and rec["policy"]["name"] == "other"
+
+
 @pytest.mark.parametrize("name, want", [
     ("cnp:mon:ingress/2", ("ClusterNetworkPolicy", "", "mon", "ingress/2")),
     ("tenant:blue", ("Tenant", "", "blue", "isolation")),
