@@ -80,7 +80,8 @@ def test_audit_records_of_every_node_pod_through_the_api_server(dep):
     pacific = os.path.join(os.path.dirname(sys.executable), "pacific")
 
     def denied_and_recorded():
-        kubectl(sb, "-n", "kl", "exec", src["metadata"]["name"], "--", "wget", "-T", "1",
+        # (busybox's wget -T crashes here; `timeout` ends the refused attempt)
+        kubectl(sb, "-n", "kl", "exec", src["metadata"]["name"], "--", "timeout", "2", "wget",
                 "-qO-", f"http://{target['status']['podIP']}:8080/", check=False)
         out = subprocess.run([pacific, "flows", "--cluster", "--kubeconfig",
                               k8s.kubeconfig_path(sb), "--json", "--verdict", "deny",
