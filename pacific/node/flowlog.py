@@ -25,6 +25,7 @@ from collections import OrderedDict
 
 from pacific import audit
 from pacific.kube import resources as r
+from pacific.node import metrics
 from pacific.node.feature import InformerSpec, NodeFeature
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,8 @@ class FlowLog(NodeFeature):
         with open(self.dest, "a") as f:
             f.write("".join(json.dumps(rec, sort_keys=True) + "\n" for rec in records))
         self.records += len(records)
+        for rec in records:
+            metrics.FLOW_RECORDS.labels(rec["verdict"]).inc()
 
     def _load_pos(self) -> tuple[int, int]:
         """Where the last run stopped; a first run starts at the source's end

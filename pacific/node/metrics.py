@@ -9,6 +9,7 @@
 | pacific_node_mgmt_port_ready | gauge | (1 once ovn0 converged to the Node annotations) |
 | pacific_node_tunnel_peer_up | gauge | peer (chassis): 1 while its tunnel endpoint answers (health.py) |
 | pacific_node_port_settings_applied_total | counter | setting (qos, mirror), result (ok, error) |
+| pacific_node_flow_records_total | counter | verdict (allow, deny, would-deny, pass): audit records written (flowlog.py) |
 
 command: ADD, DEL, CHECK, GC, STATUS, or "invalid" (did not parse); result: the
 CNI error code answered, "0" = success.  ADD's duration includes waiting for
@@ -45,6 +46,8 @@ TUNNEL_UP = Gauge("pacific_node_tunnel_peer_up", "1 while the peer chassis' tunn
 SETTINGS_APPLIED = Counter("pacific_node_port_settings_applied", "Port settings applied to a "
                            "pod's port by the pod loop (bandwidth, mirroring)",
                            ["setting", "result"])
+FLOW_RECORDS = Counter("pacific_node_flow_records", "Audit records written to --flow-log (one "
+                       "per connection and verdict of a logging or dry-run policy)", ["verdict"])
 INVALID = "invalid"   # command label of requests that could not be parsed
 
 for _c in ("ADD", "DEL", "CHECK", "GC", "STATUS"):      # export zeros before the first one

@@ -60,12 +60,16 @@ def follow(paths: list[str], filters: dict, stop: threading.Event | None = None
     or created meanwhile is read from its start)."""
     stop = stop or threading.Event()
     pos = {}
-    for p in paths:
+    for p in paths:          # now, at the call (not at the first next())
         try:
             st = os.stat(p)
             pos[p] = (st.st_ino, st.st_size)
         except FileNotFoundError:
             pos[p] = (0, 0)
+    return _follow(paths, filters, stop, pos)
+
+
+def _follow(paths, filters, stop, pos):
     while not stop.is_set():
         batch = []
         for p in paths:

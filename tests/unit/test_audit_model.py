@@ -138,6 +138,8 @@ def _flowlog(tmp_path):
 
 
 def test_the_node_turns_new_lines_into_records_once_per_connection(tmp_path):
+    from pacific.node import metrics
+    denied = metrics.FLOW_RECORDS.labels("deny")._value.get()
     fl, src, dest = _flowlog(tmp_path)
     fl.converge()                   # a first start: what was logged before is history
     assert not dest.exists()
@@ -149,6 +151,7 @@ def test_the_node_turns_new_lines_into_records_once_per_connection(tmp_path):
     recs = [json.loads(x) for x in dest.read_text().splitlines()]
     assert [r_["src"]["port"] for r_ in recs] == [36150, 36151]   # the ack: same connection
     assert recs[0]["src"]["pod"] == "default/b" and recs[0]["dst"]["pod"] is None
+    assert metrics.FLOW_RECORDS.labels("deny")._value.get() == denied + 2
     # a restart goes on where the last run stopped; the partial line waits for its end
     fl2 = FlowLog(NodeContext(fl.ctx.args))
     with open(src, "a") as f:
@@ -171,8 +174,10 @@ def test_pacific_flows_follows_new_records(tmp_path):
     rec = audit.record(audit.parse_line(LINE), "n", lambda ip: None)
     got = []
 
+    records = flows.follow([str(path)], {"verdict": "deny"}, stop)   # from this moment
+
     def reader():
-        for x in flows.follow([str(path)], {"verdict": "deny"}, stop):
+        for x in records:
             got.append(x)
             stop.set()
     t = threading.Thread(target=reader)
