@@ -54,15 +54,7 @@ def _np_env(make_sandbox):
             if r.get(api, r.NAMESPACES, ns) is None:
                 r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": {
                     "ns": ns, names.LABEL_TENANT: "np"}}})
-            added = sandboxpods.add_pod(sandbox, ns, pod, ("node1", "node2")[i % 2], api=api,
-                                        labels={"pod": pod}, container_ports=NAMED)
-            POD_NETNS[(sandbox.name, ns, pod)] = added.netns
-            for port in (80, 81):
-                p = subprocess.Popen(["ip", "netns", "exec", added.netns,
-                                      sys.executable, NETCHECK, "serve", str(port)],
-                                     stdout=subprocess.PIPE, text=True)
-                servers.append(p)
-                assert p.stdout.readline().strip() == "ready"
+            serving_pod(sandbox, api, ns, pod, ("node1", "node2")[i % 2], servers)
         ips = {(ns, pod): contract.own_record(r.get(api, r.PODS, pod, ns)).ip
                for ns, pod in itertools.product(NSS, PODS)}
         yield sandbox, api, ips
@@ -70,6 +62,22 @@ def _np_env(make_sandbox):
         for p in servers:
             p.kill()
             p.wait()
+
+
+def serving_pod(sandbox, api, ns, pod, node, servers: list) -> str:
+    """Pod `pod` of `ns` on `node` (label pod=<pod>, the NAMED container ports)
+    with netcheck's TCP and UDP echo on ports 80 and 81 (their processes
+    appended to `servers`: the caller kills them); its netns, also in POD_NETNS."""
+    added = sandboxpods.add_pod(sandbox, ns, pod, node, api=api, labels={"pod": pod},
+                                container_ports=NAMED)
+    POD_NETNS[(sandbox.name, ns, pod)] = added.netns
+    for port in (80, 81):
+        p = subprocess.Popen(["ip", "netns", "exec", added.netns,
+                              sys.executable, NETCHECK, "serve", str(port)],
+                             stdout=subprocess.PIPE, text=True)
+        servers.append(p)
+        assert p.stdout.readline().strip() == "ready"
+    return added.netns
 
 
 def probe(sb, src, ip, proto, port) -> bool:
@@ -91,16 +99,19 @@ def explain(sb, src, dst, proto, port) -> str:
         (cp.stdout + cp.stderr)[-3000:]
 
 
-def check(sb, ips, allowed, timeout=15.0):
+def check(sb, ips, allowed, timeout=15.0, probes=PROBES, targets=None):
     """Every pair and probe as allowed(src, dst, proto, port) says.  Probes that
     disagree are probed again until they agree or the timeout passes (policies
     apply within a second; a lone probe can also lose a packet on this busy
-    2-core machine): every case must agree at some point, none is skipped."""
-    cases = [(s, d, pr, pt) for s, d in itertools.permutations(ips, 2) for pr, pt in PROBES]
+    2-core machine): every case must agree at some point, none is skipped.
+    `probes`: the (proto, port) tried on each pair; `targets`: more
+    destinations ({key: ip}, e.g. nodes) that are no sources."""
+    dsts = {**ips, **(targets or {})}
+    cases = [(s, d, pr, pt) for s in ips for d in dsts if d != s for pr, pt in probes]
     deadline = time.monotonic() + timeout
     while True:
         with ThreadPoolExecutor(8) as pool:
-            got = list(pool.map(lambda c: probe(sb, c[0], ips[c[1]], c[2], c[3]), cases))
+            got = list(pool.map(lambda c: probe(sb, c[0], dsts[c[1]], c[2], c[3]), cases))
         wrong = [(c, ok) for c, ok in zip(cases, got) if ok != allowed(*c)]
         if not wrong:
             return

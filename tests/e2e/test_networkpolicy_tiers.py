@@ -64,11 +64,15 @@ def tiers(np_env):
     clean_cnps(api)
 
 
-def enforced(api, name, timeout=30.0) -> dict:
+def enforced(api, name, timeout=30.0, generation=0) -> dict:
+    """Its conditions once Enforced is True (for `generation` or a later one:
+    after a change, the True of the one before does not count)."""
     def cond():
         o = r.get(api, r.CLUSTERNETWORKPOLICIES, name) or {}
         c = {x["type"]: x for x in (o.get("status") or {}).get("conditions") or []}
-        return c if c.get("Enforced", {}).get("status") == "True" else None
+        e = c.get("Enforced", {})
+        return c if e.get("status") == "True" and e.get("observedGeneration", 0) >= generation \
+            else None
     return wait_until(cond, timeout, what=f"ClusterNetworkPolicy {name} Enforced")
 
 
