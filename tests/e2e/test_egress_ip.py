@@ -127,10 +127,15 @@ def test_selected_pods_leave_with_their_egress_ip_tcp_and_udp_on_every_node(env)
     # the two addresses start on different nodes, each held by exactly one
     wait_until(lambda: sorted(h for ip in (EIP_A, EIP_B) for h in holders(sb, ip)) ==
                ["node1", "node2"], 20, what="each address held by its own node")
-    st = wait_until(lambda: (lambda s: s if len([i for i in s.get("items", []) if i.get("node")])
-                             == 2 else None)(status(api)), 20, what="status names both holders")
-    assert {i["egressIP"]: i["node"] for i in st["items"]} == {
-        ip: holders(sb, ip)[0] for ip in (EIP_A, EIP_B)}
+    # the status follows the holders (written after the controller's SB replica saw them:
+    # a status read at once may still name where an address was a moment before)
+    def agrees():
+        st = status(api)
+        held = {ip: holders(sb, ip) for ip in (EIP_A, EIP_B)}
+        said = {i["egressIP"]: i.get("node") for i in st.get("items", [])}
+        return st if all(len(h) == 1 for h in held.values()) and said == {
+            ip: h[0] for ip, h in held.items()} else None
+    st = wait_until(agrees, 20, what="status names both holders as SB does")
     assert sum(i["pods"] for i in st["items"]) == 2 and st["refused"] == []
     # every chassis applied the EgressIP's rows (the nb_cfg/hv_cfg barrier)
     st = wait_until(lambda: (lambda s: s if s.get("enforced") == "True" else None)(status(api)),
