@@ -129,7 +129,8 @@ def failover_sample(sb, netns: str, dest: str, port: int, fault, old, new,
     after = [t for t, who in lines if t > cut_at and new(who)]
     if not after:            # a crash that lasted the whole probe is a disturbed sample too
         crashes = vswitchd_crashes(sb, since)
-        assert crashes, f"never answered the new way after the fault: {out[-400:]}"
+        assert crashes, (f"never answered the new way after the fault: {out[-400:]}\n"
+                         f"after the fault:\n{failover_timeline(sb, since)}")
         return Sample(float("inf"), out, since, crashes, [])
     before = [t for t, who in lines if old(who) and t < after[0]]
     outage = after[0] - max(max(before, default=cut_at), cut_at - 0.02)
