@@ -27,7 +27,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e"))
 
+from controller_fixtures import wait_until  # noqa: E402
 from pacific import contract, names  # noqa: E402
 from pacific.kube import client  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
@@ -75,14 +77,6 @@ def count_lines(path: str, needle: str) -> tuple[int, int]:
     except FileNotFoundError:
         return 0, 0
     return data.count(needle.encode()), len(data)
-
-
-def wait(cond, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 def set_meter(nb_remote: str, rate: int) -> None:
@@ -134,8 +128,8 @@ def main() -> int:
             "metadata": {"name": "deny", "namespace": NS},
             "spec": {"podSelector": {"matchLabels": {"app": "server"}},
                      "policyTypes": ["Ingress"]}}, NS)
-        wait(lambda: (r.get(api, r.NETWORKPOLICIES, "deny", NS)["metadata"].get("annotations")
-                      or {}).get(names.ANN_ENFORCED) == "True", 30, "the policy enforced")
+        wait_until(lambda: (r.get(api, r.NETWORKPOLICIES, "deny", NS)["metadata"].get("annotations")
+                            or {}).get(names.ANN_ENFORCED) == "True", 30, what="the policy enforced")
         node2 = sb.node("node2")
         flows_path = nodedaemons.flow_log(node2)
         ctl_log = nodedaemons.ovn_controller_log(node2)
@@ -150,7 +144,7 @@ def main() -> int:
         def logging():
             with Query(sb.nb_remote, "OVN_Northbound") as q:
                 return any(row["log"] for row in q.select("ACL", ["log"]))
-        wait(logging, 30, "ACLs logging")
+        wait_until(logging, 30, what="ACLs logging")
         time.sleep(1.0)     # ovn-controller applied it (no barrier for an annotation yet)
         rows[f"B. audited, meter {names.AUDIT_RATE}/s"] = phase(
             sb, cl, server_ip, args.rate, args.seconds, flows_path, ctl_log, pids)
