@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from pacific import names
+from pacific import audit, names
 from pacific.controller import informers
 from pacific.controller.feature import Feature
 from pacific.ovn import acl, ensure
@@ -54,6 +54,16 @@ class AuditFeature(Feature):
             else:
                 self._observers.pop(owner, None)
         self.queue.add(KEY)
+
+    def enforcing(self, owner: str, specs: list, mode: audit.Audit) -> list:
+        """The ACLs of policy `owner` to write where they decide: all of them,
+        logged as `mode` asks; or, for a dry-run policy, none, its observers
+        held here instead (and otherwise none held for it)."""
+        if mode.dry_run:
+            self.publish(owner, audit.observers(specs, mode, owner))
+            return []
+        self.publish(owner, [])
+        return [audit.logged(s, mode) for s in specs]
 
     def observing(self) -> int:
         with self._lock:

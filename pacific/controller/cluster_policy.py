@@ -96,9 +96,9 @@ class ClusterPolicyFeature(Feature):
 
     def _on_cnp(self, old, new):
         if old is not None and new is not None and old.get("spec") == new.get("spec") and \
-                model.meta(old).get("generation") == model.meta(new).get("generation"):
-            if audit.of(old) == audit.of(new):
-                return ()       # our own status write
+                model.meta(old).get("generation") == model.meta(new).get("generation") and \
+                audit.of(old) == audit.of(new):
+            return ()       # our own status write
         return (model.meta(new or old)["name"],)
 
     def _all(self) -> list[str]:
@@ -187,12 +187,8 @@ class ClusterPolicyFeature(Feature):
         specs, sets, notes, subject = self._compile(key, pol)
         mode, problems = audit.of(obj)
         if mode.dry_run:      # observed on every Subnet switch, enforced nowhere
-            self.audit.publish(f"cnp:{key}", audit.observers(specs, mode, f"cnp:{key}"))
             notes = [*notes, f"dry-run: {len(specs)} ACLs observe, none enforces"]
-            specs = []
-        else:
-            self.audit.publish(f"cnp:{key}", [])
-            specs = [audit.logged(s, mode) for s in specs]
+        specs = self.audit.enforcing(f"cnp:{key}", specs, mode)
         notes += problems
         changed = self._write(key, pol, specs, sets, {p.port for p in subject})
         with self._lock:

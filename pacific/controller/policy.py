@@ -42,11 +42,11 @@ from pacific import audit, clusterpolicy, contract, names
 from pacific.controller import enforced, informers, model
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
-from pacific.kube import resources as r
 from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
                                              canonical, compile_policy, peer_moved, peer_pods,
                                              pod_matters, selector_matches)
+from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
 LOG = logging.getLogger(__name__)
@@ -141,7 +141,6 @@ class PolicyFeature(Feature):
         super().__init__(ctl)
         self._lock = threading.Lock()
         self._reported: dict[str, str] = {}
-        self._observed: dict[str, set[str]] = {}     # group -> its dry-run policies' owners
         self.enforced = EnforcedTracker(self, self._report_enforced)
         # the pods and namespace labels every policy is compiled against, kept
         # from the informers' events (namespace -> pod name -> PodInfo): a
@@ -166,6 +165,7 @@ class PolicyFeature(Feature):
         before, after = self.index.update(key, new)
         if new is None:
             self.enforced.forget(key)
+            self.audit.publish(f"np:{key}", [])      # its observers, if it was a dry-run
         elif old is not None and old.get("spec") == new.get("spec") and \
                 audit.of(old) == audit.of(new):
             return ()         # its labels, or the controller's own enforced annotations
@@ -283,7 +283,6 @@ class PolicyFeature(Feature):
         policies = [(k, pol) for k in self.index.policies_of(key)
                     if (pol := cache.get(k)) is not None and group_key(pol) == key]
         if not policies:
-            self._observe(key, {})
             if self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY_GROUP, key):
                 self.ctl.writer.run([lambda api: ensure.DeletePortGroup(api, pg)],
                                     what=f"NetworkPolicy group {key} removed")
@@ -292,7 +291,7 @@ class PolicyFeature(Feature):
         world = self.world()
         specs: dict[tuple, acl.AclSpec] = {}
         sets: dict[str, frozenset] = {}
-        want, applied, observed, fresh = None, [], {}, []
+        want, applied, fresh = None, [], []
         for pkey, pol in policies:
             mode, problems = audit.of(pol)
             try:
@@ -303,9 +302,8 @@ class PolicyFeature(Feature):
             self._report(pol, pkey, "; ".join(problems) or None, "InvalidAudit")
             want = set(ports)
             sets.update(n_ips for r_ in rules for n_ips in r_.address_sets)
-            mine = self._acls(pkey, pg, types, rules)
+            mine = self.audit.enforcing(f"np:{pkey}", self._acls(pkey, pg, types, rules), mode)
             if mode.dry_run:     # observed, not enforced (pacific/audit.py)
-                observed[f"np:{pkey}"] = audit.observers(mine, mode, f"np:{pkey}")
                 if self.enforced.new_version(pkey, pol):
                     self._report_enforced(pkey, False, DRY_RUN_MESSAGE, enforced.version(pol),
                                           reason="DryRun")
@@ -314,11 +312,9 @@ class PolicyFeature(Feature):
             if self.enforced.new_version(pkey, pol):
                 fresh.append((pkey, enforced.version(pol)))
             for spec in mine:
-                spec = audit.logged(spec, mode)
                 # a shared ACL names the first policy; it logs if any policy asks
                 if spec.key not in specs or (spec.log and not specs[spec.key].log):
                     specs[spec.key] = spec
-        self._observe(key, observed)
         if want is None:
             return        # no policy of the group applies: what NB holds stays (reported)
         specs_list = list(specs.values())
@@ -454,19 +450,6 @@ class PolicyFeature(Feature):
         self.ctl.event(pol, reason or ("Enforced" if ok else "NotEnforced"),
                        f"NetworkPolicy {key}: {message}",
                        type="Normal" if ok or reason else "Warning")
-
-    def _observe(self, gkey: str, observed: dict) -> None:
-        """The group's dry-run policies' observers to the audit feature (and
-        none any more for its policies that are gone or enforce now)."""
-        with self._lock:
-            before = self._observed.get(gkey, set())
-            self._observed[gkey] = set(observed)
-            if not observed:
-                self._observed.pop(gkey)
-        for owner in before - set(observed):
-            self.audit.publish(owner, [])
-        for owner, specs in observed.items():
-            self.audit.publish(owner, specs)
 
     def _report(self, pol: dict, key: str, problem: str | None,
                 reason: str = "InvalidNetworkPolicy") -> None:

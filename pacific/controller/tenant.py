@@ -207,7 +207,8 @@ class TenantFeature(Feature):
         """What the tenant's namespaces ask of its isolation's drops: logged if
         any namespace of it says `pacific.io/audit: deny` (or all)."""
         asked = [audit.of(n, policy=False)[0] for n in self.ctl.informer("namespaces").list()
-                 if self.tenant(model.meta(n)["name"]) == tenant]
+                 if names.ANN_AUDIT in (model.meta(n).get("annotations") or {})
+                 and tenant_of(n, model.meta(n)["name"], self.globals)[0] == tenant]
         deny = [a for a in asked if a.deny]
         return audit.Audit(deny=True, severity=deny[0].severity) if deny else audit.OFF
 

@@ -23,7 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 
-from pacific import audit
+from pacific import audit, tailfile
 from pacific.kube import resources as r
 from pacific.node import metrics
 from pacific.node.feature import InformerSpec, NodeFeature
@@ -63,7 +63,6 @@ class FlowLog(NodeFeature):
         self._pods: dict[str, str] = {}          # address -> namespace/name
         self._pos: tuple[int, int] | None = None  # (inode, offset) read up to
         self._seen: OrderedDict[tuple, float] = OrderedDict()   # connection -> last line
-        self.records = 0
 
     def handlers(self):
         return {"ips": self._on_ip}              # no kick: the next pass reads them
@@ -85,30 +84,18 @@ class FlowLog(NodeFeature):
     def converge(self) -> None:
         if self._pos is None:
             self._pos = self._load_pos()
-        try:
-            st = os.stat(self.source)
-        except FileNotFoundError:
-            return
-        inode, offset = self._pos
-        if st.st_ino != inode or st.st_size < offset:
-            inode, offset = st.st_ino, 0           # rotated or truncated: from its start
-        if st.st_size == offset:
-            self._pos = (inode, offset)
-            return
-        with open(self.source, "rb") as f:
-            f.seek(offset)
-            data = f.read(READ_MAX)
-        end = data.rfind(b"\n") + 1               # whole lines only
+        lines, pos = tailfile.new_lines(self.source, self._pos, READ_MAX)
         out = []
         now = time.monotonic()
-        for raw in data[:end].decode(errors="replace").splitlines():
+        for raw in lines:
             entry = audit.parse_line(raw)
             if entry is not None and self._first(entry, now):
                 out.append(audit.record(entry, self.ctx.node_name, self.pod_of))
         if out:
             self._write(out)
-        self._pos = (inode, offset + end)
-        self._save_pos()
+        if pos != self._pos:
+            self._pos = pos
+            self._save_pos()
 
     def _first(self, entry: dict, now: float) -> bool:
         """Is this line the first of its connection (within REPEAT s)?  OVN
@@ -132,7 +119,6 @@ class FlowLog(NodeFeature):
             pass
         with open(self.dest, "a") as f:
             f.write("".join(json.dumps(rec, sort_keys=True) + "\n" for rec in records))
-        self.records += len(records)
         for rec in records:
             metrics.FLOW_RECORDS.labels(rec["verdict"]).inc()
 
@@ -145,11 +131,7 @@ class FlowLog(NodeFeature):
                 return inode, offset
         except (OSError, ValueError):
             pass
-        try:
-            st = os.stat(self.source)
-            return st.st_ino, st.st_size
-        except FileNotFoundError:
-            return 0, 0
+        return tailfile.end_of(self.source)
 
     def _save_pos(self) -> None:
         os.makedirs(os.path.dirname(self.dest) or ".", exist_ok=True)

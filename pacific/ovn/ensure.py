@@ -485,9 +485,7 @@ class EnsureMeter(Command):
             meter.unit = "pktps"
         else:
             bands = list(meter.bands)
-        same = (len(bands) == 1 and bands[0].rate == self.rate
-                and bands[0].burst_size == self.burst and bands[0].action == "drop")
-        if not same:
+        if not _one_band(bands, self.rate, self.burst):
             band = txn.insert(self.api.tables[METER_BAND])
             band.action, band.rate, band.burst_size = "drop", self.rate, self.burst
             meter.bands = [band.uuid]
@@ -502,9 +500,12 @@ def meter_is(api, name: str, rate: int, burst: int) -> bool:
             meter = api.lookup(METER, name)
         except idlutils.RowNotFound:
             return False
-        bands = list(meter.bands)
-        return (len(bands) == 1 and bands[0].rate == rate and bands[0].burst_size == burst
-                and list(meter.fair) == [True])
+        return _one_band(list(meter.bands), rate, burst) and list(meter.fair) == [True]
+
+
+def _one_band(bands: list, rate: int, burst: int) -> bool:
+    return (len(bands) == 1 and bands[0].rate == rate and bands[0].burst_size == burst
+            and bands[0].action == "drop")
 
 
 class _Members(Command):

@@ -7,12 +7,10 @@ them, one JSON object per line), merged by time, filtered, and followed.
 from __future__ import annotations
 
 import json
-import os
 import threading
-import time
 from collections.abc import Iterator
 
-from pacific import audit
+from pacific import audit, tailfile
 
 POLL = 0.2          # s between looks at the files while following
 
@@ -59,13 +57,7 @@ def follow(paths: list[str], filters: dict, stop: threading.Event | None = None
     """Records appended to `paths` from now on, as they come (a file rotated
     or created meanwhile is read from its start)."""
     stop = stop or threading.Event()
-    pos = {}
-    for p in paths:          # now, at the call (not at the first next())
-        try:
-            st = os.stat(p)
-            pos[p] = (st.st_ino, st.st_size)
-        except FileNotFoundError:
-            pos[p] = (0, 0)
+    pos = {p: tailfile.end_of(p) for p in paths}      # now, at the call (not at the first next())
     return _follow(paths, filters, stop, pos)
 
 
@@ -73,24 +65,8 @@ def _follow(paths, filters, stop, pos):
     while not stop.is_set():
         batch = []
         for p in paths:
-            try:
-                st = os.stat(p)
-            except FileNotFoundError:
-                continue
-            inode, offset = pos[p]
-            if st.st_ino != inode or st.st_size < offset:
-                inode, offset = st.st_ino, 0
-            if st.st_size > offset:
-                with open(p, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-                end = data.rfind(b"\n") + 1
-                for line in data[:end].decode(errors="replace").splitlines():
-                    rec = _parse(line)
-                    if rec is not None and audit.matches(rec, **filters):
-                        batch.append(rec)
-                offset += end
-            pos[p] = (inode, offset)
+            lines, pos[p] = tailfile.new_lines(p, pos[p])
+            batch += select(parse_text("\n".join(lines)), filters)
         yield from sorted(batch, key=lambda rec: rec.get("time", ""))
         stop.wait(POLL)
 
@@ -108,14 +84,3 @@ def line(rec: dict) -> str:
     return (f"{rec.get('time', '?')} {rec.get('node', '?'):<8} {rec['verdict']:<10} "
             f"{rec.get('protocol', '?'):<5} {_end(rec['src'])} -> {_end(rec['dst'])}  "
             f"{who}{rule}")
-
-
-def wait_for(paths: list[str], filters: dict, timeout: float, count: int = 1) -> list[dict]:
-    """At least `count` records passing `filters` within `timeout` s (what the
-    files hold included), or those found."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = read(paths, filters)
-        if len(found) >= count or time.monotonic() > deadline:
-            return found
-        time.sleep(POLL)

@@ -26,7 +26,7 @@ ALLOWED = {
 }
 TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "servicesnat", "remotes",
              "selectors", "egressip", "egressfirewall", "multicast", "clusterpolicy",
-             "tenancy", "ovsinstall", "heap", "audit"}
+             "tenancy", "ovsinstall", "heap", "audit", "tailfile"}
 
 
 def _imports(path: pathlib.Path) -> list[str]:
