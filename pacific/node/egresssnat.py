@@ -39,6 +39,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from pacific import egressip, names, servicesnat
 from pacific.node import frontends
+from pacific.node.bfd import SETTLE, BfdSessions
 from pacific.node.feature import NodeFeature
 from pacific.ovn.errors import OvnError
 from pacific.ovn.sb import SbView, SouthboundWatch
@@ -133,11 +134,18 @@ class EgressSnat(NodeFeature):
         self._network: ipaddress.IPv4Network | None = None     # the underlay's, once read
         self._off_underlay: set[str] = set()      # EgressIP addresses said so once
         self._stopping = threading.Event()        # ends the repeated announcements
+        # this chassis' BFD sessions: OVN's claim race on a node coming back (bfd.py)
+        self.bfd = BfdSessions(self.kick)
+        if ctx.ovs is not None:
+            self.bfd.watch(ctx.ovs)
+        self._said: dict[str, str] = {}           # address -> the last deferral logged
 
     def stop(self) -> None:
         self._stopping.set()
         super().stop()
         self._watch(False)
+        if self.ctx.ovs is not None:
+            self.bfd.unwatch(self.ctx.ovs)
 
     def _watch(self, on: bool) -> SbView | None:
         """Keep the SB replica while the node is labelled; what it says now."""
@@ -190,7 +198,7 @@ class EgressSnat(NodeFeature):
             grants = {**egress_ip_grants(view), **grants}
         else:
             sb, grants = {}, {}
-        rules, routes, hold = [], {}, set()
+        rules, routes, hold, keep = [], {}, set(), set()
         for key, g in grants.items():
             holder, router_ip = sb.get(key, (None, None))
             eip = key.startswith(names.EIP_GATEWAY_PREFIX)
@@ -201,20 +209,50 @@ class EgressSnat(NodeFeature):
             host = f"{ipaddress.ip_address(router_ip) + 1}/24"
             for src in g.sources:
                 routes.setdefault(f"{src}/32", (host, router_ip))
-            # a port between two chassis (released, not yet claimed) has no holder:
-            # what this node holds it keeps until another node holds it, instead of
-            # giving it up and announcing it again tens of milliseconds later
-            mine = holder == self.node_name or (holder is None and g.ip in self._held)
-            if mine and (not eip or self._on_underlay(g.ip)):
+            if eip and not self._on_underlay(g.ip):
+                continue
+            claim = self._claim(g.ip, holder)
+            if claim == "hold":
                 hold.add(g.ip)
+            elif claim == "keep":
+                keep.add(g.ip)
         with self._lock:
             changed = (routes != self._routes) or (rules != self._rules)
             self._routes, self._rules = routes, rules
-        self._hold(hold)
+        self._hold(hold, keep)
         if changed:
             self.firewall.kick()
             if self.gateway is not None:
                 self.gateway.kick()
+
+    def _claim(self, ip: str, holder: str | None) -> str:
+        """"hold" (take or keep the address), "keep" (keep it if held, do not
+        take it) or "" (give it up), from Southbound's holder and this
+        chassis' BFD sessions (bfd.py: OVN's claim race)."""
+        if holder == self.node_name:
+            if ip in self._held or self.bfd.settled():
+                return self._say(ip, "hold", "")
+            # just back (link, ovs-vswitchd): its ovn-controller may claim every
+            # group before it sees the chassis that took over; take nothing yet
+            self.again_in(self.bfd.settles_in() or RECHECK)
+            return self._say(ip, "keep", "claimed here while this node's BFD sessions are "
+                             "not yet up for %.0f s: held once they are" % SETTLE)
+        if holder is None:
+            # a port between two chassis (released, not yet claimed) has no holder:
+            # what this node holds it keeps until another node holds it, instead
+            # of giving it up and announcing it again tens of milliseconds later
+            return self._say(ip, "hold" if ip in self._held else "", "")
+        if ip in self._held and self.bfd.settled() and not self.bfd.peer_settled(holder):
+            self.again_in(SETTLE)
+            return self._say(ip, "keep", f"claimed by {holder}, whose BFD session with this "
+                             "node has just come up (a node coming back): kept")
+        return self._say(ip, "", "")
+
+    def _say(self, ip: str, claim: str, why: str) -> str:
+        if why and self._said.get(ip) != why:
+            log.info("egress SNAT: %s %s", ip, why)
+        self._said[ip] = why
+        return claim
 
     def _announce_again(self, ifname: str, mac: str, ip: str) -> None:
         """Gratuitous ARPs again GARP_AGAIN s after the takeover, while the
@@ -255,11 +293,12 @@ class EgressSnat(NodeFeature):
                       names.LABEL_EGRESS_ASSIGNABLE)
         return False
 
-    def _hold(self, want: set[str]) -> None:
+    def _hold(self, want: set[str], keep: set[str] = frozenset()) -> None:
+        """Hold `want` on the underlay interface, and of `keep` what is held."""
         # a netlink dump every pass on every node (labelled or not) cost each
         # pacific-node ~6 % of a core at idle: the kernel is read when the wanted
         # set changes, and every RECHECK seconds to repair what someone removed
-        if want == self._held and time.monotonic() - self._checked < RECHECK:
+        if not keep and want == self._held and time.monotonic() - self._checked < RECHECK:
             return
         with IPRoute() as ipr:
             idx = ifname = mac = None
@@ -273,7 +312,7 @@ class EgressSnat(NodeFeature):
             label = (ifname + LABEL_SUFFIX)[:15]
             have = {a.get_attr("IFA_ADDRESS") for a in ipr.addr("dump", index=idx, family=2)
                     if a.get_attr("IFA_LABEL") == label}
-            for ip in have - want:
+            for ip in have - want - keep:
                 ipr.addr("del", index=idx, address=ip, prefixlen=32)
                 log.info("egress SNAT: %s given up (another node holds it)", ip)
             for ip in sorted(want - have):
@@ -282,7 +321,7 @@ class EgressSnat(NodeFeature):
                     garp(ifname, mac, ip)
                 self._announce_again(ifname, mac, ip)
                 log.info("egress SNAT: %s held on %s, announced by gratuitous ARP", ip, ifname)
-        self._held, self._checked = want, time.monotonic()
+        self._held, self._checked = want | (keep & have), time.monotonic()
 
 
 def snat_rule(g: servicesnat.SnatGrant) -> tuple[str, list]:

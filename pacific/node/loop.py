@@ -8,6 +8,8 @@ pacific.node.feature.NodeFeature, built on this): a thread that calls
   SB changes, and a feature whose output it reads kick),
 - every `repair` seconds when nothing kicks (None: only when kicked), to put
   back what someone changed by hand,
+- sooner, once, when a pass asked with `again_in(s)` (it waits on time, not
+  on an event),
 - after a failed pass, again after a back-off that doubles from 0.5 s to 10 s
   (never longer than `repair`) and starts over after a pass that worked; a
   kick retries at once (what changed may be what it waited for), as it would
@@ -38,6 +40,7 @@ class Loop:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._soon: float | None = None
 
     def converge(self) -> None:
         raise NotImplementedError
@@ -47,6 +50,10 @@ class Loop:
 
     def kick(self, *_args) -> None:
         self._wake.set()
+
+    def again_in(self, seconds: float) -> None:
+        """From converge(): the next pass at the latest `seconds` after this one."""
+        self._soon = seconds if self._soon is None else min(self._soon, seconds)
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -73,5 +80,8 @@ class Loop:
                 self.failed(e)
                 wait = backoff if wait is None else min(backoff, wait)
                 backoff = min(backoff * 2, BACKOFF_MAX)
+            soon, self._soon = self._soon, None
+            if soon is not None:
+                wait = soon if wait is None else min(wait, soon)
             self._wake.wait(wait)
 

@@ -204,7 +204,7 @@ class NotifyingIdl(ovsdbapp_conn.OvsdbIdl):
 
     def remove_row_watcher(self, table: str, fn: Callable) -> None:
         with self._watchers_lock:
-            left = tuple(f for f in self.row_watchers.get(table, ()) if f is not fn)
+            left = tuple(f for f in self.row_watchers.get(table, ()) if f != fn)   # bound methods: ==
             if left:
                 self.row_watchers[table] = left
             else:

@@ -16,6 +16,7 @@ from ovs.db import idl as ovs_idl
 from ovsdbapp.backend.ovs_idl import idlutils
 
 from pacific import names, ovsinstall
+from pacific.node import bfd
 from pacific.ovn import base
 from pacific.ovn.ovs import IfaceRecord, _IfaceIndex
 
@@ -161,3 +162,72 @@ def test_watchers_are_removed_without_disturbing_the_others(idl):
     idl.remove_row_watcher("Interface", b)
     idl.notify(ovs_idl.ROW_CREATE, iface(idl, name="y"))
     assert seen == ["b"] and "Interface" not in idl.row_watchers
+
+
+# -- the BFD sessions egress SNAT reads (pacific.node.bfd) ------------------------
+
+class _Ovs:
+    """What BfdSessions.watch uses of OvsAPI: watch_rows (replay, then follow)."""
+
+    def __init__(self, idl):
+        self.idl = idl
+
+    def watch_rows(self, table, fn):
+        self.idl.add_row_watcher(table, fn)
+        for row in list(self.idl.tables[table].rows.values()):
+            fn(ovs_idl.ROW_CREATE, row, None)
+
+
+@pytest.fixture
+def bfd_idl():
+    helper = ovs_idl.SchemaHelper(location=VSWITCH_SCHEMA)
+    helper.register_columns("Interface", ["name", "bfd", "bfd_status", "statistics"])
+    helper.register_columns("Port", ["name", "external_ids"])
+    idl = base.NotifyingIdl("unix:/nonexistent/pacific-test.sock", helper, _Handler())
+    yield idl
+    idl.close()
+
+
+def tunnel(idl, peer, up: bool):
+    table = idl.tables["Port"]
+    data = {c: ovs_data.Datum.default(table.columns[c].type) for c in table.columns}
+    data["name"] = _datum(table, "name", f"ovn-{peer}-0")
+    data["external_ids"] = _datum(table, "external_ids",
+                                  {bfd.CHASSIS_ID: f"{peer}@10.0.0.9%10.0.0.1"})
+    port = ovs_idl.Row(idl, table, uuid.uuid4(), data)
+    table.rows[port.uuid] = port
+    return iface(idl, name=f"ovn-{peer}-0", bfd={"enable": "true"},
+                 bfd_status={"forwarding": "true" if up else "false"})
+
+
+def test_bfd_sessions_tell_a_node_coming_back_from_one_that_stayed(bfd_idl):
+    now = [1000.0]
+    kicks = []
+    gw, compute = tunnel(bfd_idl, "node1", True), tunnel(bfd_idl, "node3", True)
+    s = bfd.BfdSessions(lambda: kicks.append(now[0]), clock=lambda: now[0]).watch(_Ovs(bfd_idl))
+    # up when pacific-node started: up long ago (a restarted daemon takes at once)
+    assert s.settled() and s.peer_settled("node1") and s.peer_settled("node9")
+    update(bfd_idl, gw, statistics={"rx_packets": 3})              # not a BFD change
+    assert kicks == []
+    # the link cut: every session down; nothing can settle yet
+    update(bfd_idl, gw, bfd_status={"forwarding": "false"})
+    update(bfd_idl, compute, bfd_status={"forwarding": "false"})
+    assert not s.settled() and s.settles_in() is None and len(kicks) == 2
+    # back: the compute chassis' session first, the other gateway's 0.7 s later
+    now[0] = 1010.0
+    update(bfd_idl, compute, bfd_status={"forwarding": "true"})
+    assert not s.settled() and s.settles_in() == bfd.SETTLE
+    now[0] = 1010.7
+    update(bfd_idl, gw, bfd_status={"forwarding": "true"})
+    assert not s.settled() and not s.peer_settled("node1")
+    now[0] = 1010.0 + bfd.SETTLE
+    assert s.settled() and not s.peer_settled("node1") and s.peer_settled("node3")
+    now[0] = 1010.7 + bfd.SETTLE
+    assert s.peer_settled("node1") and len(kicks) == 4
+    # BFD turned off on a tunnel (no HA group needs it): no longer a session
+    update(bfd_idl, compute, bfd={"enable": "false"})
+    update(bfd_idl, gw, bfd={})
+    assert s.settled() and s.settles_in() is None
+    s.unwatch(_Ovs(bfd_idl))
+    update(bfd_idl, gw, bfd={"enable": "true"}, bfd_status={"forwarding": "false"})
+    assert s.settled() and len(kicks) == 6
