@@ -7,7 +7,7 @@ APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl graphviz \
 	containerd runc busybox-static util-linux dnsmasq-base
 
-.PHONY: setup system kubernetes ovs demo test test-unit test-e2e bench down clean image
+.PHONY: setup system kubernetes ovs demo test test-unit test-e2e bench down clean image conformance
 
 setup: system .venv/.installed kubernetes ovs
 
@@ -59,6 +59,14 @@ test-unit: setup
 
 test-e2e: setup image
 	.venv/bin/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) tests/e2e
+
+# Kubernetes' own [sig-network] e2e tests (v1.20.2's e2e.test and agnhost, built
+# offline once per machine by hack/build-conformance.sh, about 15 minutes the first
+# time) against a sandbox of kubelet nodes; the selection and why each skip is a
+# skip: docs/conformance.md.  CONFORMANCE_ARGS, e.g. --isolation or --focus RE
+conformance: setup
+	@hack/build-conformance.sh
+	$(PY) -m pacific.sandbox.conformance $(CONFORMANCE_ARGS)
 
 bench: setup
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -41,7 +41,6 @@ import yaml
 
 from pacific import names
 from pacific.sandbox.proc import SandboxError
-from pacific.sandbox.proc import run as run_cmd
 
 if TYPE_CHECKING:
     from pacific.sandbox.cluster import Sandbox
@@ -65,17 +64,6 @@ def image_name() -> str:
             if line.startswith("version"):
                 return f"localhost/pacific:{line.split('=')[1].strip().strip(chr(34))}"
     return "localhost/pacific:latest"
-
-
-def _import(sb: "Sandbox", path: str, name: str) -> None:
-    from pacific.sandbox.k8s import kubelet
-    for n in sb.nodes:
-        p = kubelet.Paths(sb, n)
-        have = run_cmd(["ctr", "--address", p.socket, "--namespace", "k8s.io", "images", "ls", "-q"],
-                   timeout=30).stdout.split()
-        if name not in have:
-            run_cmd(["ctr", "--address", p.socket, "--namespace", "k8s.io", "images", "import",
-                 path], timeout=300)
 
 
 def _docs(kinds) -> list[dict]:
@@ -170,10 +158,11 @@ def _wait(api, sb: "Sandbox", timeout: float) -> None:
 
 def start(sb: "Sandbox", timeout: float = 180.0) -> None:
     from pacific.kube import client
+    from pacific.sandbox.k8s import kubelet
     from pacific.sandbox.k8s import sandbox as k8s
     api = client.load(k8s.kubeconfig_path(sb))
     image = image_name()
-    _import(sb, archive(), image)
+    kubelet.import_image(sb, archive(), image)
     _config(api, sb)
     _kube_endpoints(api, sb)
     for doc in _docs(("Deployment", "DaemonSet")):

@@ -51,8 +51,9 @@ def _add(t: tarfile.TarFile, name: str, data: bytes = b"", mode: int = 0o644,
         t.addfile(ti)
 
 
-def rootfs_layer() -> bytes:
-    """A tar layer: busybox, its applets as symlinks, /etc/passwd, /tmp, ..."""
+def rootfs_layer(extra: dict[str, tuple[bytes, int]] | None = None) -> bytes:
+    """A tar layer: busybox, its applets as symlinks, /etc/passwd, /tmp, ...;
+    and `extra` files (path -> (content, mode)), their directories made."""
     if not os.access(BUSYBOX_BIN, os.X_OK):
         raise ImageError(f"{BUSYBOX_BIN} missing: install Debian's busybox-static (`make setup`)")
     with open(BUSYBOX_BIN, "rb") as f:
@@ -67,6 +68,15 @@ def rootfs_layer() -> bytes:
         _add(t, "etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
         _add(t, "etc/group", b"root:x:0:\nnogroup:x:65534:\n")
         _add(t, "var/www/index.html", b"hello from pacific\n")
+        made = {"bin", "etc", "tmp", "proc", "sys", "dev", "root", "var", "var/www", "run"}
+        for path, (data, mode) in sorted((extra or {}).items()):
+            parts = path.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                d = "/".join(parts[:i])
+                if d not in made:
+                    made.add(d)
+                    _add(t, d, kind=tarfile.DIRTYPE, mode=0o755)
+            _add(t, path, data, mode)
     return buf.getvalue()
 
 

@@ -232,6 +232,15 @@ def start_containerd(sb: "Sandbox", node, image_paths: dict) -> None:
             _ctr(p, "images", "import", path)
 
 
+def import_image(sb: "Sandbox", path: str, name: str) -> None:
+    """The OCI archive `path` (image `name`) into every node's containerd, where
+    it is not there yet."""
+    for n in sb.nodes:
+        p = Paths(sb, n)
+        if name not in _ctr(p, "images", "ls", "-q", timeout=30).split():
+            _ctr(p, "images", "import", path, timeout=300)
+
+
 def start_kubelet(sb: "Sandbox", node) -> None:
     from pacific.sandbox.k8s import sandbox as k8s
     if sb.daemon_pid(kubelet_tag(node)) is not None:

@@ -1,0 +1,218 @@
+"""`make conformance`: Kubernetes' own networking end-to-end tests (v1.20.2's
+e2e.test) against a sandbox of kubelet nodes running Pacific.
+
+    python -m pacific.sandbox.conformance [--focus RE] [--isolation] [--keep] [--dry-run]
+
+hack/build-conformance.sh builds e2e.test and agnhost once per machine.  This
+packs agnhost with the tools the tests run inside its containers (busybox's
+applets, Debian's curl, netcat-openbsd and ss with their libraries) as
+localhost/agnhost:2.21 (KUBE_TEST_REPO_LIST points the tests' registry at
+localhost), imports it on every node, brings a sandbox up (tenant isolation
+off unless --isolation: Kubernetes' model is that every pod reaches every pod),
+runs the selection serially and prints a table: passed, failed, skipped (each
+skip pattern with its reason).  The JUnit report is in the report directory.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+
+from pacific.sandbox.k8s import bins, images
+
+CACHE = os.path.join(os.path.dirname(bins.bin_dir()), "conformance")
+AGNHOST = "localhost/agnhost:2.21"
+# the tests' image registries (test/utils/image/manifest.go), all served from the nodes
+REPO_LIST = "".join(f"{k}: localhost\n" for k in (
+    "promoterE2eRegistry", "gcRegistry", "dockerLibraryRegistry", "e2eRegistry",
+    "buildImageRegistry"))
+# the tools the tests run in agnhost containers (docs/conformance.md)
+TOOLS = {"/usr/bin/curl": "usr/bin/curl", "/bin/nc.openbsd": "usr/bin/nc", "/bin/ss": "usr/bin/ss"}
+
+FOCUS = r"\[sig-network\] (Networking|Services|NetworkPolicy|Conntrack)"
+# (pattern, why it cannot apply here): each is in docs/conformance.md
+SKIPS = (
+    (r"\[Feature:(SCTP|SCTPConnectivity)\]", "SCTP: the tests load the sctp kernel module "
+     "through host-exec pods (lsmod), and the connectivity ones are [Disruptive]"),
+    (r"\[Feature:(Networking-IPv6|IPv6DualStack[A-Za-z]*)\]", "IPv6: not yet (issue 27)"),
+    (r"\[Feature:Networking-IPv4\]", "dials 8.8.8.8: the sandbox sends nothing to the Internet"),
+    (r"\[Disruptive\]|\[Serial\]", "restarts cluster components or needs the cluster alone"),
+    (r"\[Slow\]", "slow (minutes each): run with --focus"),
+    (r"kube-proxy|KubeProxy|CLOSE_WAIT|#74839", "kube-proxy's own ports and iptables: Pacific "
+     "replaces kube-proxy"),
+    (r"ESIPP|LoadBalancer|load balancer|cleanup finalizer", "cloud load balancers"),
+    (r"DNS|ExternalName|session affinity|functioning NodePort|hairpin|"
+     r"same port number but different protocols|unready pods",
+     "reach a Service by name: the sandbox runs no cluster DNS"),
+    (r"should check NodePort out-of-range|NodePort collisions|release NodePorts on delete|"
+     r"should preserve source pod IP for traffic thru service cluster IP",
+     "not yet classified: run with --focus"),
+)
+
+
+def skip_regex() -> str:
+    return "|".join(p for p, _ in SKIPS)
+
+
+def _closure(binary: str) -> dict[str, str]:
+    """`binary`'s shared libraries (ldd): host path -> path in the image."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    libs = {}
+    for line in out.splitlines():
+        m = re.search(r"(/\S+) \(0x", line)
+        if m:
+            libs[m.group(1)] = m.group(1).lstrip("/")
+    return libs
+
+
+def agnhost_archive(cache: str = CACHE) -> str:
+    """localhost/agnhost:2.21 as an OCI archive in `cache` (rebuilt when older
+    than agnhost or this module)."""
+    out = os.path.join(cache, "agnhost.tar")
+    src = os.path.join(cache, "agnhost")
+    if not os.path.exists(src):
+        raise SystemExit(f"{src} missing: run hack/build-conformance.sh (make conformance does)")
+    if os.path.exists(out) and os.path.getmtime(out) > max(os.path.getmtime(src),
+                                                          os.path.getmtime(__file__)):
+        return out
+    files: dict[str, str] = {src: "agnhost"}
+    for host, inside in TOOLS.items():
+        files[os.path.realpath(host)] = inside
+        files.update(_closure(host))
+    extra = {}
+    for host, inside in files.items():
+        with open(os.path.realpath(host), "rb") as f:
+            extra[inside] = (f.read(), 0o755)
+    extra["agnhost-2"] = extra["agnhost"]
+    for name in ("localhost.crt", "localhost.key"):    # porter's TLS server
+        with open(os.path.join(cache, name), "rb") as f:
+            extra[name] = (f.read(), 0o644)
+    extra["uploads/.keep"] = (b"", 0o644)
+    images.write_oci_archive(out, AGNHOST, images.rootfs_layer(extra), cmd=["pause"],
+                             entrypoint=["/agnhost"],
+                             env=["PATH=/usr/local/bin:/usr/bin:/bin"])
+    return out
+
+
+def results(report_dir: str) -> list[tuple[str, str, str]]:
+    """(test name, "passed" | "failed" | "skipped", message) from the JUnit files."""
+    got = []
+    for name in sorted(os.listdir(report_dir)):
+        if not (name.startswith("junit") and name.endswith(".xml")):
+            continue
+        for case in ET.parse(os.path.join(report_dir, name)).getroot().iter("testcase"):
+            failure, skipped = case.find("failure"), case.find("skipped")
+            if failure is not None:
+                got.append((case.get("name", ""), "failed",
+                            (failure.get("message") or failure.text or "")[:300]))
+            elif skipped is not None:
+                got.append((case.get("name", ""), "skipped", skipped.get("message") or ""))
+            else:
+                got.append((case.get("name", ""), "passed", ""))
+    return got
+
+
+def why_skipped(name: str) -> str:
+    for pattern, why in SKIPS:
+        if re.search(pattern, name):
+            return why
+    return ""
+
+
+def table(got: list[tuple[str, str, str]], focus: str) -> str:
+    """Markdown: counts, then every test that ran or was skipped by our patterns."""
+    ran = [g for g in got if g[1] != "skipped"]
+    ours = [(n, why_skipped(n)) for n, s, _ in got if s == "skipped" and re.search(focus, n)
+            and why_skipped(n)]
+    lines = [f"| passed | failed | skipped by the patterns below |", "|---|---|---|",
+             f"| {sum(s == 'passed' for _, s, _ in ran)} | {sum(s == 'failed' for _, s, _ in ran)} "
+             f"| {len(ours)} |", "", "| test | result |", "|---|---|"]
+    lines += [f"| {n} | {s}{': ' + m.splitlines()[0] if m else ''} |" for n, s, m in ran]
+    lines += [f"| {n} | skipped: {why} |" for n, why in ours]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    from pacific.sandbox.cluster import Sandbox
+    from pacific.sandbox.controllers import start_for_sandbox
+    from pacific.sandbox.k8s import kubelet
+    from pacific.sandbox.k8s.sandbox import kubeconfig_path
+    e2e = os.path.join(CACHE, "e2e.test")
+    if not os.access(e2e, os.X_OK):
+        raise SystemExit(f"{e2e} missing: run hack/build-conformance.sh (make conformance does)")
+    report = os.path.abspath(args.report_dir)
+    shutil.rmtree(report, ignore_errors=True)
+    os.makedirs(report)
+    repo_list = os.path.join(report, "repo-list.yaml")
+    with open(repo_list, "w") as f:
+        f.write(REPO_LIST)
+    skip = args.skip or skip_regex()
+    argv = [e2e, "--provider=skeleton", f"--kubectl-path={bins.path('kubectl')}",
+            "--disable-log-dump=true", f"--report-dir={report}", "--ginkgo.noColor",
+            f"--ginkgo.focus={args.focus}", f"--ginkgo.skip={skip}"]
+    if args.dry_run:
+        cp = subprocess.run([*argv, "--ginkgo.dryRun", "--kubeconfig=/dev/null"],
+                            env={**os.environ, "KUBE_TEST_REPO_LIST": repo_list},
+                            capture_output=True, text=True)
+        print("\n".join(ln for ln in cp.stdout.splitlines() if "[sig-network]" in ln))
+        return 0
+    archive = agnhost_archive()
+    sb = Sandbox(args.name, nodes=args.nodes, kubelet=True)
+    t0 = time.monotonic()
+    print(f"conformance: sandbox {args.name} ({args.nodes} kubelet nodes) coming up", flush=True)
+    try:
+        sb.up()
+        kc = kubeconfig_path(sb)
+        if not args.isolation:
+            for tag in ("controller1", "controller2"):
+                sb.stop(tag)
+            start_for_sandbox(sb, kc, extra_args=("--no-isolation",))
+        kubelet.import_image(sb, archive, AGNHOST)
+        print(f"conformance: sandbox up, {AGNHOST} on every node ({time.monotonic() - t0:.0f} s); "
+              f"running e2e.test (isolation {'on' if args.isolation else 'off'}), log "
+              f"{report}/e2e.log", flush=True)
+        with open(os.path.join(report, "e2e.log"), "w") as log:
+            subprocess.run([*argv, f"--kubeconfig={kc}"], stdout=log, stderr=subprocess.STDOUT,
+                           env={**os.environ, "KUBE_TEST_REPO_LIST": repo_list,
+                                "PATH": f"{bins.bin_dir()}:{os.environ.get('PATH', '')}"})
+    finally:
+        if not args.keep:
+            sb.down()
+    got = results(report)
+    out = table(got, args.focus)
+    with open(os.path.join(report, "summary.md"), "w") as f:
+        f.write(out + "\n")
+    print(out)
+    print(f"conformance: {time.monotonic() - t0:.0f} s; report {report}")
+    return 1 if any(s == "failed" for _, s, _ in got) or not got else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m pacific.sandbox.conformance",
+        description="Run Kubernetes v1.20.2's own [sig-network] end-to-end tests (e2e.test, "
+                    "built by hack/build-conformance.sh) against a sandbox of kubelet nodes "
+                    "running Pacific, and print what passed, failed and was skipped (why: "
+                    "docs/conformance.md).")
+    p.add_argument("--focus", default=FOCUS, help="ginkgo focus regex (default: %(default)s)")
+    p.add_argument("--skip", default="", help="ginkgo skip regex (default: the patterns of "
+                   "docs/conformance.md)")
+    p.add_argument("--isolation", action="store_true",
+                   help="keep tenant isolation on (its failures are the tests that expect "
+                        "pods of different namespaces to talk)")
+    p.add_argument("--name", default="conf", help="sandbox name (default %(default)s)")
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--report-dir", default="_output/conformance")
+    p.add_argument("--keep", action="store_true", help="leave the sandbox up")
+    p.add_argument("--dry-run", action="store_true", help="list the selected tests only")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
