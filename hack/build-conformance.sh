@@ -15,13 +15,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"              # KVER, KTAG, kube_source, kube_ldflags
 CACHE=${PACIFIC_KUBE_CACHE:-/var/cache/pacific/kubernetes/$KTAG}/conformance
 STAMP=$CACHE/.built
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KVER" ]; then
-  exit 0
-fi
-say() { printf 'conformance build: %s\n' "$*"; }
-T0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
-export DEBIAN_FRONTEND=noninteractive
+kube_build_begin "conformance build" $STAMP
 install_missing "build tools and the test image's tools" golang-go rsync make curl \
   netcat-openbsd iproute2
 W=$CACHE/work

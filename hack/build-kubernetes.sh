@@ -15,13 +15,7 @@ set -euo pipefail
 CACHE=${PACIFIC_KUBE_CACHE:-/var/cache/pacific/kubernetes/$KTAG}
 CMDS="kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl"
 STAMP=$CACHE/bin/.built
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$KVER" ]; then
-  exit 0
-fi
-say() { printf 'kubernetes build: %s\n' "$*"; }
-T0=$(date +%s)
-elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
-export DEBIAN_FRONTEND=noninteractive
+kube_build_begin "kubernetes build" $STAMP
 install_missing "build tools" golang-go rsync make
 W=$CACHE/work
 mkdir -p $CACHE/bin

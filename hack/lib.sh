@@ -32,6 +32,19 @@ private_apt() {
 KVER=1.20.5+really1.20.2-1.1+deb12u1     # Debian source version (pinned)
 KTAG=v1.20.2                              # what the binaries report
 
+# kube_build_begin WHAT STAMP: exit at once when the file STAMP names $KVER; else
+# start the build's clock, with say/elapsed printing as WHAT
+kube_build_begin() {
+  if [ -f "$2" ] && [ "$(cat "$2")" = "$KVER" ]; then
+    exit 0
+  fi
+  KUBE_WHAT=$1
+  T0=$(date +%s)
+  export DEBIAN_FRONTEND=noninteractive
+  say() { printf '%s: %s\n' "$KUBE_WHAT" "$*"; }
+  elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
+}
+
 # kube_source W: unpack the tree into $W/gopath/src/k8s.io/kubernetes (kept while
 # $W is), replace its vendored reflect2 with Debian's 1.0.2 (the vendored 1.0.1
 # crashes under Go >= 1.18) and set SRC; the .debs of etcd go to $W/x too
