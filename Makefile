@@ -61,7 +61,7 @@ test-e2e: setup image
 	.venv/bin/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) tests/e2e
 
 # Kubernetes' own [sig-network] e2e tests (v1.20.2's e2e.test and agnhost, built
-# offline once per machine by hack/build-conformance.sh, about 15 minutes the first
+# offline once per machine by hack/build-conformance.sh, about 4 minutes the first
 # time) against a sandbox of kubelet nodes; the selection and why each skip is a
 # skip: docs/conformance.md.  CONFORMANCE_ARGS, e.g. --isolation or --focus RE
 conformance: setup

@@ -7,7 +7,7 @@
 # stamp there names the pinned version.
 #
 # Beyond build-kubernetes.sh's fixes, e2e.test needs test/e2e/generated/bindata.go
-# (not shipped: `make gen_bindata`) and `go test -c -vet=off` (Go 1.19's vet
+# (not shipped: hack/generate-bindata.sh) and `go test -c -vet=off` (Go 1.19's vet
 # rejects some of the 2020 test code).  The image's other tools (curl,
 # netcat-openbsd, ss) are Debian's, copied with their libraries by
 # pacific/sandbox/conformance.py.
@@ -23,13 +23,13 @@ mkdir -p $CACHE
 kube_source $W
 if [ ! -s $SRC/test/e2e/generated/bindata.go ]; then
   say "generating test/e2e/generated/bindata.go ($(elapsed))"
-  (cd $SRC && make gen_bindata >/dev/null)
+  (cd $SRC && hack/generate-bindata.sh >/dev/null)
 fi
 say "compiling agnhost ($(elapsed))"
 (cd $SRC && in_background "compiling agnhost" go build -trimpath -ldflags "-s -w" \
    -o $CACHE/agnhost ./test/images/agnhost)
 cp $SRC/test/images/agnhost/porter/localhost.crt $SRC/test/images/agnhost/porter/localhost.key $CACHE/
-say "compiling e2e.test (about 10 minutes on 2 cores; $(elapsed))"
+say "compiling e2e.test (about 3 minutes on 2 cores; $(elapsed))"
 (cd $SRC && in_background "compiling e2e.test" go test -c -vet=off -tags "selinux,notest" -trimpath \
    -ldflags "$(kube_ldflags)" -o $CACHE/e2e.test ./test/e2e)
 rm -rf $W            # sources and Go cache, not needed once built

@@ -15,6 +15,7 @@ skip pattern with its reason).  The JUnit report is in the report directory.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -32,8 +33,11 @@ AGNHOST = "localhost/agnhost:2.21"
 REPO_LIST = "".join(f"{k}: localhost\n" for k in (
     "promoterE2eRegistry", "gcRegistry", "dockerLibraryRegistry", "e2eRegistry",
     "buildImageRegistry"))
-# the tools the tests run in agnhost containers (docs/conformance.md)
-TOOLS = {"/usr/bin/curl": "usr/bin/curl", "/bin/nc.openbsd": "usr/bin/nc", "/bin/ss": "usr/bin/ss"}
+# the tools the tests run in agnhost containers (docs/conformance.md); dash as
+# /bin/sh: Debian's static busybox runs its own applets before PATH (its nc
+# has no -u or -z)
+TOOLS = {"/usr/bin/curl": "usr/bin/curl", "/bin/nc.openbsd": "usr/bin/nc", "/bin/ss": "usr/bin/ss",
+         "/bin/dash": "bin/sh"}
 
 FOCUS = r"\[sig-network\] (Networking|Services|NetworkPolicy|Conntrack)"
 # (pattern, why it cannot apply here): each is in docs/conformance.md
@@ -89,7 +93,7 @@ def agnhost_archive(cache: str = CACHE) -> str:
     for host, inside in files.items():
         with open(os.path.realpath(host), "rb") as f:
             extra[inside] = (f.read(), 0o755)
-    extra["agnhost-2"] = extra["agnhost"]
+    extra["agnhost-2"] = ("agnhost", 0o777)
     for name in ("localhost.crt", "localhost.key"):    # porter's TLS server
         with open(os.path.join(cache, name), "rb") as f:
             extra[name] = (f.read(), 0o644)
@@ -109,8 +113,10 @@ def results(report_dir: str) -> list[tuple[str, str, str]]:
         for case in ET.parse(os.path.join(report_dir, name)).getroot().iter("testcase"):
             failure, skipped = case.find("failure"), case.find("skipped")
             if failure is not None:
-                got.append((case.get("name", ""), "failed",
-                            (failure.get("message") or failure.text or "")[:300]))
+                # the text: the test's location, then the message, then where it failed
+                lines = [ln for ln in (failure.get("message") or failure.text or "").splitlines()
+                         if ln.strip() and not re.search(r"\.go:\d+$", ln)]
+                got.append((case.get("name", ""), "failed", " ".join(lines)[:300]))
             elif skipped is not None:
                 got.append((case.get("name", ""), "skipped", skipped.get("message") or ""))
             else:
@@ -160,7 +166,10 @@ def run(args) -> int:
         cp = subprocess.run([*argv, "--ginkgo.dryRun", "--kubeconfig=/dev/null"],
                             env={**os.environ, "KUBE_TEST_REPO_LIST": repo_list},
                             capture_output=True, text=True)
-        print("\n".join(ln for ln in cp.stdout.splitlines() if "[sig-network]" in ln))
+        # a dry run "passes" every selected test: one JSON progress line each
+        picked = sorted(json.loads(ln[ln.index("{"):])["msg"].split(" ", 1)[1]
+                        for ln in cp.stdout.splitlines() if '{"msg":"PASSED ' in ln)
+        print("\n".join(picked) + f"\n{len(picked)} tests selected")
         return 0
     archive = agnhost_archive()
     sb = Sandbox(args.name, nodes=args.nodes, kubelet=True)

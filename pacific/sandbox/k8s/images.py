@@ -51,9 +51,10 @@ def _add(t: tarfile.TarFile, name: str, data: bytes = b"", mode: int = 0o644,
         t.addfile(ti)
 
 
-def rootfs_layer(extra: dict[str, tuple[bytes, int]] | None = None) -> bytes:
+def rootfs_layer(extra: dict[str, tuple[bytes | str, int]] | None = None) -> bytes:
     """A tar layer: busybox, its applets as symlinks, /etc/passwd, /tmp, ...;
-    and `extra` files (path -> (content, mode)), their directories made."""
+    and `extra` files (path -> (content, mode); a str content: a symlink to
+    it), their directories made."""
     if not os.access(BUSYBOX_BIN, os.X_OK):
         raise ImageError(f"{BUSYBOX_BIN} missing: install Debian's busybox-static (`make setup`)")
     with open(BUSYBOX_BIN, "rb") as f:
@@ -64,7 +65,8 @@ def rootfs_layer(extra: dict[str, tuple[bytes, int]] | None = None) -> bytes:
             _add(t, d, kind=tarfile.DIRTYPE, mode=0o1777 if d == "tmp" else 0o755)
         _add(t, "bin/busybox", busybox, 0o755)
         for a in APPLETS:
-            _add(t, f"bin/{a}", kind=tarfile.SYMTYPE, link="busybox")
+            if f"bin/{a}" not in (extra or {}):
+                _add(t, f"bin/{a}", kind=tarfile.SYMTYPE, link="busybox")
         _add(t, "etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n")
         _add(t, "etc/group", b"root:x:0:\nnogroup:x:65534:\n")
         _add(t, "var/www/index.html", b"hello from pacific\n")
@@ -76,7 +78,10 @@ def rootfs_layer(extra: dict[str, tuple[bytes, int]] | None = None) -> bytes:
                 if d not in made:
                     made.add(d)
                     _add(t, d, kind=tarfile.DIRTYPE, mode=0o755)
-            _add(t, path, data, mode)
+            if isinstance(data, str):
+                _add(t, path, kind=tarfile.SYMTYPE, link=data)
+            else:
+                _add(t, path, data, mode)
     return buf.getvalue()
 
 
