@@ -7,7 +7,7 @@ APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl graphviz \
 	containerd runc busybox-static util-linux dnsmasq-base
 
-.PHONY: setup system kubernetes ovs demo test test-unit test-e2e bench down clean image conformance
+.PHONY: setup system kubernetes ovs demo test test-unit test-e2e bench down clean image conformance conformance-bin
 
 setup: system .venv/.installed kubernetes ovs
 
@@ -47,25 +47,28 @@ demo: setup
 	.venv/bin/pacific demo
 
 # the image too: tests/e2e/test_deploy_mode.py runs Pacific from it (a no-op when
-# the archive is up to date with pacific/).  Two workers: the modules with a
+# the archive is up to date with pacific/); and Kubernetes' e2e.test, whose four
+# pod-network [Conformance] checks tests/e2e/test_upstream_networking.py runs.  Two workers: the modules with a
 # Kubernetes sandbox one after the other on one, the unit tests and the modules
 # without one beside them (tests/conftest.py says which and why)
 PYTEST_WORKERS = -n 2 --dist loadgroup
-test: setup image
+test: setup image conformance-bin
 	.venv/bin/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) --durations=30 tests/unit tests/e2e
 
 test-unit: setup
 	.venv/bin/pytest -q -p no:cacheprovider tests/unit
 
-test-e2e: setup image
+test-e2e: setup image conformance-bin
 	.venv/bin/pytest -q -p no:cacheprovider $(PYTEST_WORKERS) tests/e2e
+
+conformance-bin: setup
+	@hack/build-conformance.sh
 
 # Kubernetes' own [sig-network] e2e tests (v1.20.2's e2e.test and agnhost, built
 # offline once per machine by hack/build-conformance.sh, about 4 minutes the first
 # time) against a sandbox of kubelet nodes; the selection and why each skip is a
 # skip: docs/conformance.md.  CONFORMANCE_ARGS, e.g. --isolation or --focus RE
-conformance: setup
-	@hack/build-conformance.sh
+conformance: setup conformance-bin
 	$(PY) -m pacific.sandbox.conformance $(CONFORMANCE_ARGS)
 
 bench: setup

@@ -144,56 +144,69 @@ def table(got: list[tuple[str, str, str]], focus: str) -> str:
     return "\n".join(lines)
 
 
-def run(args) -> int:
-    from pacific.sandbox.cluster import Sandbox
-    from pacific.sandbox.controllers import start_for_sandbox
-    from pacific.sandbox.k8s import kubelet
-    from pacific.sandbox.k8s.sandbox import kubeconfig_path
+def e2e_argv(report: str, focus: str, skip: str) -> tuple[list[str], dict]:
+    """e2e.test's command line (without --kubeconfig) and environment."""
     e2e = os.path.join(CACHE, "e2e.test")
     if not os.access(e2e, os.X_OK):
         raise SystemExit(f"{e2e} missing: run hack/build-conformance.sh (make conformance does)")
-    report = os.path.abspath(args.report_dir)
-    shutil.rmtree(report, ignore_errors=True)
-    os.makedirs(report)
     repo_list = os.path.join(report, "repo-list.yaml")
     with open(repo_list, "w") as f:
         f.write(REPO_LIST)
-    skip = args.skip or skip_regex()
     argv = [e2e, "--provider=skeleton", f"--kubectl-path={bins.path('kubectl')}",
             "--disable-log-dump=true", f"--report-dir={report}", "--ginkgo.noColor",
-            f"--ginkgo.focus={args.focus}", f"--ginkgo.skip={skip}"]
+            f"--ginkgo.focus={focus}", f"--ginkgo.skip={skip or skip_regex()}"]
+    env = {**os.environ, "KUBE_TEST_REPO_LIST": repo_list,
+           "PATH": f"{bins.bin_dir()}:{os.environ.get('PATH', '')}"}
+    return argv, env
+
+
+def run_in(sb, report: str, focus: str = FOCUS, skip: str = "",
+           isolation: bool = False) -> list[tuple[str, str, str]]:
+    """Run the selection against the sandbox `sb` (kubelet nodes, up): agnhost
+    imported, the controllers restarted with --no-isolation unless `isolation`;
+    the results (results()), the JUnit report and e2e.log in `report`."""
+    from pacific.sandbox.controllers import start_for_sandbox
+    from pacific.sandbox.k8s import kubelet
+    from pacific.sandbox.k8s.sandbox import kubeconfig_path
+    shutil.rmtree(report, ignore_errors=True)
+    os.makedirs(report)
+    argv, env = e2e_argv(report, focus, skip)
+    kc = kubeconfig_path(sb)
+    if not isolation:
+        for tag in ("controller1", "controller2"):
+            sb.stop(tag)
+        start_for_sandbox(sb, kc, extra_args=("--no-isolation",))
+    kubelet.import_image(sb, agnhost_archive(), AGNHOST)
+    with open(os.path.join(report, "e2e.log"), "w") as log:
+        subprocess.run([*argv, f"--kubeconfig={kc}"], stdout=log, stderr=subprocess.STDOUT,
+                       env=env)
+    return results(report)
+
+
+def run(args) -> int:
+    from pacific.sandbox.cluster import Sandbox
+    report = os.path.abspath(args.report_dir)
     if args.dry_run:
-        cp = subprocess.run([*argv, "--ginkgo.dryRun", "--kubeconfig=/dev/null"],
-                            env={**os.environ, "KUBE_TEST_REPO_LIST": repo_list},
+        os.makedirs(report, exist_ok=True)
+        argv, env = e2e_argv(report, args.focus, args.skip)
+        cp = subprocess.run([*argv, "--ginkgo.dryRun", "--kubeconfig=/dev/null"], env=env,
                             capture_output=True, text=True)
         # a dry run "passes" every selected test: one JSON progress line each
         picked = sorted(json.loads(ln[ln.index("{"):])["msg"].split(" ", 1)[1]
                         for ln in cp.stdout.splitlines() if '{"msg":"PASSED ' in ln)
         print("\n".join(picked) + f"\n{len(picked)} tests selected")
         return 0
-    archive = agnhost_archive()
     sb = Sandbox(args.name, nodes=args.nodes, kubelet=True)
     t0 = time.monotonic()
-    print(f"conformance: sandbox {args.name} ({args.nodes} kubelet nodes) coming up", flush=True)
+    print(f"conformance: sandbox {args.name} ({args.nodes} kubelet nodes) coming up; then "
+          f"e2e.test (isolation {'on' if args.isolation else 'off'}), log {report}/e2e.log",
+          flush=True)
     try:
         sb.up()
-        kc = kubeconfig_path(sb)
-        if not args.isolation:
-            for tag in ("controller1", "controller2"):
-                sb.stop(tag)
-            start_for_sandbox(sb, kc, extra_args=("--no-isolation",))
-        kubelet.import_image(sb, archive, AGNHOST)
-        print(f"conformance: sandbox up, {AGNHOST} on every node ({time.monotonic() - t0:.0f} s); "
-              f"running e2e.test (isolation {'on' if args.isolation else 'off'}), log "
-              f"{report}/e2e.log", flush=True)
-        with open(os.path.join(report, "e2e.log"), "w") as log:
-            subprocess.run([*argv, f"--kubeconfig={kc}"], stdout=log, stderr=subprocess.STDOUT,
-                           env={**os.environ, "KUBE_TEST_REPO_LIST": repo_list,
-                                "PATH": f"{bins.bin_dir()}:{os.environ.get('PATH', '')}"})
+        got = run_in(sb, report, args.focus, args.skip, args.isolation)
     finally:
         if not args.keep:
             sb.down()
-    got = results(report)
     out = table(got, args.focus)
     with open(os.path.join(report, "summary.md"), "w") as f:
         f.write(out + "\n")
