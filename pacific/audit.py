@@ -13,17 +13,19 @@ Audit sets `log` on the ACLs whose verdict is asked for, with the severity and
 the fair meter names.METER_AUDIT (one token bucket per ACL: a flood on one
 policy cannot starve another's records, nor fill a disk).
 
-Dry-run (decision 0039): the policy's ACLs are not written where they decide
-anything.  Each becomes an *observer*: a from-lport ACL evaluated after load
-balancing (`apply-after-lb`) on every Subnet switch, matching only a
-connection's first packet (`ct.new`), in the same tier and priority as the
-enforcing ACL would have, with `allow-related` for an allow and a drop alike
-(the connection's verdict is the enforcing stages', before and after) and
-`pass` for a Pass.  The observers of drops log: "would-deny".  An ingress
-rule's `outport == @group` becomes `ip4.dst == $group_ip4` (the stage runs
-before the destination port is known).  What they see: pod-originated
-connections, Services' included (after their DNAT); not traffic entering the
-cluster from nodes or outside.
+Dry-run (decisions 0039, 0042): the policy's ACLs are not written where they
+decide anything.  Each becomes an *observer*: a from-lport ACL evaluated before
+load balancing (the stage no enforcing ACL uses: every enforcing from-lport ACL
+is after it) on every Subnet switch, matching only a connection's first packet
+(`ct.new`), in the same tier and priority as the enforcing ACL would have, with
+`allow-related` for an allow and a drop alike (the connection's verdict is the
+enforcing stages') and `pass` for a Pass.  The observers of drops log:
+"would-deny".  An ingress rule's `outport == @group` becomes `ip4.dst ==
+$group_ip4` (the stage runs before the destination port is known).  What they
+see: pod-originated connections as the pod addressed them: a connection to a
+Service's cluster IP is seen before its DNAT (its destination is the Service's
+address, not an endpoint); not traffic entering the cluster from nodes or
+outside.
 """
 from __future__ import annotations
 
@@ -111,7 +113,7 @@ def observer(spec, audit: Audit, owner: str, meter: str = names.METER_AUDIT):
         external_ids={**spec.external_ids, names.EXT_OWNER_KIND: names.OWNER_KIND_DRY_RUN,
                       names.EXT_OWNER: owner},
         log=deny, severity=audit.severity if deny else "", meter=meter if deny else "",
-        after_lb=True)
+        after_lb=False)
 
 
 def observers(specs, audit: Audit, owner: str) -> list:

@@ -13,7 +13,7 @@ lock, so worker threads use them to skip no-op submissions.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ovsdbapp.backend.ovs_idl import idlutils
 
@@ -40,6 +40,14 @@ class AclSpec:
     def key(self) -> tuple:
         return (self.direction, self.priority, self.match, self.action, self.tier,
                 self.after_lb)
+
+
+def after_lb(specs) -> list:
+    """`specs` with every from-lport ACL evaluated after load balancing: a
+    policy judges a connection to a Service by the endpoint it goes to, as
+    Kubernetes' NetworkPolicy says (decision 0042).  Every enforcing from-lport
+    ACL is in that one stage, so that OVN's tiers order them all."""
+    return [replace(s, after_lb=True) if s.direction == "from-lport" else s for s in specs]
 
 
 def _key(row) -> tuple:

@@ -15,13 +15,15 @@ skip pattern with its reason).  The JUnit report is in the report directory.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 
@@ -29,6 +31,7 @@ from pacific.sandbox.k8s import bins, images
 
 CACHE = os.path.join(os.path.dirname(bins.bin_dir()), "conformance")
 AGNHOST = "localhost/agnhost:2.21"
+INTERNET = "google.com"      # what e2e.test asks for first (internet_stub)
 # the tests' image registries (test/utils/image/manifest.go), all served from the nodes
 REPO_LIST = "".join(f"{k}: localhost\n" for k in (
     "promoterE2eRegistry", "gcRegistry", "dockerLibraryRegistry", "e2eRegistry",
@@ -177,10 +180,39 @@ def run_in(sb, report: str, focus: str = FOCUS, skip: str = "",
             sb.stop(tag)
         start_for_sandbox(sb, kc, extra_args=("--no-isolation",))
     kubelet.import_image(sb, agnhost_archive(), AGNHOST)
-    with open(os.path.join(report, "e2e.log"), "w") as log:
-        subprocess.run([*argv, f"--kubeconfig={kc}"], stdout=log, stderr=subprocess.STDOUT,
-                       env=env)
+    hosts = os.path.join(report, "hosts")
+    with open("/etc/hosts") as f, open(hosts, "w") as out:
+        out.write(f.read().rstrip("\n") + f"\n127.0.0.1 {INTERNET}\n")
+    with internet_stub(), open(os.path.join(report, "e2e.log"), "w") as log:
+        # its own mount namespace, where /etc/hosts names the stub
+        subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount --bind "$0" /etc/hosts && exec "$@"', hosts,
+                        *argv, f"--kubeconfig={kc}"],
+                       stdout=log, stderr=subprocess.STDOUT, env=env)
     return results(report)
+
+
+@contextlib.contextmanager
+def internet_stub():
+    """An HTTP server on 127.0.0.1:80 for the check the "[sig-network]
+    Networking" tests make before each test, from e2e.test itself (GET
+    http://google.com): the sandbox sends nothing to the Internet."""
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):       # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+
+        def log_message(self, *args):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 80), Ok)
+    threading.Thread(target=srv.serve_forever, name="internet-stub", daemon=True).start()
+    try:
+        yield
+    finally:
+        srv.shutdown()
+        srv.server_close()
 
 
 def run(args) -> int:

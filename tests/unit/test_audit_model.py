@@ -60,23 +60,23 @@ def test_logged_marks_only_the_verdicts_asked_for():
     assert d.key == drop.key                 # the same ACL, now logging
 
 
-def test_an_observer_matches_first_packets_after_load_balancing_and_decides_nothing():
+def test_an_observer_matches_first_packets_before_load_balancing_and_decides_nothing():
     mode = audit.Audit(dry_run=True, severity="notice")
     drop = AclSpec("to-lport", 1000, "outport == @np_x && ip4", "drop", name="np:a/b:ingress",
                    external_ids={names.EXT_RULE: "ingress/deny"}, tier=1)
     allow = AclSpec("from-lport", 1001, "inport == @np_x && ip4 && ip4.dst == 1.2.3.4",
-                    "allow-related", name="np:a/b:egress/0", tier=1)
+                    "allow-related", name="np:a/b:egress/0", tier=1, after_lb=True)
     pas = AclSpec("to-lport", 3200, "outport == @cnp_y && ip4", "pass", name="cnp:y:ingress/0")
     arp = AclSpec("to-lport", 3200, "arp && arp.spa == $x", "allow", name="cnp:y:ingress/0/arp")
     o_drop, o_allow, o_pass = audit.observers([drop, allow, pas, arp], mode, "np:a/b")
     assert o_drop.match == "ct.new && ip4.dst == $np_x_ip4 && ip4"
     assert (o_drop.direction, o_drop.action, o_drop.after_lb, o_drop.tier) == (
-        "from-lport", "allow-related", True, 1)
+        "from-lport", "allow-related", False, 1)      # the stage no enforcing ACL is in
     assert (o_drop.log, o_drop.severity, o_drop.name) == (True, "notice", "dry-np:a/b:ingress")
     assert o_drop.external_ids[names.EXT_OWNER_KIND] == names.OWNER_KIND_DRY_RUN
     assert o_drop.external_ids[names.EXT_RULE] == "ingress/deny"
     assert o_allow.match == "ct.new && inport == @np_x && ip4 && ip4.dst == 1.2.3.4"
-    assert o_allow.action == "allow-related" and not o_allow.log
+    assert o_allow.action == "allow-related" and not o_allow.log and not o_allow.after_lb
     assert o_pass.action == "pass" and not o_pass.log
 
 
@@ -232,7 +232,7 @@ def test_a_dry_run_policy_enforces_nothing_and_observes_on_every_subnet_switch()
     last = _switch_acls(ctl)[-1]
     assert last.group == "ovn-default"
     assert {(s.action, s.log, s.after_lb) for s in last.specs} == {
-        ("allow-related", True, True), ("allow-related", False, True)}
+        ("allow-related", True, False), ("allow-related", False, False)}
     # enforcing it: the observers go, the group's ACLs come
     ctl.writer.writes.clear()
     pol = r.get(ctl.kube, r.NETWORKPOLICIES, "web", "a")

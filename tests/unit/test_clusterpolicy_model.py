@@ -153,8 +153,9 @@ def test_admin_rules_become_tier_0_acls_on_the_subject_with_peer_sets_and_status
     assert [s.external_ids[names.EXT_RULE] for s in arp] == ["ingress/0/arp"]
     assert arp[0].action == "allow" and f"arp.spa == ${pg}_ip4" in arp[0].match
     specs = [s for s in specs if s not in arp]
-    assert {(s.direction, s.action, s.tier) for s in specs} == {
-        ("to-lport", "allow-related", 0), ("to-lport", "drop", 0), ("from-lport", "pass", 0)}
+    assert {(s.direction, s.action, s.tier, s.after_lb) for s in specs} == {
+        ("to-lport", "allow-related", 0, False), ("to-lport", "drop", 0, False),
+        ("from-lport", "pass", 0, True)}      # egress judged on the endpoint (decision 0042)
     accept = next(s for s in specs if s.action == "allow-related")
     assert accept.match == (f"outport == @{pg} && ip4 && (ip4.src == ${set_name('mon', 'ingress', 0)})"
                             f" && ((ip4.dst == {{{_ip(ctl, 'a1', 'web')}}} && tcp && tcp.dst == 8080))")

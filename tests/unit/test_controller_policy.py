@@ -242,3 +242,26 @@ def test_the_index_follows_a_policy_moving_between_groups():
     assert index.groups_in("x") == [(gb, b)] and index.policies_of(ga) == []
     assert index.update("x/p", None) == (gb, None)
     assert index.groups_in("x") == [] and index.candidates("x") == []
+
+
+def test_egress_acls_judge_a_service_connection_by_its_endpoint():
+    """Every egress ACL of a policy (its deny and its rules) is evaluated after
+    load balancing: a connection to a Service's cluster IP meets the rule
+    naming its endpoint (upstream's "Ingress,Egress specified together" failed
+    before, decision 0042); the ingress side is after it anyway."""
+    ctl = make_controller()
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "x", "labels": {"ns": "x"}}})
+    ctl.kube.add(r.PODS, pod_body("a", "x", {"pod": "a"}), "x")
+    drain(ctl)
+    ctl.kube.add(r.NETWORKPOLICIES, {"metadata": {"name": "both", "namespace": "x"}, "spec": {
+        "podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+        "ingress": [{"ports": [{"port": 80}]}],
+        "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}}]}]}}, "x")
+    drain(ctl)
+    (acls,) = [c for w, cmds in ctl.writer.writes if w.startswith("NetworkPolicy group x/")
+               for c in cmds if isinstance(c, acl.EnsureACLs)]
+    by_rule = {s.external_ids[names.EXT_RULE]: (s.direction, s.after_lb) for s in acls.specs}
+    assert by_rule["egress/deny"] == ("from-lport", True)
+    assert by_rule["egress/0"] == ("from-lport", True)
+    assert by_rule["ingress/deny"] == ("to-lport", False)
+    assert by_rule["egress/replies"] == ("to-lport", False)

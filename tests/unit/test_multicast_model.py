@@ -56,6 +56,8 @@ def test_the_gate_drops_above_networkpolicy_and_below_isolation_and_lets_igmp_pa
         ("to-lport", "allow", names.PRIO_ACL_MCAST_IGMP)}
     assert names.PRIO_ACL_NP_ALLOW < names.PRIO_ACL_MCAST_GATE < names.PRIO_ACL_MCAST_IGMP \
         < names.PRIO_ACL_ISOLATION_DROP
+    # in the stage of the policies' egress ACLs (decision 0042)
+    assert all(a.after_lb == (a.direction == "from-lport") for a in on + off)
     # OVN refuses `!igmp` (a nominal predicate): no match of ours negates one
     assert not any("!igmp" in a.match for a in on + off)
 
