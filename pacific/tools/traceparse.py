@@ -50,8 +50,9 @@ class Step:
     def drops(self) -> bool:
         if any(a.startswith("drop;") or a.startswith("reject") for a in self.actions):
             return True
-        return self.stage.endswith("_acl_eval") and any(a.startswith(_EVAL_DROPS)
-                                                        for a in self.actions)
+        # ls_in_acl_eval, ls_out_acl_eval and ls_in_acl_after_lb_eval (egress policies)
+        return self.stage.endswith("_eval") and self.is_acl and any(
+            a.startswith(_EVAL_DROPS) for a in self.actions)
 
     @property
     def backends(self) -> list[str]:

@@ -86,3 +86,22 @@ def test_copies_of_a_multicast_datagram_are_sections_however_deep():
     assert [(s.pipeline, s.outport) for s in secs] == [
         ("ingress", None), ("egress", "pod:a/p2"), ("egress", "pod:b/p3")]
     assert secs[1].output == ("pod:a/p2", "") and secs[2].steps[0].drops
+
+
+def test_an_egress_policy_drop_after_load_balancing_is_an_acl_drop():
+    """Policies' egress ACLs are evaluated after the load balancer (decision
+    0042): their drop is a step of ls_in_acl_after_lb_eval."""
+    text = """\
+ingress(dp="ovn-default", inport="pod:mcoff/o1")
+------------------------------------------------
+ 12. ls_in_lb (northd.c:8000): ct.new && ip4.dst == 10.96.0.10, priority 120, uuid 33333333
+    next;
+ 16. ls_in_acl_after_lb_eval (northd.c:7100): reg0[8] == 1 && (inport == @pacific_mcast_off && ip4.mcast), priority 4100, uuid 44444444
+    reg8[17] = 1;
+    next;
+"""
+    (sec,) = tp.parse(text)
+    lb, acl = sec.steps
+    assert not lb.is_acl and not lb.drops
+    assert acl.is_acl and acl.drops and acl.uuid == "44444444"
+    assert tp.outcome([sec]).dropped_at is acl
