@@ -17,7 +17,7 @@ CACHE=${PACIFIC_KUBE_CACHE:-/var/cache/pacific/kubernetes/$KTAG}/conformance
 STAMP=$CACHE/.built
 kube_build_begin "conformance build" $STAMP
 install_missing "build tools and the test image's tools" golang-go rsync make curl \
-  netcat-openbsd iproute2
+  netcat-openbsd iproute2 wget dash
 W=$CACHE/work
 mkdir -p $CACHE
 kube_source $W

@@ -38,9 +38,9 @@ REPO_LIST = "".join(f"{k}: localhost\n" for k in (
     "buildImageRegistry"))
 # the tools the tests run in agnhost containers (docs/conformance.md); dash as
 # /bin/sh: Debian's static busybox runs its own applets before PATH (its nc
-# has no -u or -z)
+# has no -u or -z, its wget -T crashes here)
 TOOLS = {"/usr/bin/curl": "usr/bin/curl", "/bin/nc.openbsd": "usr/bin/nc", "/bin/ss": "usr/bin/ss",
-         "/bin/dash": "bin/sh"}
+         "/usr/bin/wget": "usr/bin/wget", "/bin/dash": "bin/sh"}
 
 FOCUS = r"\[sig-network\] (Networking|Services|NetworkPolicy|Conntrack)"
 # (pattern, why it cannot apply here): each is in docs/conformance.md
