@@ -49,6 +49,9 @@ PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 NODE_PORT_RANGE = (30000, 32767)          # kube-apiserver's default --service-node-port-range
 EXTERNAL_IP, NODE_PORT = "externalIP", "nodePort"
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"    # an EndpointSlice's Service
+# Kubernetes' labels on a Service that the default service proxy leaves alone (as
+# kube-proxy does): another proxy serves it, or none (headless by label)
+LABELS_NOT_PROXIED = ("service.kubernetes.io/service-proxy-name", "service.kubernetes.io/headless")
 
 
 @dataclass(frozen=True, order=True)
@@ -80,7 +83,19 @@ def _key(svc: dict) -> str:
     return f"{m.get('namespace')}/{m.get('name')}"
 
 
+def proxied(svc: dict) -> bool:
+    """Is the Service Pacific's to serve?  Not when it carries one of
+    Kubernetes' labels for another proxy (service.kubernetes.io/service-proxy-name)
+    or for none (service.kubernetes.io/headless), whatever their value, as
+    kube-proxy decides; the controller's balancers and the nodes' frontends
+    both ask here."""
+    labels = (svc.get("metadata") or {}).get("labels") or {}
+    return not any(k in labels for k in LABELS_NOT_PROXIED)
+
+
 def _cluster_ip(svc: dict) -> str | None:
+    if not proxied(svc):
+        return None
     ip = (svc.get("spec") or {}).get("clusterIP")
     try:
         return ip if ipaddress.ip_address(ip).version == 4 else None

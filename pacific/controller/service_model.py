@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from pacific import names
-from pacific.exposure import SERVICE_NAME_LABEL, ready_backends  # noqa: F401 (shared with nodes)
+from pacific.exposure import SERVICE_NAME_LABEL, proxied, ready_backends  # noqa: F401 (shared with nodes)
 
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 
@@ -31,9 +31,11 @@ class Balancer:
 
 
 def is_load_balanced(svc: dict) -> bool:
-    """Services Pacific programs: a cluster IP (not headless, not ExternalName)."""
+    """Services Pacific programs: a cluster IP (not headless, not ExternalName),
+    and not labelled for another proxy (exposure.proxied)."""
     spec = svc.get("spec") or {}
-    return spec.get("type") != "ExternalName" and spec.get("clusterIP") not in (None, "", "None")
+    return spec.get("type") != "ExternalName" and \
+        spec.get("clusterIP") not in (None, "", "None") and proxied(svc)
 
 
 def cluster_ips(svc: dict) -> list[str]:

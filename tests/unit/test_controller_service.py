@@ -61,3 +61,16 @@ def test_unnamed_port_and_an_unsupported_protocol_is_a_problem_not_a_failure():
     want, problems = sm.balancers(s, [eps(("10.16.0.5", READY), ports=(("", 8080, "TCP"),))])
     assert want["tcp"].vips == {"10.96.0.10:80": "10.16.0.5:8080"}
     assert problems == ["port x: protocol ICMP is not supported"]
+
+
+def test_a_service_labelled_for_another_proxy_or_none_is_not_balanced():
+    """Kubernetes' service.kubernetes.io/service-proxy-name and .../headless
+    labels (any value): kube-proxy leaves such a Service alone, so does Pacific
+    (upstream "should implement service.kubernetes.io/service-proxy-name")."""
+    for label in ("service.kubernetes.io/service-proxy-name", "service.kubernetes.io/headless"):
+        s = svc([{"port": 80, "protocol": "TCP"}])
+        assert sm.balancers(s, [])[0]["tcp"].vips == {"10.96.0.10:80": ""}
+        s["metadata"]["labels"] = {label: "foo-bar"}
+        assert sm.balancers(s, []) == ({}, [])
+        s["metadata"]["labels"] = {label: ""}
+        assert sm.balancers(s, []) == ({}, [])

@@ -196,3 +196,11 @@ def test_the_firewall_rewrites_only_the_services_chain_when_frontends_change():
     assert cmds[0] == {"flush": {"chain": {"family": "inet", "table": "pacific",
                                            "name": firewall.SERVICES}}}
     assert cmds[1]["add"]["rule"]["comment"] == "ns/a y #2"
+
+
+def test_a_service_labelled_for_another_proxy_exposes_nothing_on_the_nodes():
+    s = svc("a", "2026-01-01T00:00:00Z", type_="NodePort", external_ips=["203.0.113.10"])
+    s["metadata"]["labels"] = {"service.kubernetes.io/service-proxy-name": "other"}
+    assert ex.exposures([s], CLUSTER, allowed=ANYWHERE) == ([], {})
+    s["metadata"]["labels"] = {"service.kubernetes.io/headless": ""}
+    assert ex.exposures([s], CLUSTER, allowed=ANYWHERE) == ([], {})
