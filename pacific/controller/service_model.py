@@ -51,6 +51,14 @@ def cluster_ips(svc: dict) -> list[str]:
     return out
 
 
+# UDP has no end of a "connection": a client sending from one port keeps its
+# conntrack entry, and so the backend it had, for as long as it sends.  When a
+# backend goes, ovn-controller flushes the entries that lead to it, as kube-proxy
+# does for UDP (upstream's Conntrack tests).  Not for TCP: a terminating
+# endpoint keeps its open connections until it closes them.
+UDP_OPTIONS = {"ct_flush": "true"}
+
+
 def balancers(svc: dict, slices: list[dict]) -> tuple[dict[str, Balancer], list[str]]:
     """Desired balancers by OVN protocol, and problems worth an Event."""
     problems: list[str] = []
@@ -70,7 +78,8 @@ def balancers(svc: dict, slices: list[dict]) -> tuple[dict[str, Balancer], list[
             problems.append(f"port {port.get('name') or port.get('port')}: protocol {proto} "
                             "is not supported")
             continue
-        lb = out.setdefault(PROTOCOLS[proto], Balancer(PROTOCOLS[proto], options=dict(options)))
+        lb = out.setdefault(PROTOCOLS[proto], Balancer(PROTOCOLS[proto], options=dict(
+            options, **UDP_OPTIONS) if proto == "UDP" else dict(options)))
         backends = ",".join(ready_backends(slices, port.get("name") or "", proto))
         for ip in ips:
             vip = f"{ip}:{port.get('port')}"

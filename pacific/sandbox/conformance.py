@@ -55,7 +55,7 @@ SKIPS = (
      "replaces kube-proxy"),
     (r"ESIPP|LoadBalancer|load balancer|cleanup finalizer", "cloud load balancers"),
     (r"DNS|ExternalName|session affinity|functioning NodePort|hairpin|"
-     r"same port number but different protocols|unready pods",
+     r"same port number but different protocols|unready pods|rejected when no endpoints exist",
      "reach a Service by name: the sandbox runs no cluster DNS"),
     (r"should check NodePort out-of-range|NodePort collisions|release NodePorts on delete|"
      r"should preserve source pod IP for traffic thru service cluster IP",

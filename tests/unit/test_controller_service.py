@@ -74,3 +74,13 @@ def test_a_service_labelled_for_another_proxy_or_none_is_not_balanced():
         assert sm.balancers(s, []) == ({}, [])
         s["metadata"]["labels"] = {label: ""}
         assert sm.balancers(s, []) == ({}, [])
+
+
+def test_udp_balancers_flush_the_conntrack_entries_of_a_backend_that_goes():
+    """A UDP client that keeps sending from one port would keep a deleted
+    backend (upstream's "Conntrack ... preserve UDP traffic when server pod
+    cycles"); TCP keeps a terminating endpoint's open connections."""
+    got, _ = sm.balancers(svc([{"port": 53, "protocol": "UDP"}, {"port": 80, "protocol": "TCP"}]),
+                          [])
+    assert got["udp"].options.get("ct_flush") == "true"
+    assert "ct_flush" not in got["tcp"].options
