@@ -181,9 +181,9 @@ def run_in(sb, report: str, focus: str = FOCUS, skip: str = "",
         start_for_sandbox(sb, kc, extra_args=("--no-isolation",))
     kubelet.import_image(sb, agnhost_archive(), AGNHOST)
     hosts = os.path.join(report, "hosts")
-    with open("/etc/hosts") as f, open(hosts, "w") as out:
-        out.write(f.read().rstrip("\n") + f"\n127.0.0.1 {INTERNET}\n")
-    with internet_stub(), open(os.path.join(report, "e2e.log"), "w") as log:
+    with internet_stub() as stub, open(os.path.join(report, "e2e.log"), "w") as log:
+        with open("/etc/hosts") as f, open(hosts, "w") as out:
+            out.write(f.read().rstrip("\n") + f"\n{stub} {INTERNET}\n")
         # its own mount namespace, where /etc/hosts names the stub
         subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                         'mount --bind "$0" /etc/hosts && exec "$@"', hosts,
@@ -194,7 +194,7 @@ def run_in(sb, report: str, focus: str = FOCUS, skip: str = "",
 
 @contextlib.contextmanager
 def internet_stub():
-    """An HTTP server on 127.0.0.1:80 for the check the "[sig-network]
+    """An HTTP server on a loopback address, port 80, for the check the "[sig-network]
     Networking" tests make before each test, from e2e.test itself (GET
     http://google.com): the sandbox sends nothing to the Internet."""
     class Ok(http.server.BaseHTTPRequestHandler):
@@ -206,10 +206,18 @@ def internet_stub():
 
         def log_message(self, *args):
             pass
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 80), Ok)
+    srv = None
+    for last in range(1, 255):       # a loopback address of its own: runs side by side
+        try:
+            srv = http.server.ThreadingHTTPServer((f"127.0.80.{last}", 80), Ok)
+            break
+        except OSError:
+            continue
+    if srv is None:
+        raise SystemExit("no free loopback address 127.0.80.1-254 for port 80")
     threading.Thread(target=srv.serve_forever, name="internet-stub", daemon=True).start()
     try:
-        yield
+        yield srv.server_address[0]
     finally:
         srv.shutdown()
         srv.server_close()
