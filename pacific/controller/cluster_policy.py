@@ -266,7 +266,7 @@ class ClusterPolicyFeature(Feature):
             if addrs and rule.action != "Deny":
                 specs.append(self._neighbours(key, pol, rule, pg))
         self.dns.use(key, names_used)
-        return acl.after_lb(specs), sets, notes, subject
+        return specs, sets, notes, subject
 
     @staticmethod
     def _neighbours(key: str, pol: cp.Policy, rule: cp.Rule, pg: str) -> acl.AclSpec:

@@ -32,11 +32,11 @@ def multicast_ids() -> dict:
 
 
 def gate_acls(group: str) -> list[acl.AclSpec]:
-    # in the stage of the policies' egress ACLs, which the gate's IGMP allow is above
-    return acl.after_lb([acl.AclSpec(direction, prio, match, action, name=rule,
-                                     external_ids={**multicast_ids(), names.EXT_RULE: rule})
-                         for g, direction, prio, match, action, rule in multicast.GATE_ACLS
-                         if g == group])
+    # from-lport: in the stage of the policies' egress ACLs (AclSpec.after_lb),
+    # which the gate's IGMP allow is above
+    return [acl.AclSpec(direction, prio, match, action, name=rule,
+                        external_ids={**multicast_ids(), names.EXT_RULE: rule})
+            for g, direction, prio, match, action, rule in multicast.GATE_ACLS if g == group]
 
 
 def group_builders(group: str) -> list:

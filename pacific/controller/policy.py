@@ -373,7 +373,7 @@ class PolicyFeature(Feature):
                                    external_ids=policy_ids(key, **{names.EXT_RULE: f"{r_.direction}/{r_.index}"})))
         if self.ctl.acl_tiers():   # between the Admin and Baseline tiers (pacific/clusterpolicy.py)
             out = [dataclasses.replace(a, tier=clusterpolicy.NP_TIER) for a in out]
-        return acl.after_lb(out)
+        return out
 
     def _reconcile_set(self, name: str) -> None:
         """One pod peer's address set (shared by every policy naming the peer)."""

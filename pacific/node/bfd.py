@@ -90,15 +90,18 @@ class BfdSessions:
 
     # -- readers ------------------------------------------------------------------
     def settled(self) -> bool:
-        now = self._clock()
         with self._lock:
             ups = list(self._up.values())
-        return not ups or any(t is not None and now - t >= SETTLE for t in ups)
+        return self._any_settled(ups)
 
     def peer_settled(self, chassis: str) -> bool:
-        now = self._clock()
         with self._lock:
             ups = [t for name, t in self._up.items() if self._chassis.get(name) == chassis]
+        return self._any_settled(ups)
+
+    def _any_settled(self, ups: list[float | None]) -> bool:
+        """No session at all (nothing to race with), or one up SETTLE s."""
+        now = self._clock()
         return not ups or any(t is not None and now - t >= SETTLE for t in ups)
 
     def settles_in(self) -> float | None:

@@ -209,9 +209,9 @@ class EgressSnat(NodeFeature):
             host = f"{ipaddress.ip_address(router_ip) + 1}/24"
             for src in g.sources:
                 routes.setdefault(f"{src}/32", (host, router_ip))
-            if eip and not self._on_underlay(g.ip):
-                continue
             claim = self._claim(g.ip, holder)
+            if claim and eip and not self._on_underlay(g.ip):
+                continue          # not on this node's network: never held here
             if claim == "hold":
                 hold.add(g.ip)
             elif claim == "keep":

@@ -13,7 +13,7 @@ lock, so worker threads use them to skip no-op submissions.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ovsdbapp.backend.ovs_idl import idlutils
 
@@ -34,20 +34,21 @@ class AclSpec:
     tier: int = 0             # OVN's ACL tier (0-3; OVN >= 23.09, pacific.ovn.capabilities)
     severity: str = ""        # of its log records (with log): alert ... debug
     meter: str = ""           # the Meter that limits its log records
-    after_lb: bool = False    # from-lport, evaluated after load balancing (options)
+    # from-lport only: evaluated after load balancing (options:apply-after-lb).  By
+    # default every from-lport ACL is: a policy judges a connection to a Service by
+    # the endpoint it reaches, as Kubernetes' NetworkPolicy says, and all enforcing
+    # from-lport ACLs share that one stage so that OVN's tiers order them all
+    # (decision 0042).  Only the dry-run observers say False (pacific.audit).
+    after_lb: bool | None = None
+
+    def __post_init__(self):
+        if self.after_lb is None:
+            object.__setattr__(self, "after_lb", self.direction == "from-lport")
 
     @property
     def key(self) -> tuple:
         return (self.direction, self.priority, self.match, self.action, self.tier,
                 self.after_lb)
-
-
-def after_lb(specs) -> list:
-    """`specs` with every from-lport ACL evaluated after load balancing: a
-    policy judges a connection to a Service by the endpoint it goes to, as
-    Kubernetes' NetworkPolicy says (decision 0042).  Every enforcing from-lport
-    ACL is in that one stage, so that OVN's tiers order them all."""
-    return [replace(s, after_lb=True) if s.direction == "from-lport" else s for s in specs]
 
 
 def _key(row) -> tuple:
