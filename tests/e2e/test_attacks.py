@@ -839,6 +839,52 @@ def test_clusternetworkpolicy_a_tenant_can_neither_write_one_nor_lift_an_admin_d
         r.delete(admin, r.NETWORKPOLICIES, "allow-everything", ATK)
 
 
+def test_clusternetworkpolicy_an_admin_egress_deny_holds_through_a_service_cluster_ip(env):
+    """The tenant reaches the pods an Admin-tier egress Deny forbids through a
+    Service of its own selecting them: the Deny judges the endpoint, not the
+    cluster IP (decision 0042: egress ACLs after load balancing).  Before, a
+    connection's first packet still carried the cluster IP when the Deny was
+    evaluated and matched no peer: a UDP query and its answer went through."""
+    from pacific import clusterpolicy
+    sb, admin, atk = env
+    r.patch_merge(admin, r.NAMESPACES, ATK, {"metadata": {"labels": {"attack-test": ATK}}})
+    client_pod = af.tenant_pod(sb, atk, admin, ATK, "lb-client", "node1")
+    af.tenant_pod(sb, atk, admin, ATK, "lb-guarded", "node2", labels={"app": "guarded"})
+    af.serve(sb, ATK, "lb-guarded", PORT)
+    guarded = _pod_ip(admin, ATK, "lb-guarded")
+    svc = r.create(atk, r.SERVICES, service(ATK, "to-guarded", [
+        tcp_port(80, "t"), {"name": "u", "port": 80, "targetPort": PORT, "protocol": "UDP"}],
+        selector={"app": "guarded"}), ATK)
+    cip = svc["spec"]["clusterIP"]
+    for proto in ("tcp", "udp"):
+        wait_until(lambda proto=proto: af.reach(sb, client_pod.netns, proto, cip, 80), 30,
+                   what=f"the guarded pod through the tenant's Service ({proto}), before the Deny")
+    body = {"apiVersion": f"{clusterpolicy.GROUP}/{clusterpolicy.VERSION}",
+            "kind": clusterpolicy.KIND, "metadata": {"name": "atk-no-guarded"},
+            "spec": {"tier": "Admin", "priority": 8,
+                     "subject": {"namespaces": {"matchLabels": {"attack-test": ATK}}},
+                     "egress": [{"action": "Deny", "to": [{"pods": {
+                         "namespaceSelector": {"matchLabels": {"attack-test": ATK}},
+                         "podSelector": {"matchLabels": {"app": "guarded"}}}}],
+                         "protocols": [{"tcp": {"destinationPort": {"number": PORT}}},
+                                       {"udp": {"destinationPort": {"number": PORT}}}]}]}}
+    r.create(admin, r.CLUSTERNETWORKPOLICIES, body)
+    try:
+        # the Deny applied (one write holds all its ACLs): the pod's own address fails
+        wait_until(lambda: not af.reach(sb, client_pod.netns, "udp", guarded, PORT), 30,
+                   what="the Admin-tier Deny on the guarded pod's address")
+        for proto in ("tcp", "udp"):
+            assert not af.reach(sb, client_pod.netns, proto, cip, 80), \
+                f"a Service's cluster IP led past an Admin-tier egress Deny ({proto})"
+        # the Deny was the reason: gone, the Service leads to the pod again
+        r.delete(admin, r.CLUSTERNETWORKPOLICIES, "atk-no-guarded")
+        wait_until(lambda: af.reach(sb, client_pod.netns, "udp", cip, 80), 30,
+                   what="the guarded pod through the Service, the Deny gone")
+    finally:
+        r.delete(admin, r.CLUSTERNETWORKPOLICIES, "atk-no-guarded")
+        r.delete(admin, r.SERVICES, "to-guarded", ATK)
+
+
 def _dry_run_observers(sb, owner: str) -> int:
     from pacific.ovn.nb import NorthboundAPI
     nb = NorthboundAPI(sb.nb_remote)
