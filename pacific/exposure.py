@@ -73,6 +73,13 @@ def node_addresses(nodes: list[dict]) -> set[str]:
             if a.get("type") in ("InternalIP", "ExternalIP") and a.get("address")}
 
 
+def internal_ips(node: dict | None) -> set[str]:
+    """A node's InternalIP addresses: what a host-network pod on it has as its
+    own (status.podIPs)."""
+    return {a["address"] for a in ((node or {}).get("status") or {}).get("addresses") or []
+            if a.get("type") == "InternalIP" and a.get("address")}
+
+
 def _age(svc: dict) -> tuple:
     m = svc.get("metadata") or {}
     return (m.get("creationTimestamp") or "", m.get("namespace") or "", m.get("name") or "")

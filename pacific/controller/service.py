@@ -62,14 +62,19 @@ def pod_namespace(ctl, ip: str) -> str | None:
     return holder.split("/", 1)[0]
 
 
-def confined(ctl, key: str, slices: list[dict]) -> tuple[list[dict], list[str]]:
+def confined(ctl, key: str, slices: list[dict],
+             host_ips: frozenset[str] = frozenset()) -> tuple[list[dict], list[str]]:
     """A Service's slices with only its own namespace's pods as endpoints
     (pacific.exposure.confine), unless the administrator trusts the Service's
-    endpoints (--trusted-endpoint-services); and the addresses left out."""
+    endpoints (--trusted-endpoint-services); and the addresses left out.
+    `host_ips`: the addresses of the nodes where a host-network pod of the
+    namespace runs, that pod's own address (a backend there reaches nothing the
+    pod could not open itself on its node)."""
     if key in ctl.cfg.trusted_endpoint_services:
         return slices, []
     ns = key.split("/", 1)[0]
-    return exposure.confine(slices, ns, lambda ip: pod_namespace(ctl, ip))
+    return exposure.confine(
+        slices, ns, lambda ip: pod_namespace(ctl, ip) or (ns if ip in host_ips else None))
 
 
 def ignored_note(key: str, ignored: list[str]) -> list[str]:
@@ -119,15 +124,45 @@ class ServiceFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self.informers = service_informers(ctl.cfg)
+        # pods: only the host-network ones matter here (their node's address
+        # may be a backend of their namespace's Services)
+        self.informers = {**service_informers(ctl.cfg), "pods": informers.PODS}
         self._lock = threading.Lock()
+        self._host: dict[str, dict[str, str]] = {}  # namespace -> host-network pod -> node
         self._slices: dict[str, set[str]] = {}   # service key -> slice keys
         self._reported: dict[str, str] = {}
         self._exposed: set[str] = set()          # Services with external IPs or node ports
 
     def handlers(self):
         return {"services": self._on_service, "endpointslices": self._on_slice,
-                "egressips": self._on_egressip}
+                "egressips": self._on_egressip, "pods": self._on_pod}
+
+    def _on_pod(self, old, new):
+        """A host-network pod that starts or stops running on a node: its
+        namespace's Services (their endpoints may name the node's address)."""
+        if not any(p is not None and (p.get("spec") or {}).get("hostNetwork") for p in (old, new)):
+            return ()
+        m = model.meta(new or old)
+        ns, key = m.get("namespace"), r.object_key(new or old)
+        node = (new.get("spec") or {}).get("nodeName") if new is not None else None
+        live = bool(node) and not m.get("deletionTimestamp") and \
+            (new.get("status") or {}).get("phase") not in model.TERMINAL_PHASES
+        with self._lock:
+            pods = self._host.setdefault(ns, {})
+            if live:
+                pods[key] = node
+            else:
+                pods.pop(key, None)
+                if not pods:
+                    del self._host[ns]
+            return sorted(k for k in self._slices if k.startswith(f"{ns}/"))
+
+    def host_ips(self, ns: str) -> frozenset[str]:
+        """The addresses of the nodes where a host-network pod of `ns` runs."""
+        with self._lock:
+            nodes = set((self._host.get(ns) or {}).values())
+        cache = self.ctl.informer("nodes")
+        return frozenset(a for n in nodes for a in exposure.internal_ips(cache.get(n)))
 
     def _on_egressip(self, old, new):
         """An address an EgressIP names (or stops naming) may be a Service's."""
@@ -178,7 +213,7 @@ class ServiceFeature(Feature):
             slice_keys = sorted(self._slices.get(key, ()))
         cache = self.ctl.informer("endpointslices")
         slices, ignored = confined(self.ctl, key, [s for s in (cache.get(k) for k in slice_keys)
-                                                   if s is not None])
+                                                   if s is not None], self.host_ips(ns))
         want, problems = sm.balancers(svc, slices) if svc is not None else ({}, [])
         problems += ignored_note(key, ignored)
         if svc is not None and _exposes(svc):

@@ -209,7 +209,8 @@ def _address_set(sb, name: str) -> set[str]:
 def test_2_a_selectorless_service_with_hand_written_endpoints_does_not_reach_the_victim(env):
     """CVE-2021-25740: a NodePort Service of the attacker with an Endpoints
     object naming the victim's pod.  Through the node port the traffic would
-    arrive from the node's join address, which isolation lets in."""
+    arrive from the node's join address, which isolation lets in.  A node's
+    address is refused too: the attacker runs no host-network pod there."""
     sb, admin, atk = env
     victim_ip = cnipods.load(sb, VIC, "v1").ip
     node = sb.node("node1")
@@ -217,13 +218,15 @@ def test_2_a_selectorless_service_with_hand_written_endpoints_does_not_reach_the
              ATK)
     r.create(atk, r.ENDPOINTS, {"apiVersion": "v1", "kind": "Endpoints",
                                 "metadata": {"name": "steal", "namespace": ATK},
-                                "subsets": [{"addresses": [{"ip": victim_ip}],
+                                "subsets": [{"addresses": [{"ip": victim_ip},
+                                                           {"ip": node.underlay_ip}],
                                              "ports": [{"name": "http", "port": PORT,
                                                         "protocol": "TCP"}]}]}, ATK)
     nodeport = r.get(admin, r.SERVICES, "steal", ATK)["spec"]["ports"][0]["nodePort"]
     text = af.wait_until(lambda: service_events(admin, ATK, "steal"), 60,
                          what="the ignored endpoint reported on the Service")
-    assert f"endpoint addresses {victim_ip} are not pods of namespace atk: ignored" in text, text
+    assert f"endpoint addresses {victim_ip}, {node.underlay_ip} are not pods of namespace " \
+        "atk: ignored" in text, text
     af.wait_until(lambda: programmed_everywhere(sb, f"atk/steal node:tcp/{nodeport}"), 60,
                   what="the node port programmed")
     for _ in range(3):

@@ -60,3 +60,19 @@ def test_the_image_layer_carries_the_extra_files_and_their_directories():
     with tarfile.open(fileobj=io.BytesIO(layer)) as t:
         every = [m.name for m in t.getmembers()]
     assert len(every) == len(set(every)), "a path twice in the layer"
+
+
+def test_shards_deal_every_test_once_and_the_focus_matches_only_its_names():
+    names = ["[sig-network] Services should serve a basic endpoint from pods  [Conformance]",
+             "[sig-network] Networking Granular Checks: Pods should function for intra-pod "
+             "communication: http [NodeConformance] [Conformance]",
+             "[sig-network] NetworkPolicy [LinuxOnly] should support a 'default-deny-all' policy",
+             "[sig-network] Services should serve a basic endpoint"]
+    parts = c.shards(names, 3)
+    assert sorted(n for p in parts for n in p) == sorted(names) and len(parts) == 3
+    assert c.shards(names[:1], 3) == [names[:1]]
+    focus = re.compile(c.exactly(names[:3]))   # RE2's syntax is Python's here
+    for n in names[:3]:
+        assert focus.search(f"[Top Level] {n}")
+    assert not focus.search(f"[Top Level] {names[3]}")   # a prefix of another name
+    assert not focus.search(f"[Top Level] {names[0]} and more")

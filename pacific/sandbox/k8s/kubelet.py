@@ -17,8 +17,9 @@ Per node (files under `<node rundir>/kubelet/`):
   InternalIP; the API server reaches it through pacific.sandbox.k8s.egress),
   its own root directory and cgroup root `/pac-<sandbox>-<node>`.
 
-Both run in the node's network namespace and in a mount namespace of their own
-(`unshare --mount --propagation unchanged`, the kubelet joins containerd's): there
+Both run in the node's network namespace and in a mount and a UTS namespace of
+their own (`unshare --mount --uts --propagation unchanged`, the kubelet joins
+containerd's; the host name is the node's, which host-network pods see): there
 /var/log/pods and /var/log/containers are the node's own directories (a kubelet
 removes the log directories of pods it does not know, so kubelets sharing one
 /var/log/pods delete each other's logs), and every mount they make (the kubelet's
@@ -209,8 +210,11 @@ def start_containerd(sb: "Sandbox", node, image_paths: dict) -> None:
         # mountPropagation HostToContainer on a path whose mount is neither shared
         # nor slave (deploy/node.yaml's /var/run/netns; /var/run is a symlink)
         mounts += " && mount --make-shared /"
+        # its own UTS namespace named after the node: host-network pods see the
+        # node's name as their hostname, as on a real node (upstream's tests ask it)
+        mounts += f" && hostname {node.name}"
         sb.spawn(containerd_tag(node), [
-            "unshare", "--mount", "--propagation", "unchanged", "--",
+            "unshare", "--mount", "--uts", "--propagation", "unchanged", "--",
             "nsenter", f"--net=/run/netns/{node.netns}", "--",
             "sh", "-c", f"{mounts} && exec containerd --config {p.containerd_config}"])
     deadline = time.monotonic() + 30
@@ -256,8 +260,8 @@ def start_kubelet(sb: "Sandbox", node) -> None:
     if cpid is None:
         raise SandboxError(f"containerd of {node.name} is not running")
     sb.spawn(kubelet_tag(node), [
-        "nsenter", f"--mount=/proc/{cpid}/ns/mnt", f"--net=/run/netns/{node.netns}", "--",
-        bins.path("kubelet"), f"--config={p.kubelet_config}", f"--kubeconfig={kubeconfig}",
+        "nsenter", f"--mount=/proc/{cpid}/ns/mnt", f"--uts=/proc/{cpid}/ns/uts",
+        f"--net=/run/netns/{node.netns}", "--", bins.path("kubelet"), f"--config={p.kubelet_config}", f"--kubeconfig={kubeconfig}",
         f"--root-dir={p.kubelet_root}", f"--cert-dir={os.path.join(p.base, 'pki')}",
         "--container-runtime=remote",
         f"--container-runtime-endpoint=unix://{p.socket}",
