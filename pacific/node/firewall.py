@@ -97,7 +97,11 @@ CHAINS = {
     "guard-input": {"type": "filter", "hook": "input", "prio": -10},
     "guard-forward": {"type": "filter", "hook": "forward", "prio": -10},
     "egress-mark": {"type": "filter", "hook": "prerouting", "prio": -150},
-    "services": {"type": "nat", "hook": "prerouting", "prio": -100},
+    # Service frontends (SERVICES, a regular chain) for traffic arriving and for
+    # the host's own connections (a node port on its own address), as kube-proxy
+    "services": {},
+    "services-in": {"type": "nat", "hook": "prerouting", "prio": -100},
+    "services-out": {"type": "nat", "hook": "output", "prio": -100},
     "snat": {"type": "nat", "hook": "postrouting", "prio": 90},
     "postrouting": {"type": "nat", "hook": "postrouting", "prio": 100},
     "forward": {"type": "filter", "hook": "forward", "prio": 0},
@@ -131,6 +135,10 @@ RULES = [  # (chain, comment, expressions)
      [{"match": {"op": "==", "left": {"ct": {"key": "direction"}}, "right": "reply"}},
       {"match": {"op": "==", "left": _CT_MARK, "right": names.EGRESS_FWMARK}},
       {"mangle": {"key": {"meta": {"key": "mark"}}, "value": names.EGRESS_FWMARK}}]),
+    ("services-in", "pacific-services-in", [{"jump": {"target": "services"}}]),
+    # not loopback: a local client of 127.0.0.1:<port> is no Service's
+    ("services-out", "pacific-services-out",
+     [_daddr("!=", {"prefix": {"addr": "127.0.0.0", "len": 8}}), {"jump": {"target": "services"}}]),
     ("postrouting", "pacific-masquerade",
      [_saddr("==", "@nat_cidrs"), _daddr("!=", "@cluster_cidrs"), {"masquerade": None}]),
     ("postrouting", "pacific-service-masquerade",
@@ -209,7 +217,10 @@ def _chain_commands(chain: str, rules: list[tuple[str, list]]) -> list[dict]:
 
 
 def full_commands(wanted: dict[str, set[str]], dynamic: dict | None = None) -> list[dict]:
-    cmds: list[dict] = [{"add": {"table": dict(_TABLE)}}, {"flush": {"table": dict(_TABLE)}}]
+    # the table deleted and made anew, in one transaction: a chain whose kind
+    # changed (a regular chain that was a base chain) cannot be altered in place
+    cmds: list[dict] = [{"add": {"table": dict(_TABLE)}}, {"delete": {"table": dict(_TABLE)}},
+                        {"add": {"table": dict(_TABLE)}}]
     for name in SETS:
         if name in PORT_SETS:
             cmds.append({"add": {"set": {**_T, "name": name, "type": "inet_service"}}})
@@ -217,7 +228,8 @@ def full_commands(wanted: dict[str, set[str]], dynamic: dict | None = None) -> l
             cmds.append({"add": {"set": {**_T, "name": name, "type": "ipv4_addr",
                                          "flags": ["interval"]}}})
     for chain, hook in CHAINS.items():
-        cmds.append({"add": {"chain": {**_T, "name": chain, **hook, "policy": "accept"}}})
+        base = {"policy": "accept"} if hook else {}     # a regular chain has neither
+        cmds.append({"add": {"chain": {**_T, "name": chain, **hook, **base}}})
     for chain, comment, expr in RULES:
         cmds.append({"add": {"rule": {**_T, "chain": chain, "comment": comment, "expr": expr}}})
     cmds += _set_commands(wanted)

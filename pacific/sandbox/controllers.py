@@ -37,7 +37,15 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
             "--lag-probe-interval", "2", *exposure_args(sandbox),
             "--egress-ip-cidrs", names.SANDBOX_EGRESS_IP_CIDRS,
-            "--dns-servers", dns_server(sandbox), *extra]
+            "--dns-servers", dns_server(sandbox), *trusted_args(sandbox), *extra]
+
+
+def trusted_args(sandbox) -> list[str]:
+    """With kubelets, the cluster DNS's Service (its endpoint is the central
+    address, pacific.sandbox.k8s.clusterdns) is the administrator's, trusted."""
+    if not getattr(sandbox, "kubelet", False):
+        return []
+    return ["--trusted-endpoint-services", "default/kubernetes," + "/".join(names.SANDBOX_CLUSTER_DNS)]
 
 
 def dns_server(sandbox) -> str:

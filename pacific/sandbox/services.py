@@ -5,7 +5,7 @@ the network is ready (chassis registered, tunnels warm).  Each callable receives
 the sandbox and should start its daemon with `sandbox.spawn(tag, argv, netns=...)`
 (so `down()` stops it) and wait until it answers.  The default stack, in
 order: the real Kubernetes control plane (pacific.sandbox.k8s), deploy/'s
-ServiceAccounts and RBAC, a containerd and a real kubelet per node (or, with
+ServiceAccounts and RBAC, with kubelets a cluster DNS, a containerd and a real kubelet per node (or, with
 `Sandbox(kubelet=False)`, a pod runner that registers the Node as a kubelet
 would), two leader-elected controller replicas, one pacific-node per node.
 Every starter is idempotent: a daemon that already runs is left alone.
@@ -46,6 +46,13 @@ def pod_runners(sb: "Sandbox") -> None:
     k8s.pod_runners(sb)
 
 
+def cluster_dns(sb: "Sandbox") -> None:
+    """With kubelets: the cluster DNS their pods ask (pacific.sandbox.k8s.clusterdns)."""
+    if sb.kubelet:
+        from pacific.sandbox.k8s import clusterdns
+        clusterdns.start(sb)
+
+
 def controllers(sb: "Sandbox") -> None:
     if sb.deploy:          # deploy/'s Deployment runs them (node_daemons applies it)
         return
@@ -71,4 +78,4 @@ def node_daemons(sb: "Sandbox") -> None:
 
 
 DEFAULT_SERVICES: list[Callable[["Sandbox"], None]] = [
-    kube_control_plane, pacific_credentials, pod_runners, controllers, node_daemons]
+    kube_control_plane, pacific_credentials, cluster_dns, pod_runners, controllers, node_daemons]

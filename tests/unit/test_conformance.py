@@ -15,7 +15,7 @@ JUNIT = """<?xml version="1.0" encoding="UTF-8"?>
   <testcase name="[sig-network] NetworkPolicy [LinuxOnly] NetworkPolicy between server and client should enforce policy to allow traffic only from a different namespace, based on NamespaceSelector [Feature:NetworkPolicy]" classname="Kubernetes e2e suite" time="80">
     <failure type="Failure">k8s.io/kubernetes/test/e2e/framework/framework.go:629&#xA;Nov 27 10:02:45.946: client-a could not reach server&#xA;k8s.io/kubernetes/vendor/github.com/onsi/ginkgo/internal/leafnodes/runner.go:113</failure>
   </testcase>
-  <testcase name="[sig-network] Services should be able to create a functioning NodePort service [Conformance]" classname="Kubernetes e2e suite" time="0"><skipped></skipped></testcase>
+  <testcase name="[sig-network] Services should handle load balancer cleanup finalizer for service" classname="Kubernetes e2e suite" time="0"><skipped></skipped></testcase>
   <testcase name="[sig-storage] Volumes should mount" classname="Kubernetes e2e suite" time="0"><skipped></skipped></testcase>
 </testsuite>
 """
@@ -26,8 +26,10 @@ def test_every_skip_pattern_compiles_and_has_a_reason():
         re.compile(pattern)
         assert len(why) > 10, pattern
     re.compile(c.skip_regex())
-    assert c.why_skipped("[sig-network] DNS should provide DNS for services") \
-        == "reach a Service by name: the sandbox runs no cluster DNS"
+    assert c.why_skipped("[sig-network] Services should be able to create an internal type "
+                         "load balancer [Slow]") == "slow (minutes each): run with --focus"
+    assert c.why_skipped("[sig-network] Services should handle load balancer cleanup "
+                         "finalizer for service") == "cloud load balancers"
     assert c.why_skipped("[sig-network] Networking Granular Checks: Pods should function "
                          "for node-pod communication: udp [LinuxOnly]") == ""
 
@@ -39,11 +41,22 @@ def test_the_report_is_read_back_and_summarised(tmp_path):
     assert [s for _, s, _ in got] == ["passed", "failed", "skipped", "skipped"]
     assert got[1][2] == "Nov 27 10:02:45.946: client-a could not reach server"
     out = c.table(got, c.FOCUS)
-    assert out.splitlines()[2] == "| 1 | 1 | 1 |"         # the storage skip is not ours
-    assert "| [sig-network] Services should be able to create a functioning NodePort " \
-           "service [Conformance] | skipped: reach a Service by name" in out
+    assert out.splitlines()[2] == "| 1 | 1 (+ 0 known) | 1 |"   # the storage skip is not ours
+    assert "| [sig-network] Services should handle load balancer cleanup finalizer for " \
+           "service | skipped: cloud load balancers" in out
     assert "failed: Nov 27 10:02:45.946: client-a could not reach server |" in out
     assert "sig-storage" not in out
+    assert c.unexpected(got) == [got[1][0]]
+
+
+def test_a_known_limitation_is_reported_and_does_not_fail_the_run():
+    hostnet = "[sig-network] Networking Granular Checks: Services should function for " \
+              "service endpoints using hostNetwork"
+    got = [(hostnet, "failed", "failed dialing endpoint"), ("[sig-network] x", "passed", "")]
+    assert c.unexpected(got) == []
+    out = c.table(got, c.FOCUS)
+    assert out.splitlines()[2] == "| 1 | 0 (+ 1 known) | 0 |"
+    assert f"| {hostnet} | failed (known: a node port whose backend is a host-network pod" in out
 
 
 def test_the_image_layer_carries_the_extra_files_and_their_directories():

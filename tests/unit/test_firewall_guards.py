@@ -145,3 +145,15 @@ def test_a_subnet_holding_a_node_or_central_address_is_no_pod_network_here():
                        "--ovn-remote", "tcp:192.168.78.1:6642")
     w = fw.wanted()
     assert w["pod_cidrs"] == {"10.16.0.0/16"} and w["internal_cidrs"] == {"10.16.0.0/16"}
+
+
+def test_service_frontends_serve_arriving_traffic_and_the_host_s_own_but_not_loopback():
+    """upstream's "node-Service": a host connects to a node port on its own address."""
+    assert firewall.CHAINS[firewall.SERVICES] == {}           # a regular chain, jumped to
+    assert firewall.CHAINS["services-in"]["hook"] == "prerouting"
+    assert firewall.CHAINS["services-out"]["hook"] == "output"
+    for chain in ("services-in", "services-out"):
+        (_, expr), = _rules(chain)
+        assert expr[-1] == {"jump": {"target": firewall.SERVICES}}
+    (_, out), = _rules("services-out")
+    assert out[0]["match"]["op"] == "!=" and out[0]["match"]["right"]["prefix"]["addr"] == "127.0.0.0"

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from pacific.sandbox import netns as sbnetns
-from pacific.sandbox.k8s import bins, hoststate, images
+from pacific.sandbox.k8s import bins, clusterdns, hoststate, images
 from pacific.sandbox.proc import SandboxError, alive, run
 
 if TYPE_CHECKING:
@@ -153,6 +153,7 @@ def kubelet_config(sb: "Sandbox", node, p: Paths, ca: str) -> dict:
                            "x509": {"clientCAFile": ca}},
         "authorization": {"mode": "AlwaysAllow"},
         "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
+        "clusterDNS": [clusterdns.address(sb)],     # pacific.sandbox.k8s.clusterdns
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
                          "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,

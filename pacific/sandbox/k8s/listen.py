@@ -16,6 +16,12 @@ def _setns(fd: int) -> None:
 
 def listen_socket(host: str, port: int, netns: str | None = None, backlog: int = 512) -> socket.socket:
     """A bound, listening TCP socket on host:port, in netns if given."""
+    return bound_socket(host, port, netns, socket.SOCK_STREAM, backlog)
+
+
+def bound_socket(host: str, port: int, netns: str | None = None,
+                 kind: int = socket.SOCK_STREAM, backlog: int = 512) -> socket.socket:
+    """A socket of `kind` bound to host:port in netns if given (listening, for TCP)."""
     own = None
     if netns:
         path = f"/run/netns/{netns}"
@@ -29,11 +35,12 @@ def listen_socket(host: str, port: int, netns: str | None = None, backlog: int =
             os.close(target)
     try:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        s = socket.socket(family, socket.SOCK_STREAM)
+        s = socket.socket(family, kind)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-            s.listen(backlog)
+            if kind == socket.SOCK_STREAM:
+                s.listen(backlog)
         except OSError as e:
             s.close()
             where = f" in netns {netns}" if netns else ""
