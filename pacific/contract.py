@@ -252,15 +252,21 @@ def subnet_cidr_in_effect(subnet: dict | None) -> str | None:
 @dataclass(frozen=True)
 class NodeRecord:
     """The node's management port ovn0: address on the join switch, MAC,
-    gateway (the cluster router) and its logical switch port."""
+    gateway (the cluster router) and its logical switch port; and the join
+    address its connections into the service CIDR leave with (service_source,
+    "" from a controller that predates it)."""
     ip_cidr: str      # "100.64.0.2/16"
     mac: str
     gateway: str
     port: str
+    service_source: str = ""
 
     def annotations(self) -> dict:
-        return {names.ANN_NODE_JOIN_IP: self.ip_cidr, names.ANN_NODE_JOIN_MAC: self.mac,
-                names.ANN_NODE_JOIN_GW: self.gateway, names.ANN_NODE_LSP: self.port}
+        out = {names.ANN_NODE_JOIN_IP: self.ip_cidr, names.ANN_NODE_JOIN_MAC: self.mac,
+               names.ANN_NODE_JOIN_GW: self.gateway, names.ANN_NODE_LSP: self.port}
+        if self.service_source:
+            out[names.ANN_NODE_SERVICE_SOURCE] = self.service_source
+        return out
 
     @property
     def ip(self) -> str:
@@ -292,5 +298,13 @@ class NodeRecord:
         if gateway not in iface.network:
             raise ContractError(f"annotation {names.ANN_NODE_JOIN_GW}: {gw} is outside "
                                 f"{iface.network}")
+        source = ann.get(names.ANN_NODE_SERVICE_SOURCE) or ""
+        if source:
+            try:
+                if ipaddress.ip_address(source) not in iface.network:
+                    raise ValueError(source)
+            except ValueError:
+                raise ContractError(f"annotation {names.ANN_NODE_SERVICE_SOURCE}: {source!r} is "
+                                    f"not an address in {iface.network}") from None
         return cls(ip_cidr=str(iface), mac=_mac(mac, names.ANN_NODE_JOIN_MAC),
-                   gateway=str(gateway), port=port)
+                   gateway=str(gateway), port=port, service_source=source)

@@ -46,6 +46,9 @@ ANN_NODE_JOIN_IP = "pacific.io/join_ip"           # "100.64.0.2/16"
 ANN_NODE_JOIN_MAC = "pacific.io/join_mac"
 ANN_NODE_JOIN_GW = "pacific.io/join_gateway"
 ANN_NODE_LSP = "pacific.io/node_logical_switch_port"
+# the join address the node gives its connections into the service CIDR (not
+# on ovn0: OVN may send them back out to the node, answers come through OVN)
+ANN_NODE_SERVICE_SOURCE = "pacific.io/service_source"
 
 # --- OVN / OVS external_ids (ownership of every row Pacific creates) ----------
 EXT_OWNER_KIND = "pacific.io/owner-kind"   # Pod, Node, Subnet, Cluster, ...
@@ -198,6 +201,10 @@ PRIO_ACL_ISOLATION_DROP = 3000     # above every NetworkPolicy ACL: a tier above
 PRIO_ACL_NP_DENY = 1000            # a pod selected by a policy: what no rule allows is dropped
 PRIO_ACL_NP_ALLOW = 1001           # a rule of any policy selecting the pod allows (they add up)
 PRIO_ACL_ISOLATION_ALLOW = 1600
+# on the join switch: a node's connections to a Service whose endpoint is outside
+# OVN pass the node's own port twice; the second time without conntrack
+PRIO_ACL_SERVICE_SOURCE = 32000
+SERVICE_SOURCES_SET = "pacific_service_sources"   # every node's service source
 PRIO_POLICY_NODE_LOCAL = 31000
 PRIO_POLICY_DISTRIBUTED_EGRESS = 29000
 PRIO_POLICY_CENTRALIZED_EGRESS = 29500

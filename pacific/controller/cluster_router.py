@@ -6,6 +6,13 @@ Run by every new leader before its workers start (idempotent):
 - the ``join`` switch (``--join-cidr``, default 100.64.0.0/16) linked to the
   router at its first address; nodes' ``ovn0`` ports live on it (node.py);
 - the join subnet in IPAM (so no Subnet may overlap it);
+- on the join switch, two stateless ACLs for the nodes' service sources
+  (address set ``pacific_service_sources``, filled by node_join.py): a node's
+  connection to a Service whose endpoint is outside OVN enters OVN at the
+  node's port (balanced there, in its conntrack zone) and leaves by the same
+  port back to the node, and its answer takes the same two steps the other
+  way; the second step of each must not meet that zone again, or conntrack
+  refuses the packet as a clash with the balanced connection;
 - the default ``Subnet`` object (``--default-subnet`` / ``--default-cidr``),
   created through the API if missing; subnet.py turns it into a switch like
   every other Subnet.
@@ -19,8 +26,9 @@ from pacific.controller import model
 from pacific.ipam import errors as ipam_errors
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
-from pacific.ovn.ensure import (EnsurePort, EnsurePortGroup, EnsureRouter, EnsureRouterPort,
-                                EnsureSwitch)
+from pacific.ovn.acl import LS, AclSpec, EnsureACLs
+from pacific.ovn.ensure import (EnsureAddressSet, EnsurePort, EnsurePortGroup, EnsureRouter,
+                                EnsureRouterPort, EnsureSwitch)
 from pacific.ovn.lb import AttachLoadBalancerGroup
 
 LOG = logging.getLogger(__name__)
@@ -48,6 +56,18 @@ def router_link_builders(switch: str, gateway: str, prefixlen: int, ids: dict) -
     ]
 
 
+def service_source_acls(service_cidr: str, ids: dict) -> list[AclSpec]:
+    """Out to a node's port without conntrack: what a node's service source sent
+    (balanced already, now leaving for an endpoint outside OVN), and what comes
+    back to it from a cluster IP (its answer, the balancing undone already)."""
+    sources = f"${names.SERVICE_SOURCES_SET}"
+    return [AclSpec("to-lport", names.PRIO_ACL_SERVICE_SOURCE, f"ip4.src == {sources}",
+                    "allow-stateless", name="service-source-out", external_ids=ids),
+            AclSpec("to-lport", names.PRIO_ACL_SERVICE_SOURCE,
+                    f"ip4.dst == {sources} && ip4.src == {service_cidr}",
+                    "allow-stateless", name="service-source-back", external_ids=ids)]
+
+
 def ensure(ctl) -> None:
     cfg = ctl.cfg
     ids = join_ids(cfg.join_switch)
@@ -61,6 +81,9 @@ def ensure(ctl) -> None:
         *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_prefixlen, ids),
         # where traffic leaves the cluster (node ports, gateways' localnets join it)
         lambda api: EnsurePortGroup(api, names.EFW_EXITS_GROUP, ids),
+        lambda api: EnsureAddressSet(api, names.SERVICE_SOURCES_SET, ids),
+        lambda api: EnsureACLs(api, cfg.join_switch, service_source_acls(cfg.service_cidr, ids),
+                               table=LS),
     ]
     ctl.writer.run(builders, what="startup topology")
     with ctl.ipam_lock:

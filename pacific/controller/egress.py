@@ -4,7 +4,8 @@ Rows on the cluster router (owned per node, so a node's pods coming and going
 touch only that node's rows):
 
 * address set ``pacific_egress_<hash of node>`` (external_ids owner = the
-  node): the addresses of the pods on that node, changed by mutation;
+  node): the addresses of the pods on that node and the node's service source
+  (contract.NodeRecord), changed by mutation;
 * policy PRIO_POLICY_DISTRIBUTED_EGRESS ``ip4.src == $<that set>`` ->
   reroute to the node's join address (its ovn0);
 * once, owned by the cluster: policy PRIO_POLICY_NODE_LOCAL
@@ -149,6 +150,8 @@ class EgressFeature(Feature):
             return
         with self._lock:
             want = set(self._by_node.get(node, {}).values())
+        if rec.service_source:     # the node's own connections to Services that OVN sends out
+            want.add(rec.service_source)
         have = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
         specs = [(names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip4.src == ${as_name}", "reroute",
                   [rec.ip])]

@@ -42,6 +42,11 @@ def node_owner_key(node: str) -> str:
     return f"node:{node}"
 
 
+def node_source_key(node: str) -> str:
+    """IPAM owner key of a node's service source address (contract.NodeRecord)."""
+    return f"node:{node}:service-source"
+
+
 MAX_OBJECT_NAME = 253   # a DNS-1123 subdomain
 
 

@@ -4,8 +4,12 @@ Per Node (key: its name), level-triggered: the node's join address (IPAM owner
 ``node:<name>``; an address already recorded on the node is kept), a switch
 port ``node:<name>`` on the join switch with that MAC/IP, and the record the
 node daemon reads to create its management port ``ovn0`` (contract.NodeRecord:
-join address "100.64.0.2/16", MAC, gateway, port).  A deleted
-node releases the address and loses its port.
+join address "100.64.0.2/16", MAC, gateway, port).  A second join address
+(owner ``node:<name>:service-source``, on the same port) is the source the
+node gives its connections into the service CIDR: not on ovn0, so a Service
+whose endpoint is outside OVN (a host-network pod, the API server) can be
+sent back out to the node and its answers still come back through OVN.  A
+deleted node releases both addresses and loses its port.
 """
 from __future__ import annotations
 
@@ -49,11 +53,14 @@ class NodeFeature(Feature):
         lsp = names.node_lsp_name(name)
         node = ctl.informer("nodes").get(name)
         if node is None:
-            ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, cfg.join_switch)],
-                           what=f"delete node port {lsp}")
             with ctl.ipam_lock:
                 released = ctl.ipam.lookup(key)
                 ctl.ipam.release(key)
+                source = ctl.ipam.release(model.node_source_key(name))
+            ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, cfg.join_switch),
+                            *([lambda api: ensure.AddressSetRemoveAddresses(
+                                api, names.SERVICE_SOURCES_SET, [source.ip])] if source else [])],
+                           what=f"delete node port {lsp}")
             if released:
                 LOG.info("node %s gone: released join address %s", name, released.ip)
             return
@@ -75,18 +82,40 @@ class NodeFeature(Feature):
                     LOG.warning("node %s: annotated join address %s/%s not reusable (%s); "
                                 "allocating a new one", name, want_ip, want_mac, exc)
                     alloc = ctl.ipam.allocate(cfg.join_switch, key)
+            source = self._source(name, node)
         ctl.writer.run([lambda api: ensure.EnsurePort(
-            api, cfg.join_switch, lsp, [f"{alloc.mac} {alloc.ip}"], [],
+            api, cfg.join_switch, lsp, [f"{alloc.mac} {alloc.ip} {source.ip}"], [],
             node_ids(name, cfg.join_switch)),
             # an exit of the cluster (distributed egress): egress firewalls apply there
-            lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP, [lsp])],
+            lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP, [lsp]),
+            lambda api: ensure.AddressSetAddAddresses(api, names.SERVICE_SOURCES_SET,
+                                                      [source.ip])],
             what=f"node port {lsp}")
         rec = NodeRecord(ip_cidr=f"{alloc.ip}/{cfg.join_prefixlen}", mac=alloc.mac,
-                         gateway=cfg.join_gateway, port=lsp)
+                         gateway=cfg.join_gateway, port=lsp, service_source=source.ip)
         want = rec.annotations()
         if any(ann.get(k) != v for k, v in want.items()):
             try:
                 r.patch_merge(ctl.kube, r.NODES, name, {"metadata": {"annotations": want}})
             except kerr.NotFound:
                 return
-            LOG.info("node %s: join address %s mac %s port %s", name, rec.ip_cidr, alloc.mac, lsp)
+            LOG.info("node %s: join address %s mac %s port %s, service source %s", name,
+                     rec.ip_cidr, alloc.mac, lsp, rec.service_source)
+
+    def _source(self, name: str, node: dict):
+        """The node's service source address (held: ipam_lock), the recorded one
+        kept across a controller restart.  On the wire it has the port's MAC;
+        the MAC IPAM pairs with it is only reserved."""
+        ctl, key = self.ctl, model.node_source_key(name)
+        alloc = ctl.ipam.lookup(key)
+        if alloc is not None:
+            return alloc
+        want = model.annotations(node).get(names.ANN_NODE_SERVICE_SOURCE) or None
+        try:
+            return ctl.ipam.allocate(ctl.cfg.join_switch, key, ip=want)
+        except ipam_errors.IPAMError as exc:
+            if want is None:
+                raise
+            LOG.warning("node %s: annotated service source %s not reusable (%s); allocating "
+                        "a new one", name, want, exc)
+            return ctl.ipam.allocate(ctl.cfg.join_switch, key)

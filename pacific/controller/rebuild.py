@@ -80,8 +80,11 @@ def restore_node_addresses(ctl) -> int:
         for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
             node = row.external_ids.get(names.EXT_OWNER)
             try:
-                mac, ip = row.addresses[0].split()[:2]
+                mac, ip, *source = row.addresses[0].split()
                 ctl.ipam.restore(ctl.cfg.join_switch, model.node_owner_key(node), ip, mac)
+                if source:
+                    ctl.ipam.restore(ctl.cfg.join_switch, model.node_source_key(node),
+                                     source[0])
                 n += 1
             except (IndexError, ValueError, ipam_errors.IPAMError) as exc:
                 LOG.warning("rebuild: node port %s not restored (%s); the node gets a new address",

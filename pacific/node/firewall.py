@@ -27,9 +27,14 @@ change):
                        (pacific.node.egressgw)
     chain snat         (nat, postrouting, before the masquerade)  a rule per Service
                        whose endpoints leave with its external IP (node.egresssnat)
-    chain services     (nat, prerouting)  a rule per external IP and node port a
-                       Service was granted (pacific.node.frontends), rewritten
-                       whole when what it should hold changes
+    chain services     (regular; jumped to from services-in, nat prerouting, and
+                       services-out, nat output, not to 127/8)  a rule per external
+                       IP and node port a Service was granted (pacific.node.frontends),
+                       rewritten whole when what it should hold changes
+    chain service-source (nat, postrouting, before the masquerade)  this node's
+                       connections into the service CIDR leave ovn0 with its service
+                       source (contract.NodeRecord), masqueraded when OVN sends them
+                       back out (source_rules)
     chain postrouting  (nat)  ip saddr @nat_cidrs ip daddr != @cluster_cidrs masquerade;
                        ip saddr @internal_cidrs ip daddr @node_addrs oifname != ovn0
                        masquerade (a pod reaching another node's address arrives as
@@ -61,6 +66,7 @@ import socket
 import subprocess
 
 from pacific import names, remotes
+from pacific.contract import ContractError, NodeRecord
 from pacific.node import frontends
 from pacific.node.feature import NodeFeature
 
@@ -103,6 +109,7 @@ CHAINS = {
     "services-in": {"type": "nat", "hook": "prerouting", "prio": -100},
     "services-out": {"type": "nat", "hook": "output", "prio": -100},
     "snat": {"type": "nat", "hook": "postrouting", "prio": 90},
+    "service-source": {"type": "nat", "hook": "postrouting", "prio": 95},
     "postrouting": {"type": "nat", "hook": "postrouting", "prio": 100},
     "forward": {"type": "filter", "hook": "forward", "prio": 0},
     "input": {"type": "filter", "hook": "input", "prio": 0},
@@ -167,6 +174,27 @@ SETS = ("pod_cidrs", "nat_cidrs", "cluster_cidrs", "service_cidrs", "internal_ci
 PORT_SETS = ("ovn_ports", "host_ports")     # inet_service; the others are ipv4 intervals
 SERVICES = "services"   # the chain of Service frontends (pacific.node.frontends)
 SNAT = "snat"           # the chain of egress SNAT to Services' external IPs (node.egresssnat)
+SERVICE_SOURCE = "service-source"   # this node's connections to Services (source_rules)
+
+
+def source_rules(source: str) -> list[tuple[str, list]]:
+    """The node's connections into the service CIDR through ovn0 leave with its
+    service source (contract.NodeRecord), an address not on ovn0: when OVN sends
+    such a connection back out to a node (an endpoint outside OVN: a host-network
+    pod, the API server), the node forwards it, masqueraded, and the answer comes
+    back to that address, through OVN, which undoes its balancing.  Without a
+    source (an older controller) the postrouting chain masquerades as before."""
+    if not source:
+        return []
+    to_ovn0 = {"match": {"op": "==", "left": {"meta": {"key": "oifname"}},
+                         "right": names.MGMT_PORT}}
+    not_ovn0 = {"match": {"op": "!=", "left": {"meta": {"key": "oifname"}},
+                          "right": names.MGMT_PORT}}
+    return [(f"pacific-service-source {source}",
+             [to_ovn0, _daddr("==", "@service_cidrs"),
+              {"snat": {"family": "ip", "addr": source}}]),
+            (f"pacific-service-source-out {source}",
+             [_saddr("==", source), not_ovn0, {"masquerade": None}])]
 
 
 class FirewallError(Exception):
@@ -414,6 +442,11 @@ class HostFirewall(NodeFeature):
         caches are not listed): that chain keeps what it holds, so a restarted
         pacific-node cuts no external traffic."""
         out: dict[str, list | None] = {SERVICES: self.frontends.rules()}
+        try:
+            rec = NodeRecord.of(self.nodes.get(self.node_name))
+        except ContractError:
+            rec = None
+        out[SERVICE_SOURCE] = source_rules(rec.service_source) if rec else None
         if self.snat is not None:
             out[SNAT] = self.snat.rules()
         return out

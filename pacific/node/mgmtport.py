@@ -72,6 +72,11 @@ class MgmtPort(NodeFeature):
                 want_routes.add(str(net))
         if self.service_cidr:   # ClusterIPs: OVN's load balancers on the join switch
             want_routes.add(str(ipaddress.ip_network(self.service_cidr)))
+        if rec.service_source:
+            # the source of this node's connections to Services (host firewall,
+            # chain service-source): their answers come back through the cluster
+            # router, as OVN answers no ARP of a port for its own address
+            want_routes.add(f"{rec.service_source}/32")
 
         iface = self.ovs.get_interface(self.ifname)
         ids = {names.OVS_IFACE_ID: lsp, names.OVS_ATTACHED_MAC: mac.lower()}

@@ -150,3 +150,33 @@ def test_a_client_of_another_tenant_is_refused(env):
     assert ask(sb, pod_netns(sb, NS, "client"), "tcp", vip, 80)[0] == 0
     assert ask(sb, pod_netns(sb, OTHER, "stranger"), "tcp", vip, 80, timeout=1.5)[0] != 0
     assert ask(sb, pod_netns(sb, OTHER, "stranger"), "udp", vip, 53, timeout=1.5)[0] != 0
+
+
+def test_nodes_and_pods_reach_a_service_whose_endpoint_is_outside_ovn(env):
+    """The API server's own Service (default/kubernetes, its endpoint the
+    central address: outside OVN), from two nodes (what a host-network pod with
+    its in-cluster configuration does) and from a pod.  A node's connection
+    into the service CIDR leaves ovn0 with the node's service source; OVN sends
+    it back out through the node, and the answer returns through OVN, which
+    undoes the balancing (upstream's "service endpoints using hostNetwork")."""
+    sb, api, _, _ = env
+    r.create(api, r.ENDPOINTS, {
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes"},
+        "subsets": [{"addresses": [{"ip": sb.central_ip}],
+                     "ports": [{"name": "https", "port": names.KUBE_API_PORT,
+                                "protocol": "TCP"}]}]}, "default")
+    try:
+        svc = r.get(api, r.SERVICES, "kubernetes", "default")["spec"]
+        url = f"https://{svc['clusterIP']}:{svc['ports'][0]['port']}/version"
+
+        def http_code(netns):
+            p = sb.exec(netns, ["curl", "-sk", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}",
+                                url], check=False, timeout=10)
+            return p.stdout.strip()
+        for netns in (sb.node("node1").netns, sb.node("node3").netns,
+                      pod_netns(sb, NS, "client")):
+            code = wait_until(lambda n=netns: (c := http_code(n)) not in ("", "000") and c,
+                              30, what=f"the API server's Service answering in {netns}")
+            assert code.isdigit(), code
+    finally:
+        r.delete(api, r.ENDPOINTS, "kubernetes", "default")

@@ -83,8 +83,14 @@ def test_node_record():
     node = {"metadata": {"annotations": r.annotations()}}
     assert NodeRecord.of(node) == r and r.ip == "100.64.0.2"
     assert NodeRecord.of({"metadata": {}}) is None and NodeRecord.of(None) is None
+    assert r.service_source == "" and names.ANN_NODE_SERVICE_SOURCE not in r.annotations()
+    s = NodeRecord(ip_cidr="100.64.0.2/16", mac="0a:58:64:40:00:02", gateway="100.64.0.1",
+                   port=names.node_lsp_name("node1"), service_source="100.64.0.9")
+    assert NodeRecord.of({"metadata": {"annotations": s.annotations()}}) == s
     for key, bad in ((names.ANN_NODE_JOIN_IP, "100.64.0.2"), (names.ANN_NODE_JOIN_GW, "x"),
-                     (names.ANN_NODE_JOIN_GW, "10.0.0.1"), (names.ANN_NODE_JOIN_MAC, "zz")):
+                     (names.ANN_NODE_JOIN_GW, "10.0.0.1"), (names.ANN_NODE_JOIN_MAC, "zz"),
+                     (names.ANN_NODE_SERVICE_SOURCE, "10.0.0.9"),
+                     (names.ANN_NODE_SERVICE_SOURCE, "x")):
         with pytest.raises(ContractError, match=key):
             NodeRecord.of({"metadata": {"annotations": {**r.annotations(), key: bad}}})
 

@@ -10,6 +10,8 @@ import pytest
 from controller_fakes import drain, make_controller, events as fake_events
 from pacific import contract, names
 from pacific.controller import model, rebuild
+from pacific.controller.egress import node_set_name
+from pacific.ovn.acl import EnsureACLs
 from pacific.controller.feature import Feature, wire_uses
 from pacific.kube import resources as r
 from pacific.ovn import ensure
@@ -198,14 +200,37 @@ def test_node_gets_its_record_and_keeps_its_address_across_a_restart(ctl):
     drain(ctl)
     rec = contract.NodeRecord.of(r.get(ctl.kube, r.NODES, "node1"))
     assert rec.port == names.node_lsp_name("node1") and rec.gateway == ctl.cfg.join_gateway
-    assert [c for c in ctl.writer.commands(ensure.EnsurePort) if c.name == rec.port]
+    # the service source: a second join address on the same port, never the first
+    assert rec.service_source and rec.service_source != rec.ip
+    ports = [c for c in ctl.writer.commands(ensure.EnsurePort) if c.name == rec.port]
+    assert ports[-1].addresses == [f"{rec.mac} {rec.ip} {rec.service_source}"]
+    # ... which leaves the cluster through the node, as the node's pods do
+    egress = [c for c in ctl.writer.commands(ensure.AddressSetAddAddresses)
+              if c.name == node_set_name("node1")]
+    assert rec.service_source in egress[-1].members
+    # ... is one of the service sources the join switch lets out and back stateless
+    added = [c for c in ctl.writer.commands(ensure.AddressSetAddAddresses)
+             if c.name == names.SERVICE_SOURCES_SET]
+    assert added[-1].members == [rec.service_source]
+    (acls,) = [c for c in ctl.writer.commands(EnsureACLs) if c.group == ctl.cfg.join_switch]
+    assert {(a.direction, a.action) for a in acls.specs} == {("to-lport", "allow-stateless")}
+    assert all(f"${names.SERVICE_SOURCES_SET}" in a.match for a in acls.specs)
     # a new leader: its NB holds the node's port; IPAM is rebuilt from it
     nxt = make_controller()
     nxt.nb.owned.append(SimpleNamespace(
-        table=ensure.LSP, name=rec.port, type="", addresses=[f"{rec.mac} {rec.ip}"],
+        table=ensure.LSP, name=rec.port, type="", addresses=ports[-1].addresses,
         external_ids={names.EXT_OWNER_KIND: names.OWNER_KIND_NODE, names.EXT_OWNER: "node1"}))
     assert rebuild.restore_node_addresses(nxt) == 1
     assert nxt.ipam.lookup(model.node_owner_key("node1")).ip == rec.ip
+    assert nxt.ipam.lookup(model.node_source_key("node1")).ip == rec.service_source
+    # the node goes: both addresses are released
+    r.delete(ctl.kube, r.NODES, "node1")
+    drain(ctl)
+    assert ctl.ipam.lookup(model.node_owner_key("node1")) is None
+    assert ctl.ipam.lookup(model.node_source_key("node1")) is None
+    removed = [c for c in ctl.writer.commands(ensure.AddressSetRemoveAddresses)
+               if c.name == names.SERVICE_SOURCES_SET]
+    assert removed[-1].members == [rec.service_source]
 
 
 def test_rebuild_restores_pod_addresses_from_ip_objects(ctl):

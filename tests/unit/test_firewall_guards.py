@@ -157,3 +157,14 @@ def test_service_frontends_serve_arriving_traffic_and_the_host_s_own_but_not_loo
         assert expr[-1] == {"jump": {"target": firewall.SERVICES}}
     (_, out), = _rules("services-out")
     assert out[0]["match"]["op"] == "!=" and out[0]["match"]["right"]["prefix"]["addr"] == "127.0.0.0"
+
+
+def test_the_node_s_service_connections_leave_with_its_service_source():
+    assert firewall.source_rules("") == []     # an older controller: the masquerade stays
+    (c1, into), (c2, out) = firewall.source_rules("100.64.0.9")
+    assert into[-1] == {"snat": {"family": "ip", "addr": "100.64.0.9"}}
+    assert {"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": names.MGMT_PORT}} \
+        in into
+    assert out[-1] == {"masquerade": None} and out[0]["match"]["right"] == "100.64.0.9"
+    # before the postrouting chain, whose masquerade would otherwise take them
+    assert firewall.CHAINS[firewall.SERVICE_SOURCE]["prio"] < firewall.CHAINS["postrouting"]["prio"]
