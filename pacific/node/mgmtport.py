@@ -18,7 +18,7 @@ import threading
 
 from pyroute2 import IPRoute
 
-from pacific import names
+from pacific import exposure, names
 from pacific.contract import ContractError, NodeRecord, subnet_cidr_in_effect
 from pacific.node.feature import SUBNETS, THIS_NODE, NodeFeature
 from pacific.ovn.base import Owner
@@ -72,11 +72,19 @@ class MgmtPort(NodeFeature):
                 want_routes.add(str(net))
         if self.service_cidr:   # ClusterIPs: OVN's load balancers on the join switch
             want_routes.add(str(ipaddress.ip_network(self.service_cidr)))
+        prefsrc = {}
         if rec.service_source:
             # the source of this node's connections to Services (host firewall,
             # chain service-source): their answers come back through the cluster
-            # router, as OVN answers no ARP of a port for its own address
-            want_routes.add(f"{rec.service_source}/32")
+            # router, as OVN answers no ARP of a port for its own address.  What
+            # this node answers to it (a local endpoint of a Service, reached
+            # through OVN) leaves from the node's address, which the request was
+            # sent to: a UDP server bound to 0.0.0.0 answers from the route's source
+            dst = f"{rec.service_source}/32"
+            want_routes.add(dst)
+            node_ips = sorted(exposure.internal_ips(self.nodes.get(self.node_name)))
+            if node_ips:
+                prefsrc[dst] = node_ips[0]
 
         iface = self.ovs.get_interface(self.ifname)
         ids = {names.OVS_IFACE_ID: lsp, names.OVS_ATTACHED_MAC: mac.lower()}
@@ -120,12 +128,15 @@ class MgmtPort(NodeFeature):
             for r in ipr.route("dump"):
                 if r.get_attr("RTA_OIF") == idx and r["proto"] == RT_PROTO_STATIC \
                         and r["dst_len"] > 0:
-                    current[f"{r.get_attr('RTA_DST')}/{r['dst_len']}"] = r.get_attr("RTA_GATEWAY")
+                    current[f"{r.get_attr('RTA_DST')}/{r['dst_len']}"] = (
+                        r.get_attr("RTA_GATEWAY"), r.get_attr("RTA_PREFSRC"))
             for dst in sorted(want_routes):
-                if current.get(dst) != str(gateway):
+                if current.get(dst) != (str(gateway), prefsrc.get(dst)):
+                    extra = {"prefsrc": prefsrc[dst]} if dst in prefsrc else {}
                     ipr.route("replace", dst=dst, gateway=str(gateway), oif=idx,
-                              proto=RT_PROTO_STATIC)
-                    log.info("%s: route %s via %s", self.ifname, dst, gateway)
+                              proto=RT_PROTO_STATIC, **extra)
+                    log.info("%s: route %s via %s%s", self.ifname, dst, gateway,
+                             f" src {prefsrc[dst]}" if dst in prefsrc else "")
             for dst in set(current) - want_routes:
                 ipr.route("del", dst=dst, oif=idx, proto=RT_PROTO_STATIC)
                 log.info("%s: removed route %s (no such subnet any more)", self.ifname, dst)
