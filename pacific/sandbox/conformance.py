@@ -122,13 +122,8 @@ def results(report_dir: str) -> list[tuple[str, str, str]]:
 
 
 # (pattern, why): tests that run and fail for a limitation of Pacific's, said in
-# the user guides; they are reported as known and do not fail the run
-KNOWN = (
-    (r"should function for service endpoints using hostNetwork",
-     "a node port whose backend is a host-network pod: traffic a node sends into OVN "
-     "comes from the node's own join address and cannot be sent back out to a node "
-     "address (docs/services.md); its cluster-IP part passes"),
-)
+# the user guides; they are reported as known and do not fail the run (none now)
+KNOWN: tuple[tuple[str, str], ...] = ()
 
 
 def why_skipped(name: str) -> str:
