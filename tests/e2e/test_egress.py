@@ -146,10 +146,17 @@ def test_natoutgoing_masquerades_behind_the_node(nat):
 
 def test_the_host_firewall_holds_its_rules_and_comes_back_after_a_flush(nat):
     sb, _, pod = nat
-    comments = {i["rule"]["comment"] for i in table(sb, "node1")["nftables"]
-                if "rule" in i and i["rule"]["chain"] != "services"}   # Services' frontends
+    listing = table(sb, "node1")["nftables"]
+    comments = {i["rule"]["comment"] for i in listing   # not Services' frontends, nor the
+                if "rule" in i and i["rule"]["chain"] not in ("services", "service-source")}
+    api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
+    source = contract.NodeRecord.of(r.get(api, r.NODES, "node1")).service_source
+    assert {i["rule"]["comment"] for i in listing if "rule" in i
+            and i["rule"]["chain"] == "service-source"} == {
+        f"pacific-service-source {source}", f"pacific-service-source-out {source}"}
     assert comments == {"pacific-masquerade", "pacific-invalid-drop", "pacific-from-pods",
                         "pacific-to-pods", "pacific-geneve", "pacific-from-ovn0",
+                        "pacific-services-in", "pacific-services-out",
                         "pacific-service-masquerade", "pacific-gateway-in",
                         "pacific-gateway-reply", "pacific-to-nodes-masquerade",
                         "pacific-underlay-spoof", "pacific-ovn-central-in",
