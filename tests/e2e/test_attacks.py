@@ -400,10 +400,10 @@ def test_underlay_a_spoofed_pod_source_does_not_enter_a_node(env):
     sb, admin, atk = env
     victim_ip = _pod_ip(admin, VIC, "v1")
     node1 = sb.node("node1")
-    join_ip = contract.NodeRecord.of(r.get(admin, r.NODES, "node2")).ip
+    rec = contract.NodeRecord.of(r.get(admin, r.NODES, "node2"))
     sink = af.UdpSink(node1.netns, SPOOF_PORT)
     try:
-        for i, src in enumerate((victim_ip, join_ip)):
+        for i, src in enumerate((victim_ip, rec.ip, rec.service_source)):
             got = _spoof_then_mark(sb, sink, src, node1.underlay_ip, f"node-{i}")
             assert got == [], f"{src} spoofed from the underlay reached node1: {got}"
     finally:

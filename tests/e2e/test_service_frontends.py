@@ -67,7 +67,10 @@ def env(sandbox):
         ip = cnipods.load(sb, NS, name).ip
         wait_until(lambda ip=ip: ask(sb, sb.node("node3").netns, "tcp", ip, PORT)[0] == 0, 20,
                    what=f"{name} serving")
-    joins = {n.name: contract.NodeRecord.of(r.get(api, r.NODES, n.name)).ip for n in sb.nodes}
+    # what an endpoint sees of a connection a node sends to a cluster IP: the
+    # node's service source (decision 0043)
+    joins = {n.name: contract.NodeRecord.of(r.get(api, r.NODES, n.name)).service_source
+             for n in sb.nodes}
     yield sb, api, joins
     r.delete(api, r.NAMESPACES, NS)
 
@@ -98,7 +101,7 @@ def test_a_node_port_on_every_node_reaches_the_endpoints(env):
             # twelve requests all went to one of two endpoints once in 2,048 tries (a suite
             # run saw it): ask until both answered, at most 40 times (once in 5.5e11)
             got = answers(sb, proto, node.underlay_ip, port, 40, until=both)
-            # externalTrafficPolicy Cluster: any endpoint, seen from the node's ovn0
+            # externalTrafficPolicy Cluster: any endpoint, seen from the node's service source
             assert set(got) == both, f"{node.name} {proto}: not spread over both endpoints: {got}"
 
 
