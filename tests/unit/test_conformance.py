@@ -90,3 +90,15 @@ def test_shards_deal_every_test_once_and_the_focus_matches_only_its_names():
         assert focus.search(f"[Top Level] {n}")
     assert not focus.search(f"[Top Level] {names[3]}")   # a prefix of another name
     assert not focus.search(f"[Top Level] {names[0]} and more")
+
+
+def test_with_isolation_the_cross_namespace_tests_are_expected_to_fail():
+    cross = c.CROSS_NAMESPACE[0]
+    got = [(cross, "failed", "Pod client-b should be able to connect"),
+           ("[sig-network] Services should serve a basic endpoint from pods  [Conformance]",
+            "passed", "")]
+    assert c.unexpected(got) == [cross]                   # isolation off: a failure
+    assert c.unexpected(got, isolation=True) == []
+    out = c.table(got, c.FOCUS, isolation=True)
+    assert f"| {cross} | failed (known: {c.CROSS_WHY}): Pod client-b" in out
+    assert len(c.CROSS_NAMESPACE) == 11 and all("NetworkPolicy" in n for n in c.CROSS_NAMESPACE)

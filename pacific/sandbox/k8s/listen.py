@@ -14,6 +14,26 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
+def socket_in(netns: str, family: int = socket.AF_INET,
+              kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A new socket of the network namespace `netns` (whatever it later binds
+    or connects to is that namespace's), made from this thread."""
+    path = f"/run/netns/{netns}"
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"network namespace {netns!r} does not exist ({path})")
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(path, os.O_RDONLY)
+    try:
+        _setns(target)
+        try:
+            return socket.socket(family, kind)
+        finally:
+            _setns(own)
+    finally:
+        os.close(target)
+        os.close(own)
+
+
 def listen_socket(host: str, port: int, netns: str | None = None, backlog: int = 512) -> socket.socket:
     """A bound, listening TCP socket on host:port, in netns if given."""
     return bound_socket(host, port, netns, socket.SOCK_STREAM, backlog)

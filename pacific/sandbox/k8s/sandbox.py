@@ -87,7 +87,11 @@ def _egress(sb: "Sandbox") -> None:
     if sb.daemon_pid(EGRESS_TAG) is None:
         sb.spawn(EGRESS_TAG, [sys.executable, "-m", "pacific.sandbox.k8s.egress",
                               "--socket", egress_socket(sb),
-                              "--allow", names.SANDBOX_UNDERLAY_CIDR],
+                              "--allow", names.SANDBOX_UNDERLAY_CIDR,
+                              # pods and Services (pods/proxy), from node1 as an API
+                              # server on a node reaches them
+                              "--pods-via", sb.nodes[0].netns, "--pod-net", "10.0.0.0/8",
+                              "--pod-net", "100.64.0.0/10"],
                  netns=sb.central_netns, grace=0.3)
 
 
