@@ -69,7 +69,7 @@ def test_health_says_who_leads(stack):
     # only the leader has queues and IPAM
     assert m.total(m.scrape(standby), "pacific_ipam_used_addresses") == 0
     assert m.value(m.scrape(leader), "pacific_ipam_used_addresses",
-                   subnet=names.JOIN_SWITCH) == 1          # node1's ovn0
+                   subnet=names.JOIN_SWITCH) == 2          # node1's ovn0 and service source
 
     status, body = node_get(sb, m.PATH_READYZ)
     assert status == 200 and "ovn-controller connected" in body, body
@@ -181,5 +181,6 @@ def test_the_standby_reports_leading_after_a_failover(stack):
         assert status == 200 and "leader, OVN Northbound connected" in body, body
         samples = m.scrape(standby)
         assert m.value(samples, "pacific_controller_is_leader") == 1
-        assert m.value(samples, "pacific_ipam_used_addresses", subnet=names.JOIN_SWITCH) == 1
+        assert m.value(samples, "pacific_ipam_used_addresses",     # ovn0, service source
+                       subnet=names.JOIN_SWITCH) == 2
     eventually(took_over, timeout=20)
