@@ -1,7 +1,8 @@
 """`make conformance`: Kubernetes' own networking end-to-end tests (v1.20.2's
 e2e.test) against a sandbox of kubelet nodes running Pacific.
 
-    python -m pacific.sandbox.conformance [--focus RE] [--isolation] [--keep] [--dry-run]
+    python -m pacific.sandbox.conformance [--focus RE] [--isolation] [--parallel N]
+        [--keep] [--dry-run]
 
 hack/build-conformance.sh builds e2e.test and agnhost once per machine.  This
 packs agnhost with the tools the tests run inside its containers (busybox's
@@ -9,8 +10,10 @@ applets, Debian's curl, netcat-openbsd and ss with their libraries) as
 localhost/agnhost:2.21 (KUBE_TEST_REPO_LIST points the tests' registry at
 localhost), imports it on every node, brings a sandbox up (tenant isolation
 off unless --isolation: Kubernetes' model is that every pod reaches every pod),
-runs the selection serially and prints a table: passed, failed, skipped (each
-skip pattern with its reason).  The JUnit report is in the report directory.
+runs the selection in --parallel e2e.test processes and prints a table: passed,
+failed (apart: the known limitations, KNOWN, and with --isolation the tests
+across namespaces, CROSS_NAMESPACE), skipped (each skip pattern with its
+reason).  The JUnit reports are in the report directory.
 """
 from __future__ import annotations
 
