@@ -1,5 +1,7 @@
-"""Open a listening socket inside a named network namespace (/run/netns/<name>)
-from a process that stays in its own namespace: switch this thread, bind, switch back."""
+"""Sockets of a named network namespace (/run/netns/<name>) for a process that
+stays in its own: this thread switches in only to create the socket (its
+namespace is fixed then), and back; binding, listening and connecting happen in
+the socket's namespace from anywhere."""
 import ctypes
 import os
 import socket
@@ -42,31 +44,15 @@ def listen_socket(host: str, port: int, netns: str | None = None, backlog: int =
 def bound_socket(host: str, port: int, netns: str | None = None,
                  kind: int = socket.SOCK_STREAM, backlog: int = 512) -> socket.socket:
     """A socket of `kind` bound to host:port in netns if given (listening, for TCP)."""
-    own = None
-    if netns:
-        path = f"/run/netns/{netns}"
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"network namespace {netns!r} does not exist ({path})")
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        target = os.open(path, os.O_RDONLY)
-        try:
-            _setns(target)
-        finally:
-            os.close(target)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket_in(netns, family, kind) if netns else socket.socket(family, kind)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        s = socket.socket(family, kind)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            if kind == socket.SOCK_STREAM:
-                s.listen(backlog)
-        except OSError as e:
-            s.close()
-            where = f" in netns {netns}" if netns else ""
-            raise OSError(e.errno, f"cannot listen on {host}:{port}{where}: {e.strerror}") from None
-        return s
-    finally:
-        if own is not None:
-            _setns(own)
-            os.close(own)
+        s.bind((host, port))        # in the socket's own namespace, whatever this thread's
+        if kind == socket.SOCK_STREAM:
+            s.listen(backlog)
+    except OSError as e:
+        s.close()
+        where = f" in netns {netns}" if netns else ""
+        raise OSError(e.errno, f"cannot listen on {host}:{port}{where}: {e.strerror}") from None
+    return s
