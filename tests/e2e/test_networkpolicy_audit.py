@@ -121,9 +121,12 @@ def _observing(sb, owner: str) -> bool:
 def test_a_dry_run_policy_drops_nothing_says_what_it_would_deny_and_enforces_at_once(audited):
     sb, api, ips = audited
     apply(api, web_from_b("trial", {names.ANN_ENFORCEMENT: "dry-run"}))
-    # observed, not enforced: everything still reaches x/a
+    # observed, not enforced: everything reaches x/a (once the previous test's
+    # policy, deleted without waiting, is gone from the nodes: a wait, not an assert)
     wait_until(lambda: _observing(sb, "np:x/trial"), 20, what="the observers in NB")
-    assert reached(sb, ips, ("y", "c"), ("x", "a")) and reached(sb, ips, ("x", "c"), ("x", "a"))
+    wait_until(lambda: reached(sb, ips, ("y", "c"), ("x", "a"))
+               and reached(sb, ips, ("x", "c"), ("x", "a")), 20,
+               what="x/a reached by y/c and x/c under the dry-run policy")
     assert reached(sb, ips, ("x", "b"), ("x", "a"))
     would = records(sb, lambda: reached(sb, ips, ("y", "c"), ("x", "a")), verdict="would-deny",
                     policy="x/trial", pod="y/c")[-1]
