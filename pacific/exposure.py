@@ -67,17 +67,21 @@ class Frontend:
     local: bool           # externalTrafficPolicy: Local
 
 
+def addresses_of(node: dict | None, types=("InternalIP", "ExternalIP")) -> set[str]:
+    """A Node's status addresses of these types."""
+    return {a["address"] for a in ((node or {}).get("status") or {}).get("addresses") or []
+            if a.get("type") in types and a.get("address")}
+
+
 def node_addresses(nodes: list[dict]) -> set[str]:
     """Every node's InternalIP and ExternalIP (no external IP may be one)."""
-    return {a["address"] for n in nodes for a in (n.get("status") or {}).get("addresses") or []
-            if a.get("type") in ("InternalIP", "ExternalIP") and a.get("address")}
+    return {a for n in nodes for a in addresses_of(n)}
 
 
 def internal_ips(node: dict | None) -> set[str]:
     """A node's InternalIP addresses: what a host-network pod on it has as its
     own (status.podIPs)."""
-    return {a["address"] for a in ((node or {}).get("status") or {}).get("addresses") or []
-            if a.get("type") == "InternalIP" and a.get("address")}
+    return addresses_of(node, ("InternalIP",))
 
 
 def _age(svc: dict) -> tuple:
