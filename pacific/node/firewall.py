@@ -98,6 +98,10 @@ def _iifname(op, right):
     return {"match": {"op": op, "left": {"meta": {"key": "iifname"}}, "right": right}}
 
 
+def _oifname(op, right):
+    return {"match": {"op": op, "left": {"meta": {"key": "oifname"}}, "right": right}}
+
+
 CHAINS = {
     "guard-underlay": {"type": "filter", "hook": "prerouting", "prio": -300},
     "guard-input": {"type": "filter", "hook": "input", "prio": -10},
@@ -149,13 +153,12 @@ RULES = [  # (chain, comment, expressions)
     ("postrouting", "pacific-masquerade",
      [_saddr("==", "@nat_cidrs"), _daddr("!=", "@cluster_cidrs"), {"masquerade": None}]),
     ("postrouting", "pacific-service-masquerade",
-     [{"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": names.MGMT_PORT}},
+     [_oifname("==", names.MGMT_PORT),
       {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
       _daddr("==", "@service_cidrs"), {"masquerade": None}]),
     ("postrouting", "pacific-to-nodes-masquerade",
      [_saddr("==", "@internal_cidrs"), _daddr("==", "@node_addrs"),
-      {"match": {"op": "!=", "left": {"meta": {"key": "oifname"}}, "right": names.MGMT_PORT}},
-      {"masquerade": None}]),
+      _oifname("!=", names.MGMT_PORT), {"masquerade": None}]),
     ("forward", "pacific-invalid-drop",
      [_saddr("==", "@pod_cidrs"),
       {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "invalid"}},
@@ -186,15 +189,11 @@ def source_rules(source: str) -> list[tuple[str, list]]:
     source (an older controller) the postrouting chain masquerades as before."""
     if not source:
         return []
-    to_ovn0 = {"match": {"op": "==", "left": {"meta": {"key": "oifname"}},
-                         "right": names.MGMT_PORT}}
-    not_ovn0 = {"match": {"op": "!=", "left": {"meta": {"key": "oifname"}},
-                          "right": names.MGMT_PORT}}
     return [(f"pacific-service-source {source}",
-             [to_ovn0, _daddr("==", "@service_cidrs"),
+             [_oifname("==", names.MGMT_PORT), _daddr("==", "@service_cidrs"),
               {"snat": {"family": "ip", "addr": source}}]),
             (f"pacific-service-source-out {source}",
-             [_saddr("==", source), not_ovn0, {"masquerade": None}])]
+             [_saddr("==", source), _oifname("!=", names.MGMT_PORT), {"masquerade": None}])]
 
 
 class FirewallError(Exception):
