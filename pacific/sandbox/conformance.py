@@ -189,10 +189,9 @@ def table(got: list[tuple[str, str, str]], focus: str, isolation: bool = False) 
     # each process's report lists every test it did not run: one row per test
     ours = sorted({(n, why_skipped(n)) for n, s, _ in got if s == "skipped" and n not in ran_names
                    and re.search(focus, n) and why_skipped(n)})
+    failed, bad = sum(s == "failed" for _, s, _ in ran), len(unexpected(got, isolation))
     lines = ["| passed | failed | skipped by the patterns below |", "|---|---|---|",
-             f"| {sum(s == 'passed' for _, s, _ in ran)} | {len(unexpected(got, isolation))} "
-             f"(+ {sum(s == 'failed' for _, s, _ in ran) - len(unexpected(got, isolation))} "
-             "known) "
+             f"| {sum(s == 'passed' for _, s, _ in ran)} | {bad} (+ {failed - bad} known) "
              f"| {len(ours)} |", "", "| test | result |", "|---|---|"]
     def result(n, s, m):
         known = why_known(n, isolation) if s == "failed" else ""
