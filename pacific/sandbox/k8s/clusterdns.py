@@ -27,9 +27,11 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import socketserver
+import sys
 import threading
 
 import dns.flags
@@ -41,14 +43,14 @@ import dns.rdatatype
 import dns.rrset
 
 from pacific import names
-from pacific.kube import client, versions
+from pacific.exposure import SERVICE_NAME_LABEL
+from pacific.kube import client, errors, versions
 from pacific.kube import resources as r
 from pacific.kube.informer import Informer
 from pacific.sandbox.k8s.listen import bound_socket
 
 LOG = logging.getLogger("pacific.sandbox.clusterdns")
 TTL = 5
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 
 class Records:
@@ -163,17 +165,13 @@ def serve(records: Records, host: str, netns: str | None, port: int = 53) -> lis
     return servers
 
 
-def address(sb) -> str:
+def address() -> str:
     """The cluster IP of kube-system/kube-dns: the service CIDR's tenth address."""
     return str(ipaddress.ip_network(names.SERVICE_CIDR)[10])
 
 
 def start(sb) -> None:
     """The daemon (idempotent), and its Service and Endpoints."""
-    import os
-    import sys
-
-    from pacific.kube import errors
     kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
     if sb.daemon_pid(names.SANDBOX_CLUSTER_DNS_TAG) is None:
         sb.spawn(names.SANDBOX_CLUSTER_DNS_TAG, [
@@ -182,16 +180,13 @@ def start(sb) -> None:
             "--listen", sb.central_ip], grace=0.3)
     api = client.load(kubeconfig)
     ns, name = names.SANDBOX_CLUSTER_DNS
-    ports = [("dns", 53, "UDP"), ("dns-tcp", 53, "TCP")]
+    ports = [{"name": n, "port": 53, "protocol": pr} for n, pr in (("dns", "UDP"),
+                                                                    ("dns-tcp", "TCP"))]
+    meta = {"name": name, "labels": {"k8s-app": name}}
     for res, body in (
-            (r.SERVICES, {"metadata": {"name": name, "labels": {"k8s-app": name}},
-                          "spec": {"clusterIP": address(sb),
-                                   "ports": [{"name": n, "port": p, "protocol": pr}
-                                             for n, p, pr in ports]}}),
-            (r.ENDPOINTS, {"metadata": {"name": name, "labels": {"k8s-app": name}},
-                           "subsets": [{"addresses": [{"ip": sb.central_ip}],
-                                        "ports": [{"name": n, "port": p, "protocol": pr}
-                                                  for n, p, pr in ports]}]})):
+            (r.SERVICES, {"metadata": meta, "spec": {"clusterIP": address(), "ports": ports}}),
+            (r.ENDPOINTS, {"metadata": meta, "subsets": [{"addresses": [{"ip": sb.central_ip}],
+                                                          "ports": ports}]})):
         try:
             r.create(api, res, {"apiVersion": "v1", "kind": res.kind, **body}, ns)
         except errors.AlreadyExists:
