@@ -5,9 +5,9 @@ the network is ready (chassis registered, tunnels warm).  Each callable receives
 the sandbox and should start its daemon with `sandbox.spawn(tag, argv, netns=...)`
 (so `down()` stops it) and wait until it answers.  The default stack, in
 order: the real Kubernetes control plane (pacific.sandbox.k8s), deploy/'s
-ServiceAccounts and RBAC, with kubelets a cluster DNS, a containerd and a real kubelet per node (or, with
-`Sandbox(kubelet=False)`, a pod runner that registers the Node as a kubelet
-would), two leader-elected controller replicas, one pacific-node per node.
+ServiceAccounts and RBAC, with kubelets a cluster DNS, a containerd and a real
+kubelet per node (or, with `Sandbox(kubelet=False)`, a pod runner that registers
+the Node as a kubelet would), two leader-elected controller replicas, one pacific-node per node.
 Every starter is idempotent: a daemon that already runs is left alone.
 
 Tests that want the bare network pass `services=()`.

@@ -72,8 +72,9 @@ async def _handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter, allow,
             raise ValueError("only CONNECT is served")
         host, _, port = parts[1].rpartition(":")
         addr = ipaddress.ip_address(host.strip("[]"))
-        if not any(addr in net for net in [*allow, *via[1]]):
-            raise ValueError(f"{addr} is outside {', '.join(map(str, [*allow, *via[1]]))}")
+        served = [*allow, *via[1]]
+        if not any(addr in net for net in served):
+            raise ValueError(f"{addr} is outside {', '.join(map(str, served))}")
         ur, uw = await asyncio.wait_for(_connect(addr, int(port), via), 10)
     except (ValueError, OSError, asyncio.TimeoutError) as e:
         log.warning("refused %r: %s", line, e)

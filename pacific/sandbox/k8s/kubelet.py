@@ -262,7 +262,8 @@ def start_kubelet(sb: "Sandbox", node) -> None:
         raise SandboxError(f"containerd of {node.name} is not running")
     sb.spawn(kubelet_tag(node), [
         "nsenter", f"--mount=/proc/{cpid}/ns/mnt", f"--uts=/proc/{cpid}/ns/uts",
-        f"--net=/run/netns/{node.netns}", "--", bins.path("kubelet"), f"--config={p.kubelet_config}", f"--kubeconfig={kubeconfig}",
+        f"--net=/run/netns/{node.netns}", "--",
+        bins.path("kubelet"), f"--config={p.kubelet_config}", f"--kubeconfig={kubeconfig}",
         f"--root-dir={p.kubelet_root}", f"--cert-dir={os.path.join(p.base, 'pki')}",
         "--container-runtime=remote",
         f"--container-runtime-endpoint=unix://{p.socket}",
