@@ -6,6 +6,7 @@ pair and port against the expectation computed by a small model of the case
 (allowed(src, dst, proto, port)); the whole stack (controllers, node daemons)."""
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 import subprocess
@@ -99,6 +100,17 @@ def explain(sb, src, dst, proto, port) -> str:
         (cp.stdout + cp.stderr)[-3000:]
 
 
+def controller_policy_log(sb, lines=15) -> str:
+    """The controllers' last log lines about policies (for a failure message:
+    whether the controller compiled and wrote the policy, and when)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(sb.dir, "services", "controller*.log"))):
+        with open(path, errors="replace") as f:
+            got = [ln.rstrip() for ln in f if "policy" in ln]
+        out.append(f"{os.path.basename(path)}:\n" + "\n".join(got[-lines:]))
+    return "\n".join(out)
+
+
 def check(sb, ips, allowed, timeout=15.0, probes=PROBES, targets=None):
     """Every pair and probe as allowed(src, dst, proto, port) says.  Probes that
     disagree are probed again until they agree or the timeout passes (policies
@@ -118,7 +130,8 @@ def check(sb, ips, allowed, timeout=15.0, probes=PROBES, targets=None):
         if time.monotonic() > deadline:
             raise AssertionError(f"{len(wrong)}/{len(cases)} wrong: " + ", ".join(
                 f"{s[0]}/{s[1]}->{d[0]}/{d[1]} {pr}/{pt} {'reached' if ok else 'blocked'}"
-                for (s, d, pr, pt), ok in wrong[:12]) + "\n" + explain(sb, *wrong[0][0]))
+                for (s, d, pr, pt), ok in wrong[:12]) + "\n" + explain(sb, *wrong[0][0])
+                + "\n" + controller_policy_log(sb))
         cases = [c for c, _ in wrong]      # the others already agreed
 
 
