@@ -5,11 +5,15 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 APT_PKGS := openvswitch-switch python3-openvswitch ovn-central ovn-host iproute2 nftables iptables \
 	ethtool iperf3 iputils-ping tcpdump containernetworking-plugins python3 python3-venv procps openssl graphviz \
-	containerd runc busybox-static util-linux dnsmasq-base
+	containerd runc busybox-static util-linux dnsmasq-base gcc libc6-dev
 
 .PHONY: setup system kubernetes ovs demo test test-unit test-e2e bench down clean image conformance conformance-bin
 
-setup: system .venv/.installed kubernetes ovs
+setup: system .venv/.installed kubernetes ovs pacific/cni/pacific-cni
+
+# The CNI plugin's shim (decision 0044): static, so it runs on any node's libc
+pacific/cni/pacific-cni: pacific/cni/shim.c | system
+	cc -O2 -Wall -Wextra -Werror -s -static -o $@ $<
 
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl v1.20.2
 # built offline from Debian's source package, etcd from Debian: once per machine

@@ -54,7 +54,7 @@ fi
 
 # nothing to do when the archive was made from these sources and this base
 SRC_STAMP=$( (echo "$STAMP $NAME"; find pacific pyproject.toml -type f \( -name '*.py' -o -name '*.toml' \
-  -o -name '*.typed' \) | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1)
+  -o -name '*.typed' -o -name '*.c' -o -name pacific-cni \) | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1)
 if [ -f "$OUT" ] && [ "$(cat "$OUT.stamp" 2>/dev/null)" = "$SRC_STAMP" ]; then
   say "$OUT is up to date ($NAME)"; exit 0
 fi

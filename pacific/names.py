@@ -150,6 +150,9 @@ CNI_NETWORK_NAME = "pacific"
 CNI_TYPE = "pacific"
 CNI_PLUGIN_LIBDIR = "pacific.d"      # next to the plugin in the CNI bin dir: its module
 CNI_PLUGIN_MODULE = "pacific_cni"    # (imported, so Python caches its bytecode)
+CNI_PLUGIN_PY = "pacific-py"         # in CNI_PLUGIN_LIBDIR: the Python plugin's launcher,
+                                     # which the `pacific` shim runs when it cannot
+                                     # hand a call to pacific-node (pacific/cni/shim.c)
 
 # --- Sandbox (single-machine cluster network, pacific.sandbox) ----------------
 SANDBOX_DIR = "/run/pacific-sandbox"          # parent of <name>/ state dirs

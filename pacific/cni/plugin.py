@@ -50,6 +50,16 @@ DEFAULT_TIMEOUT = 180.0
 # HTTP paths of the node daemon's CNI server.
 PATH_CNI = "/cni"
 PATH_STATUS = "/status"
+# The `pacific` shim's path (pacific/cni/shim.c): the whole call, run in the daemon.
+# Request: the CNI_* environment as NUL-terminated KEY=VALUE entries, an empty
+# entry, then the stdin bytes; the socket the shim chose in EXEC_SOCKET_HEADER.
+# Answer: 200 with the exit code in EXEC_EXIT_HEADER, a log line in EXEC_LOG_HEADER
+# and stdout as the body; any other status means nothing ran (the shim then runs
+# this plugin itself), 409 that the configuration names another socket.
+PATH_EXEC = "/exec"
+EXEC_SOCKET_HEADER = "X-Pacific-Socket"
+EXEC_EXIT_HEADER = "X-CNI-Exit"
+EXEC_LOG_HEADER = "X-CNI-Log"
 
 # Error codes.  1-99 are the spec's, 100+ are Pacific's own.
 ERR_INCOMPATIBLE_VERSION = 1
@@ -365,8 +375,14 @@ def build_request(command: str, env: dict, conf: dict) -> dict:
     }
 
 
-def run(env: dict, stdin: bytes) -> tuple[int, dict | None]:
-    """Execute one CNI call; returns (exit code, JSON to print or None)."""
+def run(env: dict, stdin: bytes, call=None, say=None) -> tuple[int, dict | None]:
+    """Execute one CNI call; returns (exit code, JSON to print or None).
+
+    call: how to reach the daemon, call_daemon's signature (the daemon passes
+    its own in-process dispatch when it runs a call the `pacific` shim handed it,
+    pacific.node.cniserver); say: where log lines go (stderr)."""
+    call = call or call_daemon
+    say = say or log
     command = env.get("CNI_COMMAND", "")
     version = SPEC_VERSION
     try:
@@ -392,16 +408,16 @@ def run(env: dict, stdin: bytes) -> tuple[int, dict | None]:
         sock = conf.get("server_socket", DEFAULT_SOCKET)
         timeout = float(conf.get("timeout", DEFAULT_TIMEOUT))
         if command == "STATUS":
-            call_daemon(sock, PATH_STATUS, None, timeout, unavailable_code=ERR_NOT_AVAILABLE)
+            call(sock, PATH_STATUS, None, timeout, unavailable_code=ERR_NOT_AVAILABLE)
             return 0, None
         request = build_request(command, env, conf)
         try:
-            answer = call_daemon(sock, PATH_CNI, request, timeout)
+            answer = call(sock, PATH_CNI, request, timeout)
         except DaemonDown as e:
             if command != "DEL":
                 raise
             # the runtime must be able to tear pods down while the daemon is away
-            log(f"DEL {env.get('CNI_CONTAINERID', '')}: {e.msg}; removed locally what "
+            say(f"DEL {env.get('CNI_CONTAINERID', '')}: {e.msg}; removed locally what "
                 f"can be ({local_del(env)}); pacific-node cleans up the rest when it starts")
             return 0, None
         if command == "ADD":
@@ -411,7 +427,7 @@ def run(env: dict, stdin: bytes) -> tuple[int, dict | None]:
             return 0, convert_result(result, version)
         return 0, None
     except CniError as e:
-        log(f"{command or '?'} {env.get('CNI_CONTAINERID', '')}: error {e.code}: {e.msg}"
+        say(f"{command or '?'} {env.get('CNI_CONTAINERID', '')}: error {e.code}: {e.msg}"
             + (f" ({e.details})" if e.details else ""))
         return 1, e.to_dict(version)
 

@@ -87,32 +87,39 @@ def write_conflist(conf_dir: str, socket_path: str) -> str:
     return path
 
 
-# The installed `pacific` executable: a launcher that imports the plugin from
-# <bin dir>/pacific.d/, so Python caches its bytecode there (run as a script, it
-# was compiled on every ADD: ~4 ms of a ~14 ms plugin run) and exits without
-# the interpreter's teardown (another ~3 ms).  The directory is
-# found from the launcher's own path, which also holds when the daemon sees the
-# bin dir under another mount point than the runtime does.
+# The Python plugin's launcher: imports the plugin from the pacific.d/ directory
+# (its own, or next to it), so Python caches its bytecode there (run as a script,
+# it was compiled on every ADD: ~4 ms of a ~14 ms plugin run) and exits without the
+# interpreter's teardown (another ~3 ms).  The directory is found from the
+# launcher's own path, which also holds when the daemon sees the bin dir under
+# another mount point than the runtime does.
 LAUNCHER = f'''#!/usr/bin/python3 -IS
-"""`{names.CNI_TYPE}`: the Pacific CNI plugin, installed by pacific-node.  The plugin
-is {names.CNI_PLUGIN_LIBDIR}/{names.CNI_PLUGIN_MODULE}.py next to this file; it is
-imported rather than run so that Python keeps its compiled bytecode."""
+"""The Pacific CNI plugin in Python, installed by pacific-node: the plugin is
+{names.CNI_PLUGIN_LIBDIR}/{names.CNI_PLUGIN_MODULE}.py, imported rather than run so that
+Python keeps its compiled bytecode."""
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "{names.CNI_PLUGIN_LIBDIR}"))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, here if os.path.basename(here) == "{names.CNI_PLUGIN_LIBDIR}"
+                else os.path.join(here, "{names.CNI_PLUGIN_LIBDIR}"))
 from {names.CNI_PLUGIN_MODULE} import exit_now, main  # noqa: E402
 
 exit_now(main())
 '''
+# The `pacific` shim (decision 0044), built by `make setup` / the image: hands
+# each call to pacific-node whole, runs the Python plugin when it cannot.
+SHIM_SOURCE = os.path.join(os.path.dirname(proto.__file__), "shim.c")
+SHIM_BINARY = os.path.join(os.path.dirname(proto.__file__), "pacific-cni")
 
 
-def install_plugin(bin_dir: str, verify: bool = True) -> str:
-    """Install the launcher `<bin_dir>/pacific` and the plugin module under
-    `<bin_dir>/pacific.d/`; returns the launcher's path.  verify: run it once
-    (VERSION) with the interpreter the runtime will use, which also compiles
-    and caches the module; a failure is logged as an error naming the cause."""
+def install_plugin(bin_dir: str, verify: bool = True, shim: bool = True) -> str:
+    """Install `<bin_dir>/pacific` and, under `<bin_dir>/pacific.d/`, the Python
+    plugin (module and launcher); returns the executable's path.  `pacific` is
+    the shim when it was built (shim=False: the launcher, as without one), else
+    the launcher.  verify: run it once (VERSION) as the runtime will, which also
+    compiles and caches the module; a failure is logged as an error naming the
+    cause."""
     path = os.path.join(bin_dir, names.CNI_TYPE)
     lib = os.path.join(bin_dir, names.CNI_PLUGIN_LIBDIR)
     with open(PLUGIN_SOURCE, "rb") as f:
@@ -122,11 +129,33 @@ def install_plugin(bin_dir: str, verify: bool = True) -> str:
         # source's mtime in seconds and its size, not its content).
         shutil.rmtree(os.path.join(lib, "__pycache__"), ignore_errors=True)
         log.info("installed CNI plugin module in %s", lib)
-    if _write_atomic(path, LAUNCHER.encode(), 0o755):
-        log.info("installed CNI plugin %s", path)
+    launcher = os.path.join(lib, names.CNI_PLUGIN_PY)
+    _write_atomic(launcher, LAUNCHER.encode(), 0o755)
+    exe = shim_binary() if shim else None
+    if exe is None and shim:
+        log.warning("the CNI shim %s was not built (make setup builds it): %s runs "
+                    "the Python plugin, ~7 ms more per call", SHIM_BINARY, path)
+    if _write_atomic(path, exe or LAUNCHER.encode(), 0o755):
+        log.info("installed CNI plugin %s (%s)", path, "shim" if exe else "Python")
     if verify:
-        verify_plugin(path)
+        verify_plugin(launcher)       # the fallback, which this run also compiles
+        if exe:
+            verify_plugin(path)
     return path
+
+
+def shim_binary() -> bytes | None:
+    """The built shim, or None if it is missing or older than its source."""
+    try:
+        if os.path.exists(SHIM_SOURCE) and \
+                os.stat(SHIM_SOURCE).st_mtime > os.stat(SHIM_BINARY).st_mtime:
+            log.warning("the CNI shim %s is older than %s: not installed", SHIM_BINARY,
+                        SHIM_SOURCE)
+            return None
+        with open(SHIM_BINARY, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def verify_plugin(path: str) -> bool:

@@ -62,6 +62,11 @@ def parse_request(raw: bytes) -> CniRequest:
         body = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as e:
         raise CniError(proto.ERR_DECODE, "request body is not valid JSON", str(e)) from None
+    return request_from(body)
+
+
+def request_from(body) -> CniRequest:
+    """parse_request once the body is decoded (the shim's calls arrive decoded)."""
     if not isinstance(body, dict):
         raise CniError(proto.ERR_DECODE, "request body is not a JSON object")
     command = body.get("command")
@@ -120,6 +125,27 @@ def parse_request(raw: bytes) -> CniRequest:
         raise CniError(proto.ERR_INVALID_CONFIG, "'prevResult' must be an object")
     req.prev_result = prev
     return req
+
+
+def parse_exec(raw: bytes) -> tuple[dict, bytes]:
+    """The `pacific` shim's POST /exec body: (its CNI_* environment, its stdin).
+    Entries are NUL-terminated KEY=VALUE, ended by an empty one (PATH_EXEC)."""
+    if len(raw) > MAX_BODY:
+        raise CniError(proto.ERR_PROTOCOL, f"request body larger than {MAX_BODY} bytes")
+    env, i = {}, 0
+    while True:
+        j = raw.find(b"\0", i)
+        if j < 0:
+            raise CniError(proto.ERR_PROTOCOL, "exec request: the environment is not "
+                           "terminated by an empty entry")
+        if j == i:
+            return env, raw[j + 1:]
+        key, sep, value = raw[i:j].partition(b"=")
+        if not sep or not key.startswith(b"CNI_"):
+            raise CniError(proto.ERR_PROTOCOL, f"exec request: {raw[i:j][:40]!r} is not a "
+                           "CNI_* variable")
+        env[key.decode("ascii", "replace")] = value.decode("utf-8", "surrogateescape")
+        i = j + 1
 
 
 def _valid_attachments(conf: dict) -> set:

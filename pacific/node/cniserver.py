@@ -1,9 +1,11 @@
 """The node daemon's CNI server: HTTP+JSON on a root-only unix socket.
 
-`POST /cni` carries one ADD/DEL/CHECK/GC request from the `pacific` plugin
+`POST /cni` carries one ADD/DEL/CHECK/GC request from the Python plugin
 (see pacific.cni.plugin.build_request); `GET /status` answers the plugin's
 STATUS.  Every answer is JSON: the result on HTTP 200, else a CNI error object
-{"code", "msg", "details"} the plugin prints as is.
+{"code", "msg", "details"} the plugin prints as is.  `POST /exec` is the
+`pacific` shim's whole call (pacific/cni/shim.c, plugin.PATH_EXEC): the
+Python plugin's own `run` executes it here, calling this server in-process.
 
 Requests are served by one thread each; requests for the same container id are
 serialized (a DEL racing its ADD waits for it), different containers run
@@ -24,7 +26,8 @@ from typing import Protocol
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
 from pacific.node import metrics
-from pacific.node.cnirequest import MAX_BODY, CniRequest, parse_request
+from pacific.node.cnirequest import MAX_BODY, CniRequest, parse_exec, parse_request, \
+    request_from
 
 log = logging.getLogger(__name__)
 
@@ -83,12 +86,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._reply(code, CniError(proto.ERR_PROTOCOL, f"HTTP {code}: {message or ''}",
                                    explain or "").to_dict())
 
-    def _reply(self, http_status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
+    def _reply(self, http_status: int, body: dict | bytes, headers: dict | None = None) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         try:
             self.send_response(http_status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
         except OSError as e:  # client went away; nothing else to do
@@ -99,21 +104,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path != proto.PATH_STATUS:
             return self._reply(404, CniError(proto.ERR_PROTOCOL,
                                              f"no such path {self.path[:100]!r}").to_dict())
-        t0 = time.monotonic()
-        try:
-            self.server.backend.status()
-        except CniError as e:
-            metrics.cni_request("STATUS", e.code, time.monotonic() - t0)
-            return self._reply(503, e.to_dict())
-        except Exception as e:  # noqa: BLE001 - answer, log, keep serving
-            log.exception("STATUS failed")
-            metrics.cni_request("STATUS", proto.ERR_INTERNAL, time.monotonic() - t0)
-            return self._reply(500, CniError(proto.ERR_INTERNAL, f"STATUS failed: {e}").to_dict())
-        metrics.cni_request("STATUS", 0, time.monotonic() - t0)
-        self._reply(200, {"status": "ready"})
+        self._reply(*self.server.status())
 
     def do_POST(self):
-        if self.path != proto.PATH_CNI:
+        if self.path not in (proto.PATH_CNI, proto.PATH_EXEC):
             return self._reply(404, CniError(proto.ERR_PROTOCOL,
                                              f"no such path {self.path[:100]!r}").to_dict())
         length = self.headers.get("Content-Length")
@@ -134,6 +128,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if len(raw) != n:
             return self._reply(400, CniError(proto.ERR_PROTOCOL, f"request body truncated: "
                                              f"{len(raw)} of {n} bytes").to_dict())
+        if self.path == proto.PATH_EXEC:
+            return self._reply(*self.server.execute(
+                raw, self.headers.get(proto.EXEC_SOCKET_HEADER, "")))
         status, body = self.server.dispatch(raw)
         self._reply(status, body)
 
@@ -143,6 +140,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return lambda: self._reply(405, CniError(
                 proto.ERR_PROTOCOL, f"method {name[3:][:20]} not allowed").to_dict())
         raise AttributeError(name)
+
+
+class _Elsewhere(Exception):
+    """A shim's call whose configuration names another socket than this one."""
 
 
 class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -167,10 +168,56 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     def handle_error(self, request, client_address):
         log.exception("cni http: unexpected error while serving a request")
 
-    def dispatch(self, raw: bytes) -> tuple[int, dict]:
+    def status(self) -> tuple[int, dict]:
         t0 = time.monotonic()
         try:
-            req = parse_request(raw)
+            self.backend.status()
+        except CniError as e:
+            metrics.cni_request("STATUS", e.code, time.monotonic() - t0)
+            return 503, e.to_dict()
+        except Exception as e:  # noqa: BLE001 - answer, log, keep serving
+            log.exception("STATUS failed")
+            metrics.cni_request("STATUS", proto.ERR_INTERNAL, time.monotonic() - t0)
+            return 500, CniError(proto.ERR_INTERNAL, f"STATUS failed: {e}").to_dict()
+        metrics.cni_request("STATUS", 0, time.monotonic() - t0)
+        return 200, {"status": "ready"}
+
+    def execute(self, raw: bytes, shim_socket: str) -> tuple[int, bytes, dict]:
+        """The shim's call: the Python plugin's `run` with this server in place of
+        its HTTP round trip.  409 (nothing ran) when the configuration names
+        another socket than the one the shim reached: it then runs the plugin."""
+        try:
+            env, stdin = parse_exec(raw)
+        except CniError as e:
+            log.info("rejected exec request: %s", e.msg)
+            return 400, json.dumps(e.to_dict()).encode(), {}
+
+        def call(sock, path, body, timeout, unavailable_code=proto.ERR_TRY_AGAIN):
+            if sock != shim_socket:
+                raise _Elsewhere(sock)
+            status, answer = self.status() if path == proto.PATH_STATUS \
+                else self.dispatch(body, decoded=True)
+            if status != 200:
+                raise CniError(answer["code"], answer.get("msg", ""), answer.get("details", ""))
+            return answer
+
+        said: list[str] = []
+        try:
+            code, out = proto.run(env, stdin, call=call, say=said.append)
+        except _Elsewhere as e:
+            return 409, json.dumps(CniError(proto.ERR_PROTOCOL, f"the configuration names "
+                                            f"{str(e)[:200]!r}").to_dict()).encode(), {}
+        headers = {proto.EXEC_EXIT_HEADER: str(code)}
+        if said:
+            line = " ".join("; ".join(said).split())[:2000]     # one header-safe line
+            headers[proto.EXEC_LOG_HEADER] = line.encode("ascii", "replace").decode()
+        return 200, b"" if out is None else proto.json_dumps(out).encode(), headers
+
+    def dispatch(self, raw, decoded: bool = False) -> tuple[int, dict]:
+        """One ADD/DEL/CHECK/GC: raw is the POST /cni body, or its decoded dict."""
+        t0 = time.monotonic()
+        try:
+            req = request_from(raw) if decoded else parse_request(raw)
         except CniError as e:
             log.info("rejected CNI request: %s (%s)", e.msg, e.details)
             metrics.cni_request(None, e.code, time.monotonic() - t0)

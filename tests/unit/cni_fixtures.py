@@ -74,10 +74,17 @@ def start_server(tmp_path, backend=None):
     return server, backend
 
 
-def install_plugin(tmp_path) -> str:
-    """Install the plugin into a bin dir exactly as the node daemon does."""
+FLAVOURS = ("shim", "python")   # the `pacific` executable: pacific/cni/shim.c or the launcher
+
+
+def install_plugin(tmp_path, flavour: str = "shim") -> str:
+    """Install the plugin into a bin dir exactly as the node daemon does: the
+    shim (which `make setup` builds: missing, the test fails) or only Python."""
     from pacific.node import bootstrap
-    return bootstrap.install_plugin(str(tmp_path / "bin"), verify=False)
+    if flavour == "shim":
+        assert bootstrap.shim_binary(), f"{bootstrap.SHIM_BINARY} is not built: make setup"
+    return bootstrap.install_plugin(str(tmp_path / "bin"), verify=False,
+                                    shim=flavour == "shim")
 
 
 def copy_plugin_file(tmp_path) -> str:

@@ -1,21 +1,28 @@
 """The `pacific` plugin executable against the real CniServer: every operation,
-every error code, every supported cniVersion.  The plugin runs as a copied file
-under /usr/bin/python3, exactly as a container runtime executes it."""
+every error code, every supported cniVersion.  The plugin is installed as the
+node daemon installs it and run as a container runtime runs it, in both its
+flavours: the shim that hands the call to the daemon (pacific/cni/shim.c) and
+the Python plugin alone."""
 import json
 
 import pytest
 
-from cni_fixtures import RESULT, conf, install_plugin, run_plugin, start_server
+from cni_fixtures import FLAVOURS, RESULT, conf, install_plugin, run_plugin, start_server
 from pacific import names
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
 
 
+@pytest.fixture(scope="module", params=FLAVOURS)
+def flavour(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def _server(tmp_path_factory):
+def _server(tmp_path_factory, flavour):
     tmp = tmp_path_factory.mktemp("cni")
     server, backend = start_server(tmp)
-    yield install_plugin(tmp), server.path, backend
+    yield install_plugin(tmp, flavour), server.path, backend
     server.stop()
 
 
@@ -31,15 +38,15 @@ def test_default_socket_matches_names():
 
 
 @pytest.mark.parametrize("version", proto.SUPPORTED_VERSIONS)
-def test_version_answers_in_asked_version(tmp_path, version):
-    plugin = install_plugin(tmp_path)
+def test_version_answers_in_asked_version(tmp_path, flavour, version):
+    plugin = install_plugin(tmp_path, flavour)
     rc, out, _ = run_plugin(plugin, "VERSION", {"cniVersion": version})
     assert rc == 0
     assert out == {"cniVersion": version, "supportedVersions": list(proto.SUPPORTED_VERSIONS)}
 
 
-def test_version_with_empty_stdin_as_podman_may_send(tmp_path):
-    plugin = install_plugin(tmp_path)
+def test_version_with_empty_stdin_as_podman_may_send(tmp_path, flavour):
+    plugin = install_plugin(tmp_path, flavour)
     rc, out, _ = run_plugin(plugin, "VERSION", None, stdin=b"",
                             env_override={"CNI_NETNS": "dummy", "CNI_IFNAME": "dummy"})
     assert rc == 0 and out["cniVersion"] == proto.SPEC_VERSION
@@ -172,30 +179,30 @@ def test_malformed_stdin_is_6(env, stdin):
     expect_error(run_plugin(plugin, "ADD", None, stdin=stdin), 6, "configuration")
 
 
-def test_daemon_not_running_is_11(tmp_path):
-    plugin = install_plugin(tmp_path)
+def test_daemon_not_running_is_11(tmp_path, flavour):
+    plugin = install_plugin(tmp_path, flavour)
     missing = str(tmp_path / "nope" / "cni.sock")
     expect_error(run_plugin(plugin, "ADD", conf(missing)), 11, "not running")
     expect_error(run_plugin(plugin, "STATUS", conf(missing, "1.1.0")), 50, "not running")
 
 
-def test_del_while_the_daemon_is_down_succeeds_and_says_so(tmp_path):
+def test_del_while_the_daemon_is_down_succeeds_and_says_so(tmp_path, flavour):
     """containerd's StopPodSandbox/RemovePodSandbox must not fail while
     pacific-node is away: DEL removes the host veth itself and succeeds."""
-    plugin = install_plugin(tmp_path)
+    plugin = install_plugin(tmp_path, flavour)
     missing = str(tmp_path / "nope" / "cni.sock")
     rc, out, err = run_plugin(plugin, "DEL", conf(missing), container="c0ffee01", ifname="eth0")
     assert rc == 0 and out is None, (out, err)
     assert "not running" in err and proto.host_veth_name("c0ffee01", "eth0") in err
 
 
-def test_stale_socket_file_is_11(tmp_path):
+def test_stale_socket_file_is_11(tmp_path, flavour):
     import socket
     path = str(tmp_path / "stale.sock")
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.bind(path)
     s.close()  # file remains, nobody listens: ECONNREFUSED
-    plugin = install_plugin(tmp_path)
+    plugin = install_plugin(tmp_path, flavour)
     expect_error(run_plugin(plugin, "ADD", conf(path)), 11, "not running")
 
 
