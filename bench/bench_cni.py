@@ -5,8 +5,10 @@ Both run through the same runtime code (pacific.sandbox.cniruntime, which execut
 conflist exactly as libcni does), in the same run, on the same machine, inside a
 1-node sandbox:
 
-- pacific: the `pacific` plugin -> pacific-node (veth, br-int port, wait for
-  ovn-installed).  The allocation exists before ADD (pods are pre-created with
+- pacific: the `pacific` plugin as pacific-node installs it (the compiled shim,
+  decision 0044) -> pacific-node (veth, br-int port, wait for ovn-installed).
+- pacific-py: the same with the Python plugin alone (what runs without a built
+  shim, and the shim's fallback): the shim's baseline in the same run.  The allocation exists before ADD (pods are pre-created with
   the controller's annotations and their logical switch ports), as the goal
   "ADD p99 within 1.5x of the reference once the allocation exists" asks.
 - reference: /usr/lib/cni/bridge + host-local (veth into a Linux bridge, IPAM
@@ -44,6 +46,7 @@ from pacific.sandbox import cniruntime as runtime
 from pacific.kube import client as kclient
 from pacific.kube.errors import AlreadyExists
 from pacific.kube import resources as kr
+from pacific.node import bootstrap
 from pacific.sandbox import nodedaemons as launch
 from pacific.ovn.base import Owner
 from pacific.ovn.nb import NorthboundAPI
@@ -55,6 +58,7 @@ from pacific.sandbox.daemons import default_install
 REF_BIN = "/usr/lib/cni"
 SWITCH, CIDR, GW = "bench-cni", "10.78.0.0/16", "10.78.0.1"
 BURST = 20
+PLUGINS = ("pacific", "pacific-py", "reference")
 
 
 def pct(xs, p):
@@ -99,6 +103,8 @@ class Bench:
         self.n = 10
         p = launch.paths(self.node)
         self.pac_conf, self.pac_bins = runtime.load_conflist(p.conflist), [p.bin_dir]
+        self.py_bins = [os.path.join(tmp, "pybin")]
+        bootstrap.install_plugin(self.py_bins[0], verify=True, shim=False)
         self.ref_conf = {"cniVersion": "1.0.0", "name": "refnet", "plugins": [{
             "type": "bridge", "bridge": "cnibr0", "isGateway": True, "ipMasq": False,
             "mtu": self.node.mtu,
@@ -163,6 +169,8 @@ class Bench:
                                  runtime.k8s_args("bench", name, uid, cid))
         if which == "pacific":
             conf, bins, where = self.pac_conf, self.pac_bins, None
+        elif which == "pacific-py":
+            conf, bins, where = self.pac_conf, self.py_bins, None
         else:
             conf, bins, where = self.ref_conf, [REF_BIN], self.node_ns
         fn = runtime.add if cmd == "ADD" else runtime.delete
@@ -171,7 +179,7 @@ class Bench:
         return time.perf_counter() - t0
 
     def round(self, which: str, count: int, parallel: int) -> tuple[list, list, float]:
-        allocate = which == "pacific"
+        allocate = which != "reference"
         pods = self.make_pods(count, allocate)
         try:
             with concurrent.futures.ThreadPoolExecutor(parallel) as ex:
@@ -185,28 +193,30 @@ class Bench:
 
     def alternating(self, count: int) -> dict[str, tuple[list, list]]:
         """`count` pods per plugin, one at a time, the plugins taking turns pod
-        by pod (and who goes first alternating too)."""
-        pods = {"pacific": self.make_pods(count, True), "reference": self.make_pods(count, False)}
+        by pod (and who goes first rotating too)."""
+        pods = {w: self.make_pods(count, w != "reference") for w in PLUGINS}
         out = {w: ([], []) for w in pods}
         try:
             for cmd, slot in (("ADD", 0), ("DEL", 1)):
                 for i in range(count):
-                    order = ("pacific", "reference") if i % 2 else ("reference", "pacific")
-                    for w in order:
+                    for w in PLUGINS[i % 3:] + PLUGINS[:i % 3]:
                         out[w][slot].append(self.call(w, cmd, pods[w][i]))
         finally:
-            self.drop_pods(pods["pacific"], True)
-            self.drop_pods(pods["reference"], False)
+            for w in PLUGINS:
+                self.drop_pods(pods[w], w != "reference")
         return out
 
     def exec_time(self, argv: list[str], n: int = 30) -> list[float]:
-        """Wall time of running `argv` as CNI VERSION (process start + exit)."""
+        """Wall time of running `argv` as CNI VERSION (process start + exit; the
+        shim's VERSION is answered by the daemon of the socket named, as on a node
+        whose daemon listens on the default socket)."""
         env = {"CNI_COMMAND": "VERSION", "PATH": os.defpath}
+        conf = json.dumps({"cniVersion": "1.0.0",
+                           "server_socket": self.pac_conf["plugins"][0]["server_socket"]})
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
-            subprocess.run(argv, input=b'{"cniVersion":"1.0.0"}', env=env,
-                           capture_output=True, check=True)
+            subprocess.run(argv, input=conf.encode(), env=env, capture_output=True, check=True)
             out.append(time.perf_counter() - t0)
         return out
 
@@ -270,7 +280,7 @@ def run(args, ovs_prefix: str) -> None:
         register_node(b.api, b.node.name)
         wait_for_service_account(b.api, "bench")
         res = {w: {"single_add": [], "single_del": [], "burst_add": [], "burst_del": [],
-                   "burst_wall": []} for w in ("pacific", "reference")}
+                   "burst_wall": []} for w in PLUGINS}
         b.alternating(3)  # warm-up (page cache, first ovn-controller run)
         log_start = os.path.getsize(daemon_log)
         for _ in range(max(1, args.single // 20)):
@@ -279,7 +289,7 @@ def run(args, ovs_prefix: str) -> None:
                 res[w]["single_del"] += dels
         steps = daemon_steps(daemon_log, log_start, os.path.getsize(daemon_log))
         for i in range(args.bursts):
-            for w in (("reference", "pacific") if i % 2 == 0 else ("pacific", "reference")):
+            for w in PLUGINS[i % 3:] + PLUGINS[:i % 3]:
                 adds, dels, wall = b.round(w, BURST, BURST)
                 res[w]["burst_add"] += adds
                 res[w]["burst_del"] += dels
@@ -287,6 +297,7 @@ def run(args, ovs_prefix: str) -> None:
         starts = {}
         for _ in range(2):  # interleaved
             for label, argv in (("pacific", [launch.paths(b.node).plugin]),
+                                ("pacific-py", [os.path.join(b.py_bins[0], names.CNI_TYPE)]),
                                 ("host-local", [os.path.join(REF_BIN, "host-local")]),
                                 ("python3 -IS -c pass", ["/usr/bin/python3", "-IS", "-c",
                                                          "pass"])):
@@ -307,24 +318,27 @@ def report(args, res, steps, starts) -> None:
           f"{os.cpu_count()} CPUs, Python {platform.python_version()}, "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"# single: {len(res['pacific']['single_add'])} pods per plugin one at a time "
-          f"(alternating); bursts: {args.bursts} x {BURST} concurrent")
-    print("| measure | pacific p50 | p90 | p99 | reference p50 | p90 | p99 | ratio p50 | "
-          "ratio p99 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          f"(taking turns); bursts: {args.bursts} x {BURST} concurrent")
+    print("| measure | plugin | p50 | p90 | p99 | ratio p50 | ratio p99 |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for key, label in (("single_add", "ADD, 1 at a time"), ("single_del", "DEL, 1 at a time"),
                        ("burst_add", f"ADD, bursts of {BURST}"),
                        ("burst_del", f"DEL, bursts of {BURST}")):
-        p, r = res["pacific"][key], res["reference"][key]
-        if not p or not r:
-            continue
-        print(f"| {label} | " + " | ".join(f"{pct(x, q)*1e3:.1f} ms" for x in (p, r)
-                                            for q in (50, 90, 99))
-              + f" | {pct(p, 50) / pct(r, 50):.2f}x | {pct(p, 99) / pct(r, 99):.2f}x |")
-    pw, rw = res["pacific"]["burst_wall"], res["reference"]["burst_wall"]
-    if pw and rw:
-        print(f"| burst of {BURST} wall time (median) | {statistics.median(pw)*1e3:.0f} ms "
-              f"| | | {statistics.median(rw)*1e3:.0f} ms | | | "
-              f"{statistics.median(pw) / statistics.median(rw):.2f}x | |")
+        r = res["reference"][key]
+        for w in PLUGINS:
+            x = res[w][key]
+            if not x or not r:
+                continue
+            print(f"| {label} | {w} | " + " | ".join(f"{pct(x, q)*1e3:.1f} ms"
+                                                      for q in (50, 90, 99))
+                  + f" | {pct(x, 50) / pct(r, 50):.2f}x | {pct(x, 99) / pct(r, 99):.2f}x |")
+    rw = res["reference"]["burst_wall"]
+    for w in PLUGINS:
+        xw = res[w]["burst_wall"]
+        if xw and rw:
+            print(f"| burst of {BURST} wall time (median) | {w} | "
+                  f"{statistics.median(xw)*1e3:.0f} ms | | | "
+                  f"{statistics.median(xw) / statistics.median(rw):.2f}x | |")
     if steps:
         print("\n# pacific-node ADD steps, single ADDs (ms; [..] ran concurrently with "
               "ovs-port)")
