@@ -50,22 +50,26 @@ class RawDaemon:
         self.sock.close()
 
 
-def run_raw(plugin, stdin: bytes, env: dict):
-    return subprocess.run([plugin], input=stdin, capture_output=True, env=env, timeout=10)
+def through_shim(tmp_path, answer: bytes, stdin: bytes, env: dict):
+    """Run the installed shim against a RawDaemon at tmp_path/d.sock that answers
+    `answer`; (the finished process, the requests the daemon got)."""
+    daemon = RawDaemon(str(tmp_path / "d.sock"), answer)
+    try:
+        p = subprocess.run([install_plugin(tmp_path, "shim")], input=stdin, capture_output=True,
+                           env=env, timeout=10)
+    finally:
+        daemon.close()
+    return p, daemon.requests
 
 
 def test_shim_hands_the_whole_call_over_and_prints_the_answer(tmp_path):
     path = str(tmp_path / "d.sock")
-    daemon = RawDaemon(path, b"HTTP/1.0 200 OK\r\nX-CNI-Exit: 0\r\nContent-Length: 5\r\n\r\n"
-                             b"hello")
-    try:
-        plugin = install_plugin(tmp_path, "shim")
-        stdin = json.dumps(conf(path, "1.1.0")).encode() + b" kept as is"
-        p = run_raw(plugin, stdin, {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "PATH": "/bin"})
-    finally:
-        daemon.close()
+    stdin = json.dumps(conf(path, "1.1.0")).encode() + b" kept as is"
+    p, requests = through_shim(
+        tmp_path, b"HTTP/1.0 200 OK\r\nX-CNI-Exit: 0\r\nContent-Length: 5\r\n\r\nhello",
+        stdin, {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "PATH": "/bin"})
     assert (p.returncode, p.stdout, p.stderr) == (0, b"hello", b"")
-    head, _, body = daemon.requests[0].partition(b"\r\n\r\n")
+    head, _, body = requests[0].partition(b"\r\n\r\n")
     assert head.startswith(b"POST " + proto.PATH_EXEC.encode() + b" HTTP/1.0")
     assert f"{proto.EXEC_SOCKET_HEADER}: {path}".encode() in head
     env, got = parse_exec(body)
@@ -74,14 +78,10 @@ def test_shim_hands_the_whole_call_over_and_prints_the_answer(tmp_path):
 
 
 def test_shim_exit_code_stdout_and_log_line(tmp_path):
-    path = str(tmp_path / "d.sock")
-    daemon = RawDaemon(path, b"HTTP/1.0 200 OK\r\nx-cni-exit: 1\r\nX-CNI-Log: ADD c1: error 7\r\n"
-                             b"Content-Length: 7\r\n\r\n{\"a\":1}")
-    try:
-        plugin = install_plugin(tmp_path, "shim")
-        p = run_raw(plugin, json.dumps(conf(path)).encode(), {"CNI_COMMAND": "ADD"})
-    finally:
-        daemon.close()
+    p, _ = through_shim(
+        tmp_path, b"HTTP/1.0 200 OK\r\nx-cni-exit: 1\r\nX-CNI-Log: ADD c1: error 7\r\n"
+                  b"Content-Length: 7\r\n\r\n{\"a\":1}",
+        json.dumps(conf(str(tmp_path / "d.sock"))).encode(), {"CNI_COMMAND": "ADD"})
     assert (p.returncode, p.stdout) == (1, b'{"a":1}')
     assert p.stderr == b"pacific-cni: ADD c1: error 7\n"
 
