@@ -276,7 +276,10 @@ def _http(sock_path: str, method: str, path: str, body: bytes, timeout: float) -
         sock.connect(sock_path)
         head = (f"{method} {path} HTTP/1.0\r\nHost: pacific\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
-        sock.sendall(head.encode() + body)
+        try:
+            sock.sendall(head.encode() + body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass     # the daemon answered early (a body over its limit): read why
         chunks = []
         while True:
             chunk = sock.recv(65536)

@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
 #define LIBDIR "pacific.d"                      /* pacific.names.CNI_PLUGIN_LIBDIR */
 #define PY_PLUGIN "pacific-py"                  /* pacific.names.CNI_PLUGIN_PY */
 #define MAX_BODY (1 << 20)                      /* pacific.node.cnirequest.MAX_BODY */
+#define MAX_STDIN (64 << 20)                    /* read whole, for the fallback's message */
 #define ANSWER_TIMEOUT_S 300                    /* > the plugin's default 180 s */
 
 extern char **environ;
@@ -142,6 +144,7 @@ static const char *socket_of(const struct buf *in, char *out, size_t cap)
 int main(int argc, char **argv)
 {
     (void)argc;
+    signal(SIGPIPE, SIG_IGN);      /* a daemon that hangs up is an error we report */
     char self[PATH_MAX];
     ssize_t sn = readlink("/proc/self/exe", self, sizeof self - 1);
     if (sn <= 0) {
@@ -154,8 +157,8 @@ int main(int argc, char **argv)
         *slash = 0;
 
     struct buf in = {0};
-    if (argv[1] || read_all(0, &in, MAX_BODY) < 0)
-        return fallback(self, &in, argv);     /* --help, or stdin too big: its message */
+    if (argv[1] || read_all(0, &in, MAX_STDIN) < 0 || in.n > MAX_BODY - 65536)
+        return fallback(self, &in, argv);     /* --help, or too big: the plugin's message */
 
     char sock_buf[sizeof ((struct sockaddr_un *)0)->sun_path];
     const char *sock_path = socket_of(&in, sock_buf, sizeof sock_buf);

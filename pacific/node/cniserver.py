@@ -30,6 +30,7 @@ from pacific.node.cnirequest import MAX_BODY, CniRequest, parse_exec, parse_requ
     request_from
 
 log = logging.getLogger(__name__)
+DISCARD_MAX = 64 << 20     # bytes of an oversized body read before answering 413
 
 
 class Backend(Protocol):
@@ -117,6 +118,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._reply(411, CniError(proto.ERR_PROTOCOL,
                                              "Content-Length header missing or invalid").to_dict())
         if n < 0 or n > MAX_BODY:
+            self._discard(n)
             return self._reply(413, CniError(proto.ERR_PROTOCOL, f"request body of {n} bytes "
                                              f"(limit {MAX_BODY})").to_dict())
         try:
@@ -133,6 +135,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 raw, self.headers.get(proto.EXEC_SOCKET_HEADER, "")))
         status, body = self.server.dispatch(raw)
         self._reply(status, body)
+
+    def _discard(self, n: int) -> None:
+        """Read (up to DISCARD_MAX bytes of) a body refused for its size, so the
+        client, still sending, gets the answer rather than a reset connection."""
+        left = min(n, DISCARD_MAX)
+        try:
+            while left > 0 and (chunk := self.rfile.read(min(left, 65536))):
+                left -= len(chunk)
+        except OSError:
+            pass
 
     # Any other method gets a CNI error too (not http.server's HTML 501).
     def __getattr__(self, name):

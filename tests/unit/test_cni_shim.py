@@ -176,3 +176,16 @@ def test_malformed_exec_bodies_are_refused(raw, words):
     with pytest.raises(proto.CniError) as e:
         parse_exec(raw)
     assert words in e.value.msg
+
+
+def test_a_configuration_over_the_body_limit_gets_the_daemons_reason(tmp_path):
+    """Read whole and handed to the Python plugin, whose request the daemon
+    refuses naming the limit: the same answer as without the shim."""
+    server, backend = start_server(tmp_path)
+    try:
+        plugin = install_plugin(tmp_path, "shim")
+        rc, out, err = run_plugin(plugin, "ADD", conf(server.path, pad="x" * (2 << 20)))
+        assert rc == 1 and out["code"] == proto.ERR_PROTOCOL and "limit" in out["msg"], out
+        assert backend.calls == []
+    finally:
+        server.stop()
