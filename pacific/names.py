@@ -57,6 +57,8 @@ EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
 EXT_SUBNET = "pacific.io/subnet"
 EXT_POLICIES = "pacific.io/policies"       # a NetworkPolicy group's policies in force (names)
 EXT_RULE = "pacific.io/rule"               # which rule of its owner an ACL is (trace names it)
+EXT_ALSO = "pacific.io/also"               # the other policies' rules one merged allow ACL
+                                           # stands for: "ns/name:ingress/0,..."
 # OVS Interface external_ids used by the node daemon
 # LSP option: the only chassis that may bind the port (a stale OVS port of a
 # force-deleted pod on its old node cannot claim it back: no thrashing)

@@ -17,7 +17,10 @@ group; decision 0031), in ONE transaction:
   beats every deny (1000); tenant isolation (3000) stays above all of them.
   ACL external_ids name the policy and the rule (`pacific.io/rule`:
   "ingress/0", "egress/deny", ...) so a trace can name what dropped a packet;
-  an ACL two policies of the group share (their deny) names the first policy;
+  an ACL two policies of the group share (their deny) names the first policy,
+  and so does the one allow the rules with the same peers of the policies that
+  log no allow become, with the union of their ports (policy_model.merged: a
+  relabel then costs OVN one ACL, not one per policy);
 * address sets `np_as_<hash>` of pod peers, shared by the policies of a
   namespace that name the same peer (their addresses changed by mutation).
 
@@ -45,7 +48,7 @@ from pacific.controller.feature import Feature
 from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
                                              canonical, compile_policy, peer_moved, peer_pods,
-                                             pod_matters, selector_matches)
+                                             merged, pod_matters, selector_matches)
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
@@ -71,6 +74,13 @@ def group_key(policy: dict) -> str:
 def policy_ids(key: str, **extra) -> dict:
     return {names.EXT_OWNER_KIND: names.OWNER_KIND_POLICY, names.EXT_OWNER: key,
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
+
+
+def _also(rule) -> dict:
+    """external_ids naming the other policies' rules a merged allow stands for."""
+    if not rule.also:
+        return {}
+    return {names.EXT_ALSO: ",".join(f"{k}:{rule.direction}/{i}" for k, i in rule.also)}
 
 
 def _takes(selector: dict, labels: dict | None) -> bool:
@@ -292,6 +302,7 @@ class PolicyFeature(Feature):
         specs: dict[tuple, acl.AclSpec] = {}
         sets: dict[str, frozenset] = {}
         want, applied, fresh = None, [], []
+        pooled = []      # (policy, allow rule) of the policies that log no allow: merged
         for pkey, pol in policies:
             mode, problems = audit.of(pol)
             try:
@@ -302,7 +313,9 @@ class PolicyFeature(Feature):
             self._report(pol, pkey, "; ".join(problems) or None, "InvalidAudit")
             want = set(ports)
             sets.update(n_ips for r_ in rules for n_ips in r_.address_sets)
-            mine = self.audit.enforcing(f"np:{pkey}", self._acls(pkey, pg, types, rules), mode)
+            pool = not mode.allow and not mode.dry_run
+            mine = self.audit.enforcing(f"np:{pkey}", self._acls(pkey, pg, types,
+                                                                 [] if pool else rules), mode)
             if mode.dry_run:     # observed, not enforced (pacific/audit.py)
                 if self.enforced.new_version(pkey, pol):
                     self._report_enforced(pkey, False, DRY_RUN_MESSAGE, enforced.version(pol),
@@ -311,10 +324,14 @@ class PolicyFeature(Feature):
             applied.append(pkey)
             if self.enforced.new_version(pkey, pol):
                 fresh.append((pkey, enforced.version(pol)))
+            if pool:
+                pooled += [(pkey, r_) for r_ in rules]
             for spec in mine:
                 # a shared ACL names the first policy; it logs if any policy asks
                 if spec.key not in specs or (spec.log and not specs[spec.key].log):
                     specs[spec.key] = spec
+        for spec in self._rule_acls(pg, merged(pooled)):
+            specs.setdefault(spec.key, spec)
         if want is None:
             return        # no policy of the group applies: what NB holds stays (reported)
         specs_list = list(specs.values())
@@ -364,16 +381,25 @@ class PolicyFeature(Feature):
                                        f"outport == @{pg} && ip4 && ip4.src == {self.ctl.cfg.join_cidr}",
                                        "allow-related", name=f"np:{key}:nodes"[:63],
                                        external_ids=policy_ids(key, **{names.EXT_RULE: "ingress/nodes"})))
-        for r_ in rules:
+        return self._tiered(out) + self._rule_acls(pg, [(key, r_) for r_ in rules])
+
+    def _rule_acls(self, pg: str, rules: list) -> list:
+        """The allow ACLs of (policy key, Rule) pairs."""
+        out = []
+        for key, r_ in rules:
             port = "outport" if r_.direction == "ingress" else "inport"
             match = f"{port} == @{pg} && ip4" + (f" && {r_.match}" if r_.match else "")
             out.append(acl.AclSpec("to-lport" if r_.direction == "ingress" else "from-lport",
                                    names.PRIO_ACL_NP_ALLOW, match, "allow-related",
                                    name=f"np:{key}:{r_.direction}/{r_.index}"[:63],
-                                   external_ids=policy_ids(key, **{names.EXT_RULE: f"{r_.direction}/{r_.index}"})))
+                                   external_ids=policy_ids(key, **{names.EXT_RULE: f"{r_.direction}/{r_.index}"},
+                                                           **_also(r_))))
+        return self._tiered(out)
+
+    def _tiered(self, specs: list) -> list:
         if self.ctl.acl_tiers():   # between the Admin and Baseline tiers (pacific/clusterpolicy.py)
-            out = [dataclasses.replace(a, tier=clusterpolicy.NP_TIER) for a in out]
-        return out
+            return [dataclasses.replace(a, tier=clusterpolicy.NP_TIER) for a in specs]
+        return specs
 
     def _reconcile_set(self, name: str) -> None:
         """One pod peer's address set (shared by every policy naming the peer)."""

@@ -90,6 +90,36 @@ class Rule:
     index: int              # rule index in the policy ("ingress/0"); -1: the deny
     match: str              # the part after "outport == @pg && ip4" (or inport)
     address_sets: tuple = ()    # ((name, frozenset of IPs), ...) the match refers to
+    peers: str = ""         # match = peers && ports ("" : any peer, any port)
+    ports: str = ""
+    also: tuple = ()        # merged(): the other ("ns/name", index) it stands for
+
+
+def merged(rules: list[tuple[str, Rule]]) -> list[tuple[str, Rule]]:
+    """(policy, allow rule) pairs of one port group: those with the same direction
+    and peers become one rule with the union of their ports, named by the first
+    (the same traffic passes: a group's allows at one priority are a union).  A
+    group whose policies each open a port to the same peers then holds one ACL,
+    not one per policy: OVN recomputes all of a group's ACLs whenever its
+    membership changes (a relabel), so that is what such a change costs
+    (docs/benchmarks.md, "Tenant fairness with the CNI shim")."""
+    groups: dict[tuple, list[tuple[str, Rule]]] = {}
+    for owner, r in rules:
+        groups.setdefault((r.direction, r.peers), []).append((owner, r))
+    out = []
+    for (direction, peers), pairs in groups.items():
+        owner, first = pairs[0]
+        if len(pairs) == 1:
+            out.append((owner, first))
+            continue
+        ports = list(dict.fromkeys(r.ports for _, r in pairs))
+        ports_part = "" if "" in ports else (ports[0] if len(ports) == 1 else
+                                             "(" + " || ".join(ports) + ")")
+        sets = tuple(dict.fromkeys(s for _, r in pairs for s in r.address_sets))
+        match = " && ".join(p for p in (peers, ports_part) if p)
+        also = tuple((k, r.index) for k, r in pairs[1:])
+        out.append((owner, Rule(direction, first.index, match, sets, peers, ports_part, also)))
+    return out
 
 
 def selector_matches(sel: dict | None, labels: dict) -> bool:
@@ -314,10 +344,8 @@ def compile_policy(obj: dict, world: World) -> tuple[list[str], list[Rule], list
                                   "ip4.dst" if direction == "ingress" else addr_field)
             if ports == []:
                 continue          # named ports resolving to nothing: match nothing
-            parts = []
-            if sources:
-                parts.append("(" + " || ".join(sources) + ")")
-            if ports:
-                parts.append("(" + " || ".join(f"({c})" for c in ports) + ")")
-            rules.append(Rule(direction, i, " && ".join(parts), tuple(sets)))
+            peers_part = "(" + " || ".join(sources) + ")" if sources else ""
+            ports_part = "(" + " || ".join(f"({c})" for c in ports) + ")" if ports else ""
+            rules.append(Rule(direction, i, " && ".join(p for p in (peers_part, ports_part) if p),
+                              tuple(sets), peers_part, ports_part))
     return [t.lower() for t in types], rules, sorted(p.port for p in pods)

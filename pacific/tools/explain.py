@@ -102,6 +102,10 @@ class Namer:
                               f"{direction} and no {direction} rule of any policy allows this")
             what = f"NetworkPolicy {owner} {direction} rule {index}" if index.isdigit() \
                 else f"NetworkPolicy {owner} ({rule})"
+            also = [a for a in ids.get(names.EXT_ALSO, "").split(",") if a]
+            if also:       # one ACL for the rules of several policies with the same peers
+                what += (f" (one ACL with {len(also)} more rule{'s' if len(also) > 1 else ''} "
+                         f"of the same peers: {', '.join(also[:3])}{', ...' if len(also) > 3 else ''})")
             return what, f"dropped by {what}"
         if kind == names.OWNER_KIND_CLUSTER_POLICY:
             direction, _, index = rule.partition("/")

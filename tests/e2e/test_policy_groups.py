@@ -82,12 +82,16 @@ def test_policies_with_one_selector_share_a_group_and_a_relabel_changes_only_it(
     assert set(have) == {pg_a, pg_all}
     a1, b1 = names.pod_lsp_name("x", "a1"), names.pod_lsp_name("x", "b1")
     assert have[pg_a][0] == {a1} and have[pg_all][0] == {a1, b1}
-    # every policy's rule is an ACL of its group, named after the policy; the
-    # ingress drop and the nodes' allow are shared, named after the first policy
-    rules = {(acl_.external_ids[names.EXT_OWNER], acl_.external_ids[names.EXT_RULE])
+    # the ingress drop and the nodes' allow are shared, named after the first
+    # policy; so is the one allow its policies' rules (same peers) become, with
+    # the others it stands for and the union of their ports
+    rules = {(acl_.external_ids[names.EXT_OWNER], acl_.external_ids[names.EXT_RULE]): acl_
              for acl_ in have[pg_a][1]}
-    assert rules == {("x/p1", "ingress/deny"), ("x/p1", "ingress/nodes"),
-                     ("x/p1", "ingress/0"), ("x/p3", "ingress/0"), ("x/p5", "ingress/0")}
+    assert set(rules) == {("x/p1", "ingress/deny"), ("x/p1", "ingress/nodes"),
+                          ("x/p1", "ingress/0")}
+    allow = rules[("x/p1", "ingress/0")]
+    assert allow.external_ids[names.EXT_ALSO] == "x/p3:ingress/0,x/p5:ingress/0"
+    assert all(f"tcp.dst == {p}" in allow.match for p in (1001, 1003, 1005))
     assert all(policy.programmed(ctl.nb, f"x/p{i}") for i in range(6))
 
     # b1 relabelled to role=a: one group is woken, one membership changes
@@ -101,10 +105,13 @@ def test_policies_with_one_selector_share_a_group_and_a_relabel_changes_only_it(
     assert groups(ctl.nb)[pg_a][0] == {a1, b1}
     assert ctl.writer.transactions - before == 1
 
-    # one policy of three deleted: its rule goes, the group stays; all deleted: it goes
+    # one policy of three deleted: its port goes from the allow, the group stays;
+    # all deleted: it goes
     r.delete(ctl.kube, r.NETWORKPOLICIES, "p3", "x")
     drain(ctl)
-    assert {a.external_ids[names.EXT_OWNER] for a in groups(ctl.nb)[pg_a][1]} == {"x/p1", "x/p5"}
+    (allow,) = [a for a in groups(ctl.nb)[pg_a][1] if a.external_ids[names.EXT_RULE] == "ingress/0"]
+    assert "tcp.dst == 1003" not in allow.match and "tcp.dst == 1005" in allow.match
+    assert allow.external_ids[names.EXT_ALSO] == "x/p5:ingress/0"
     assert not policy.programmed(ctl.nb, "x/p3")
     for i in (1, 5):
         r.delete(ctl.kube, r.NETWORKPOLICIES, f"p{i}", "x")

@@ -9,7 +9,7 @@ from pacific import names
 from pacific.controller import policy
 from pacific.controller.policy_index import set_key
 from pacific.controller.policy_model import (PodInfo, PolicyError, World, compile_policy,
-                                             pod_matters, policy_types,
+                                             merged, pod_matters, policy_types,
                                              selector_matches, set_name)
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
@@ -136,6 +136,58 @@ def test_feature_writes_group_members_sets_and_acls_in_one_transaction():
     drain(ctl)
     assert any(isinstance(c, ensure.DeletePortGroup) and c.name == pg
                for _, cs in ctl.writer.writes for c in cs)
+
+
+def test_rules_with_the_same_peers_merge_into_one_with_the_union_of_their_ports():
+    w = world()
+    peer = {"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}
+    rules = [(f"x/p{i}", r_) for i, spec in enumerate([
+        {"ingress": [{**peer, "ports": [{"port": 80}]}]},
+        {"ingress": [{**peer, "ports": [{"port": 81}]}]},
+        {"ingress": [{**peer, "ports": [{"port": 80}]}]},                 # a repeat
+        {"ingress": [{"from": [{"podSelector": {}}], "ports": [{"port": 9}]}]},   # other peers
+        {"egress": [{**peer, "ports": [{"port": 80}]}], "policyTypes": ["Egress"]}])
+        for r_ in compile_policy(np(spec, name=f"p{i}"), w)[1]]
+    out = merged(rules)
+    assert [(k, r_.direction) for k, r_ in out] == \
+        [("x/p0", "ingress"), ("x/p3", "ingress"), ("x/p4", "egress")]
+    (k, both), other, egress = out
+    assert both.match == f"{rules[0][1].peers} && ({rules[0][1].ports} || {rules[1][1].ports})"
+    assert both.address_sets == rules[0][1].address_sets
+    assert other[1] == rules[3][1] and egress[1] == rules[4][1]     # alone: unchanged
+    # a rule of any port absorbs the others of its peers
+    anyport = compile_policy(np({"ingress": [peer]}, name="all"), w)[1][0]
+    (_, r_), = merged(rules[:2] + [("x/all", anyport)])
+    assert r_.match == rules[0][1].peers
+
+
+def test_a_group_holds_one_allow_for_policies_opening_ports_to_the_same_peers():
+    """A relabel costs OVN one ACL, not one per policy; a policy whose allows are
+    audited keeps its own (its records name it)."""
+    ctl = make_controller()
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "x", "labels": {"ns": "x"}}})
+    ctl.kube.add(r.PODS, pod_body("a", "x", {"pod": "a"}), "x")
+    drain(ctl)
+    for i in range(5):
+        ctl.kube.add(r.NETWORKPOLICIES, {"metadata": {
+            "name": f"p{i}", "namespace": "x",
+            "annotations": {names.ANN_AUDIT: "allow"} if i == 4 else {}}, "spec": {
+            "podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}],
+                                            "ports": [{"port": 1000 + i}]}]}}, "x")
+    drain(ctl)
+    pg = policy.group_name("x", {})
+    cmds = [c for w, c in ctl.writer.writes if w == f"NetworkPolicy group x/{pg}"][-1]
+    (acls,) = [c for c in cmds if isinstance(c, acl.EnsureACLs)]
+    allows = [s for s in acls.specs if s.priority == names.PRIO_ACL_NP_ALLOW
+              and "ip4.src ==" in s.match and "$" in s.match]
+    assert len(allows) == 2, [s.match for s in allows]
+    pooled, audited = sorted(allows, key=lambda s: s.log)
+    assert all(f"tcp.dst == {1000 + i}" in pooled.match for i in range(4))
+    assert "1004" not in pooled.match and not pooled.log
+    assert pooled.external_ids[names.EXT_OWNER] == "x/p0"       # the trace names them all
+    assert pooled.external_ids[names.EXT_ALSO] == "x/p1:ingress/0,x/p2:ingress/0,x/p3:ingress/0"
+    assert audited.log and "tcp.dst == 1004" in audited.match
+    assert audited.external_ids[names.EXT_OWNER] == "x/p4"
 
 
 def test_a_pod_event_wakes_only_the_groups_that_can_select_the_pod():
