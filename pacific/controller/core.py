@@ -115,17 +115,29 @@ class Controller:
         return self.southbound.view() if self.southbound is not None else None
 
     def event(self, obj: dict, reason: str, message: str, type: str = "Warning") -> None:
-        """An Event about `obj`, within its namespace's budget (over it: counted only)."""
-        if not self.event_budget.take((obj.get("metadata") or {}).get("namespace") or ""):
+        """An Event about `obj`, within its namespace's budget (over it: counted, and
+        the latest per object and reason written once the budget allows)."""
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or ""
+        if not self.event_budget.take(ns):
             metrics.event_suppressed(reason)
+            self.event_budget.defer(ns, (ns, obj.get("kind"), meta.get("name"), reason),
+                                    (obj, reason, message, type))
             return
         r.create_event(self.kube, obj, reason, message, type=type, component=names.CONTROLLER_NAME)
+
+    def write_deferred_events(self) -> None:
+        """The deferred Events whose namespace's budget allows them now."""
+        for obj, reason, message, type_ in self.event_budget.due():
+            r.create_event(self.kube, obj, reason, message, type=type_,
+                           component=names.CONTROLLER_NAME)
 
     def report_suppressed_events(self) -> None:
         over = self.event_budget.take_suppressed()
         if over:
-            LOG.warning("Events not written, over their namespace's budget (--event-burst %d, "
-                        "--event-rate %g/s; the objects still say why): %s", self.cfg.event_burst,
+            LOG.warning("Events deferred, over their namespace's budget (--event-burst %d, "
+                        "--event-rate %g/s; the latest per object and reason is written "
+                        "once the budget allows): %s", self.cfg.event_burst,
                         self.cfg.event_rate, ", ".join(f"{ns or '(cluster)'}: {n}"
                                                        for ns, n in sorted(over.items())))
 
@@ -185,6 +197,7 @@ class Controller:
                         "working NB connection takes over")
                 for f in self.features:
                     f.tick()
+                self.write_deferred_events()
                 if time.monotonic() >= next_report:
                     self.report_suppressed_events()
                     next_report = time.monotonic() + SUPPRESSED_REPORT_EVERY

@@ -10,9 +10,10 @@ server one Event per refusal otherwise, and every other tenant's pods wait
 behind those writes (issue 22, bench_fairness).  With a budget, a namespace
 gets `burst` Events at once and `per_second` after that; what is over budget
 is counted (`take_suppressed()`: the controller logs the counts every 10 s)
-and not written.  The refusal itself stays on the
-pod (its annotation, which the CNI plugin returns to the runtime), so nothing
-a tenant needs to see is lost.  Another namespace's budget is its own: a
+and deferred: the latest per object and reason (`defer()`) is written once the
+namespace has a token again (`due()`), so a report made once (a Service's
+ignored endpoints) is late, never lost, while a flood of them costs the API
+server no more than the budget.  Another namespace's budget is its own: a
 noisy tenant cannot spend it.
 
 `per_second <= 0` turns the budget off (every Event is written).
@@ -26,6 +27,7 @@ from typing import Callable
 
 class NamespaceBudget:
     MAX_TRACKED = 10_000          # namespaces kept; the fullest buckets are forgotten first
+    MAX_DEFERRED = 10_000         # deferred items kept; the oldest are dropped first
 
     def __init__(self, burst: int = 20, per_second: float = 1.0,
                  clock: Callable[[], float] = time.monotonic):
@@ -33,6 +35,7 @@ class NamespaceBudget:
         self._lock = threading.Lock()
         self._tokens: dict[str, tuple[float, float]] = {}   # ns -> (tokens, at)
         self._suppressed: dict[str, int] = {}
+        self._deferred: dict = {}                            # key -> (ns, item), oldest first
 
     @property
     def enabled(self) -> bool:
@@ -42,18 +45,42 @@ class NamespaceBudget:
         """May one more Event about `namespace`'s objects be written now?"""
         if not self.enabled:
             return True
-        now = self._clock()
         with self._lock:
-            tokens, at = self._tokens.get(namespace, (float(self.burst), now))
-            tokens = min(float(self.burst), tokens + (now - at) * self.rate)
-            if tokens >= 1.0:
-                self._tokens[namespace] = (tokens - 1.0, now)
+            if self._take_locked(namespace, self._clock()):
                 return True
-            self._tokens[namespace] = (tokens, now)
             self._suppressed[namespace] = self._suppressed.get(namespace, 0) + 1
-            if len(self._tokens) > self.MAX_TRACKED:
-                self._forget_full(now)
             return False
+
+    def _take_locked(self, namespace: str, now: float) -> bool:
+        tokens, at = self._tokens.get(namespace, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        if tokens >= 1.0:
+            self._tokens[namespace] = (tokens - 1.0, now)
+            return True
+        self._tokens[namespace] = (tokens, now)
+        if len(self._tokens) > self.MAX_TRACKED:
+            self._forget_full(now)
+        return False
+
+    def defer(self, namespace: str, key, item) -> None:
+        """Keep `item`, the latest for `key`, until `namespace` may spend again."""
+        with self._lock:
+            self._deferred.pop(key, None)
+            self._deferred[key] = (namespace, item)
+            while len(self._deferred) > self.MAX_DEFERRED:
+                del self._deferred[next(iter(self._deferred))]
+
+    def due(self) -> list:
+        """The deferred items whose namespace has a token now (each spends one),
+        oldest first; the others stay."""
+        out = []
+        with self._lock:
+            now = self._clock()
+            for key, (ns, item) in list(self._deferred.items()):
+                if self._take_locked(ns, now):
+                    out.append(item)
+                    del self._deferred[key]
+        return out
 
     def _forget_full(self, now: float) -> None:
         """Drop namespaces whose bucket has refilled (they start full again anyway)."""

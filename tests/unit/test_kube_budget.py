@@ -45,7 +45,28 @@ def test_full_buckets_are_forgotten_when_too_many_namespaces_are_tracked():
     assert set(b._tokens) == {"x"}
 
 
-def test_controller_events_past_the_budget_are_counted_not_written():
+def test_deferred_items_wait_for_their_namespace_and_only_the_latest_per_key_is_kept():
+    clock = Clock()
+    b = NamespaceBudget(burst=1, per_second=1.0, clock=clock)
+    assert b.take("noisy") and not b.take("noisy")
+    b.defer("noisy", ("svc", "a"), "a: first")
+    b.defer("noisy", ("svc", "b"), "b")
+    b.defer("noisy", ("svc", "a"), "a: latest")           # replaces, goes to the back
+    assert b.due() == []                                   # no token yet
+    clock.now += 1.0
+    assert b.due() == ["b"]                                # one token: the oldest
+    clock.now += 1.0
+    assert b.due() == ["a: latest"] and b.due() == []
+    b.MAX_DEFERRED = 2
+    for i in range(3):
+        b.defer("noisy", i, i)
+    clock.now += 10
+    assert b.due() == [1]                                  # the oldest was dropped;
+    clock.now += 1                                         # one token a second
+    assert b.due() == [2]
+
+
+def test_controller_events_past_the_budget_are_counted_and_written_later():
     ctl = make_controller(event_burst=2, event_rate=0.001)
     pods = [{"kind": "Pod", "apiVersion": "v1",
              "metadata": {"name": f"p{i}", "namespace": "noisy", "uid": f"u{i}"}}
@@ -58,3 +79,10 @@ def test_controller_events_past_the_budget_are_counted_not_written():
                for e in ctl.kube.of(r.EVENTS)]
     assert written == [("noisy", "p0"), ("noisy", "p1"), ("quiet", "q")]
     assert ctl.event_budget.take_suppressed() == {"noisy": 3}
+    # a report made once is late, not lost: written when the namespace may spend
+    ctl.write_deferred_events()
+    assert len(ctl.kube.of(r.EVENTS)) == 3                 # still over its budget
+    ctl.event_budget.burst, ctl.event_budget.rate = 10, 1e9    # (time passing)
+    ctl.write_deferred_events()
+    assert sorted(e["involvedObject"]["name"] for e in ctl.kube.of(r.EVENTS)) == \
+        ["p0", "p1", "p2", "p3", "p4", "q"]
