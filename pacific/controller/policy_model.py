@@ -88,11 +88,15 @@ class World:
 class Rule:
     direction: str          # "ingress" | "egress"
     index: int              # rule index in the policy ("ingress/0"); -1: the deny
-    match: str              # the part after "outport == @pg && ip4" (or inport)
+    peers: str              # OVN match of its sources ("": any)
+    ports: str              # OVN match of its ports ("": any)
     address_sets: tuple = ()    # ((name, frozenset of IPs), ...) the match refers to
-    peers: str = ""         # match = peers && ports ("" : any peer, any port)
-    ports: str = ""
     also: tuple = ()        # merged(): the other ("ns/name", index) it stands for
+
+    @property
+    def match(self) -> str:
+        """The part after "outport == @pg && ip4" (or inport)."""
+        return " && ".join(p for p in (self.peers, self.ports) if p)
 
 
 def merged(rules: list[tuple[str, Rule]]) -> list[tuple[str, Rule]]:
@@ -116,9 +120,8 @@ def merged(rules: list[tuple[str, Rule]]) -> list[tuple[str, Rule]]:
         ports_part = "" if "" in ports else (ports[0] if len(ports) == 1 else
                                              "(" + " || ".join(ports) + ")")
         sets = tuple(dict.fromkeys(s for _, r in pairs for s in r.address_sets))
-        match = " && ".join(p for p in (peers, ports_part) if p)
         also = tuple((k, r.index) for k, r in pairs[1:])
-        out.append((owner, Rule(direction, first.index, match, sets, peers, ports_part, also)))
+        out.append((owner, Rule(direction, first.index, peers, ports_part, sets, also)))
     return out
 
 
@@ -346,6 +349,5 @@ def compile_policy(obj: dict, world: World) -> tuple[list[str], list[Rule], list
                 continue          # named ports resolving to nothing: match nothing
             peers_part = "(" + " || ".join(sources) + ")" if sources else ""
             ports_part = "(" + " || ".join(f"({c})" for c in ports) + ")" if ports else ""
-            rules.append(Rule(direction, i, " && ".join(p for p in (peers_part, ports_part) if p),
-                              tuple(sets), peers_part, ports_part))
+            rules.append(Rule(direction, i, peers_part, ports_part, tuple(sets)))
     return [t.lower() for t in types], rules, sorted(p.port for p in pods)
