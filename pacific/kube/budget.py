@@ -27,7 +27,8 @@ from typing import Callable
 
 class NamespaceBudget:
     MAX_TRACKED = 10_000          # namespaces kept; the fullest buckets are forgotten first
-    MAX_DEFERRED = 10_000         # deferred items kept; the oldest are dropped first
+    MAX_DEFERRED = 10_000         # deferred items kept; over it, the namespace holding
+                                  # the most loses its oldest (a flood evicts its own)
 
     def __init__(self, burst: int = 20, per_second: float = 1.0,
                  clock: Callable[[], float] = time.monotonic):
@@ -35,7 +36,8 @@ class NamespaceBudget:
         self._lock = threading.Lock()
         self._tokens: dict[str, tuple[float, float]] = {}   # ns -> (tokens, at)
         self._suppressed: dict[str, int] = {}
-        self._deferred: dict = {}                            # key -> (ns, item), oldest first
+        self._deferred: dict[str, dict] = {}     # ns -> {key: item}, oldest first
+        self._n_deferred = 0
 
     @property
     def enabled(self) -> bool:
@@ -65,21 +67,26 @@ class NamespaceBudget:
     def defer(self, namespace: str, key, item) -> None:
         """Keep `item`, the latest for `key`, until `namespace` may spend again."""
         with self._lock:
-            self._deferred.pop(key, None)
-            self._deferred[key] = (namespace, item)
-            while len(self._deferred) > self.MAX_DEFERRED:
-                del self._deferred[next(iter(self._deferred))]
+            mine = self._deferred.setdefault(namespace, {})
+            self._n_deferred += mine.pop(key, None) is None
+            mine[key] = item
+            if self._n_deferred > self.MAX_DEFERRED:
+                fullest = max(self._deferred.values(), key=len)
+                del fullest[next(iter(fullest))]
+                self._n_deferred -= 1
 
     def due(self) -> list:
         """The deferred items whose namespace has a token now (each spends one),
-        oldest first; the others stay."""
+        oldest first per namespace; the others stay."""
         out = []
         with self._lock:
             now = self._clock()
-            for key, (ns, item) in list(self._deferred.items()):
-                if self._take_locked(ns, now):
-                    out.append(item)
-                    del self._deferred[key]
+            for ns, mine in list(self._deferred.items()):
+                while mine and self._take_locked(ns, now):
+                    out.append(mine.pop(next(iter(mine))))
+                    self._n_deferred -= 1
+                if not mine:
+                    del self._deferred[ns]
         return out
 
     def _forget_full(self, now: float) -> None:

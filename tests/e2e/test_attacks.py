@@ -728,10 +728,12 @@ def test_a_flood_of_refused_pods_does_not_silence_another_tenant_s_events(env):
     """The controller writes at most --event-burst (20) Events about one
     namespace at once: the attacker's 40 refused pods spend the attacker's
     budget (each pod still carries its refusal), never the victim's, whose
-    own refusal is reported with an Event."""
+    own refusal is reported with an Event; and the Events over budget that wait
+    for it, the latest per object, cannot push the victim's out."""
     sb, admin, atk = env
     node = sb.node("node1").name
     flood = [f"flood{i}" for i in range(40)]
+    victim_over = [f"over{i}" for i in range(22)]       # its burst (20) and then some
     try:
         for name in flood:
             r.create(atk, r.PODS, af.pod_body(ATK, name, node, {"pacific.io/ip_address":
@@ -745,8 +747,15 @@ def test_a_flood_of_refused_pods_does_not_silence_another_tenant_s_events(env):
         assert "192.0.2.10" in af.allocation_refused(admin, VIC, "own")
         wait_until(lambda: af.events_of(admin, VIC, "own"), 30,
                    what="the victim's own refusal Event")
+        # the victim over its own budget too: its Events are deferred beside the
+        # attacker's, in one pool, and every one is written as its budget refills
+        for name in victim_over:
+            r.create(admin, r.PODS, af.pod_body(VIC, name, node, {"pacific.io/ip_address":
+                                                                  "192.0.2.10"}), VIC)
+        wait_until(lambda: all(af.events_of(admin, VIC, n) for n in victim_over), 90,
+                   what="every one of the victim's refusal Events, over its budget")
     finally:
-        for ns, name in [(ATK, n) for n in flood] + [(VIC, "own")]:
+        for ns, name in [(ATK, n) for n in flood] + [(VIC, n) for n in ["own", *victim_over]]:
             r.delete(admin, r.PODS, name, ns, grace_period=0)
 
 

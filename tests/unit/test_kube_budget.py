@@ -66,6 +66,21 @@ def test_deferred_items_wait_for_their_namespace_and_only_the_latest_per_key_is_
     assert b.due() == [2]
 
 
+def test_a_flood_of_deferred_items_evicts_its_own_not_another_namespace_s():
+    """The deferred pool is shared: over it, the namespace holding the most
+    loses its oldest, so a tenant's thousand refusals cannot push another
+    tenant's one report out."""
+    clock = Clock()
+    b = NamespaceBudget(burst=1, per_second=1.0, clock=clock)
+    b.MAX_DEFERRED = 5
+    b.defer("victim", "svc", "the victim's report")
+    for i in range(1000):
+        b.defer("flood", i, i)
+    clock.now += 1
+    assert sorted(map(str, b.due())) == ["996", "the victim's report"]
+    assert b._n_deferred == 3
+
+
 def test_controller_events_past_the_budget_are_counted_and_written_later():
     ctl = make_controller(event_burst=2, event_rate=0.001)
     pods = [{"kind": "Pod", "apiVersion": "v1",
