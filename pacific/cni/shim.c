@@ -39,6 +39,10 @@
 #define LIBDIR "pacific.d"                      /* pacific.names.CNI_PLUGIN_LIBDIR */
 #define PY_PLUGIN "pacific-py"                  /* pacific.names.CNI_PLUGIN_PY */
 #define MAX_BODY (1 << 20)                      /* pacific.node.cnirequest.MAX_BODY */
+#define PATH_EXEC "/exec"                       /* pacific.cni.plugin.PATH_EXEC */
+#define SOCKET_HEADER "X-Pacific-Socket"        /* pacific.cni.plugin.EXEC_SOCKET_HEADER */
+#define EXIT_HEADER "X-CNI-Exit"                /* pacific.cni.plugin.EXEC_EXIT_HEADER */
+#define LOG_HEADER "X-CNI-Log"                  /* pacific.cni.plugin.EXEC_LOG_HEADER */
 #define MAX_STDIN (64 << 20)                    /* read whole, for the fallback's message */
 #define ANSWER_TIMEOUT_S 300                    /* > the plugin's default 180 s */
 
@@ -182,8 +186,8 @@ int main(int argc, char **argv)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 
     char head[PATH_MAX + 256];
-    int hn = snprintf(head, sizeof head, "POST /exec HTTP/1.0\r\nHost: pacific\r\n"
-                      "X-Pacific-Socket: %s\r\nContent-Length: %zu\r\n\r\n", sock_path, body.n);
+    int hn = snprintf(head, sizeof head, "POST " PATH_EXEC " HTTP/1.0\r\nHost: pacific\r\n"
+                      SOCKET_HEADER ": %s\r\nContent-Length: %zu\r\n\r\n", sock_path, body.n);
     if (write_all(fd, head, (size_t)hn) < 0 || write_all(fd, body.p, body.n) < 0)
         return fallback(self, &in, argv);
 
@@ -201,14 +205,15 @@ int main(int argc, char **argv)
     if (ans.n < 13 || strncmp(ans.p, "HTTP/1.", 7) || strncmp(ans.p + 8, " 200", 4))
         return fallback(self, &in, argv);
     char *payload = strstr(ans.p, "\r\n\r\n");
-    char *code = strcasestr(ans.p, "\r\nX-CNI-Exit: ");
+    static const char exit_at[] = "\r\n" EXIT_HEADER ": ", log_at[] = "\r\n" LOG_HEADER ": ";
+    char *code = strcasestr(ans.p, exit_at);
     if (!payload || !code || code > payload)
         return fallback(self, &in, argv);
-    int exit_code = atoi(code + 14);
-    char *note = strcasestr(ans.p, "\r\nX-CNI-Log: ");
+    int exit_code = atoi(code + sizeof exit_at - 1);
+    char *note = strcasestr(ans.p, log_at);
     if (note && note < payload) {
-        char *eol = strstr(note + 2, "\r\n");
-        fprintf(stderr, "pacific-cni: %.*s\n", (int)(eol - note - 13), note + 13);
+        note += sizeof log_at - 1;
+        fprintf(stderr, "pacific-cni: %.*s\n", (int)(strstr(note, "\r\n") - note), note);
     }
     payload += 4;
     size_t pn = ans.n - 1 - (size_t)(payload - ans.p);

@@ -13,7 +13,7 @@ from cni_fixtures import RESULT, conf, install_plugin, run_plugin, start_server
 from pacific import names
 from pacific.cni import plugin as proto
 from pacific.node import bootstrap
-from pacific.node.cnirequest import parse_exec
+from pacific.node.cnirequest import MAX_BODY, parse_exec
 
 
 class RawDaemon:
@@ -189,3 +189,23 @@ def test_a_configuration_over_the_body_limit_gets_the_daemons_reason(tmp_path):
         assert backend.calls == []
     finally:
         server.stop()
+
+
+def test_the_shims_constants_are_the_python_sides():
+    """shim.c cannot import them: its #defines name their Python twins, and
+    this keeps the values equal."""
+    import ast
+    import re
+    with open(bootstrap.SHIM_SOURCE) as f:
+        text = f.read()
+    value = {k: ast.literal_eval(v) for k, v in re.findall(r'^#define (\w+) (".*?")', text, re.M)}
+    value.update({k: int(a) << int(b) for k, a, b in
+                  re.findall(r"^#define (\w+) \((\d+) << (\d+)\)", text, re.M)})
+    assert value["DEFAULT_SOCKET"] == names.CNI_SOCKET == proto.DEFAULT_SOCKET
+    assert value["LIBDIR"] == names.CNI_PLUGIN_LIBDIR
+    assert value["PY_PLUGIN"] == names.CNI_PLUGIN_PY
+    assert value["MAX_BODY"] == MAX_BODY
+    assert value["PATH_EXEC"] == proto.PATH_EXEC
+    assert value["SOCKET_HEADER"] == proto.EXEC_SOCKET_HEADER
+    assert value["EXIT_HEADER"] == proto.EXEC_EXIT_HEADER
+    assert value["LOG_HEADER"] == proto.EXEC_LOG_HEADER
