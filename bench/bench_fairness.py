@@ -9,7 +9,8 @@ tenant): the victim `fair-victim` and the churner `fair-churn`.  Two phases in
 the same run, on the same machine, measured the same way:
 
 - A, no churn: the churner's 3 running pods sit idle.
-- B, churn: the churner ramps up first (`--refused` pods created, every
+- B, churn: the churner (its own process, as another tenant's client is:
+  its threads do not share the measuring process's interpreter) ramps up first (`--refused` pods created, every
   policy created; not measured), then, from the phase's first measurement to
   its last, the churner
   * keeps `--refused` (1,000) pods arriving that the controller must refuse:
@@ -27,7 +28,7 @@ the same run, on the same machine, measured the same way:
 In each phase the victim measures, interleaved:
 
 - `--pods` times: pod created through the API -> allocation annotation seen
-  -> first ICMP echo answered from a peer pod (the probe pod, on node1) to the
+  (by a watch, as the node daemons see it) -> first ICMP echo answered from a peer pod (the probe pod, on node1) to the
   new pod's address (the pods alternate node1 / node2: same-node and
   cross-node).  Echoes leave every 5 ms once the address is known, each with
   its own ICMP id (OVN's conntrack keeps dropping a blocked id); the probe's
@@ -68,6 +69,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import itertools
+import multiprocessing
 import os
 import socket
 import struct
@@ -80,6 +82,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from pacific import contract, names  # noqa: E402
 from pacific.kube import client  # noqa: E402
+from pacific.kube.informer import Informer  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
 from pacific.node.health import icmp_checksum  # noqa: E402
 from pacific.sandbox import cnipods, controllers  # noqa: E402
@@ -324,6 +327,65 @@ def deny_policy(name: str) -> dict:
 
 
 class Churn:
+    """The churning tenant, in its own process (another tenant's client: its
+    threads must not hold this process's GIL while the victim's prober
+    timestamps echoes); the same interface as ChurnThreads, whose counts it
+    receives every 0.1 s."""
+
+    def __init__(self, kc: str, held: list[str], args):
+        ctx = multiprocessing.get_context("spawn")
+        self.stop_ev = ctx.Event()
+        self._recv, send = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_churn_process, args=(kc, held, args, self.stop_ev, send),
+                                name="churn", daemon=True)
+        self.counts: dict = {"refused_created": 0, "refused_deleted": 0, "policies": 0,
+                             "relabels": 0, "errors": 0}
+        self.relabel_late = 0.0
+        self.elapsed = 0.0
+        self.a = args
+
+    def start(self):
+        self.proc.start()
+
+    def _update(self, timeout: float = 0.0) -> None:
+        while self._recv.poll(timeout):
+            try:
+                self.counts, self.relabel_late, self.elapsed = self._recv.recv()
+            except EOFError:
+                return
+            timeout = 0.0
+
+    def wait_steady(self, timeout: float) -> float:
+        """Until `--refused` refused pods exist (each new one now replaces the
+        oldest) and every policy is created: phase B measures the steady churn,
+        not its ramp-up.  Returns the seconds since the churn started."""
+        def steady():
+            self._update()
+            if not self.proc.is_alive():
+                raise RuntimeError(f"the churn process exited ({self.proc.exitcode})")
+            return (self.counts["refused_created"] >= self.a.refused
+                    and self.counts["policies"] + self.counts["errors"] >= self.a.churn_policies)
+        wait_until(steady, timeout, "the churn's ramp-up", interval=0.2)
+        return self.elapsed
+
+    def stop(self) -> float:
+        if self.proc.is_alive():
+            self.stop_ev.set()
+            self._update(timeout=40)     # its last counts, once its threads ended
+            self.proc.join(10)
+        return self.elapsed
+
+
+def _churn_process(kc: str, held: list[str], args, stop, send) -> None:
+    churn = ChurnThreads(kc, held, args)
+    churn.start()
+    while not stop.wait(0.1):
+        send.send(churn.snapshot())
+    churn.stop()
+    send.send(churn.snapshot())
+
+
+class ChurnThreads:
     """The churning tenant's three loops, in threads, until stop()."""
 
     def __init__(self, kc: str, held: list[str], args):
@@ -351,16 +413,10 @@ class Churn:
         for t in self.threads:
             t.start()
 
-    def wait_steady(self, timeout: float) -> float:
-        """Until `--refused` refused pods exist (each new one now replaces the
-        oldest) and every policy is created: phase B measures the steady churn,
-        not its ramp-up.  Returns the seconds waited."""
-        def steady():
-            with self.lock:
-                return (self.counts["refused_created"] >= self.a.refused
-                        and self.counts["policies"] + self.counts["errors"] >= self.a.churn_policies)
-        wait_until(steady, timeout, "the churn's ramp-up", interval=0.2)
-        return time.monotonic() - self.t0
+    def snapshot(self) -> tuple[dict, float, float]:
+        """(counts, seconds the relabels ran late at most, seconds since start)."""
+        with self.lock:
+            return dict(self.counts), self.relabel_late, time.monotonic() - self.t0
 
     def stop(self) -> float:
         self.stop_ev.set()
@@ -443,6 +499,20 @@ class Victim:
         self.prober = Prober(self.probe_pod.netns_path)
         self.seq = itertools.count()
         self.timeouts = 0
+        # allocations seen as the node daemons see them: pushed by a watch, not
+        # polled (a GET every 10 ms would add its own wait and load)
+        self.allocated: dict[str, str] = {}
+        self.cond = threading.Condition()
+        self.watch = Informer(api, r.PODS, namespace=VICTIM, on_add=self._seen,
+                              on_update=lambda old, new: self._seen(new)).start()
+        self.watch.wait_synced(60)
+
+    def _seen(self, pod: dict) -> None:
+        rec = contract.own_record(pod)
+        if rec is not None:
+            with self.cond:
+                self.allocated[(pod["metadata"]["uid"])] = rec.ip
+                self.cond.notify_all()
 
     def pod_sample(self, phase: str) -> tuple[float, float]:
         i = next(self.seq)
@@ -453,13 +523,12 @@ class Victim:
                        namespace=VICTIM)
         uid = pod["metadata"]["uid"]
 
-        def allocated():
-            p = r.get(self.api, r.PODS, name, VICTIM)
-            rec = contract.own_record(p) if p else None
-            return rec.ip if rec else None
         try:
-            ip = wait_until(allocated, SAMPLE_TIMEOUT, f"allocation of {VICTIM}/{name}",
-                            interval=0.01)
+            with self.cond:
+                if not self.cond.wait_for(lambda: uid in self.allocated, SAMPLE_TIMEOUT):
+                    raise TimeoutError(f"allocation of {VICTIM}/{name}: not after "
+                                       f"{SAMPLE_TIMEOUT:.0f} s")
+                ip = self.allocated.pop(uid)
             t_alloc = time.monotonic()
             self.prober.set_target(ip)
             t_first = self.prober.first_reply_after(t0, SAMPLE_TIMEOUT - (t_alloc - t0))
@@ -638,6 +707,7 @@ def main() -> int:
             supervisor.stop()
         if victim is not None:
             victim.prober.close()
+            victim.watch.stop()
         if args.keep:
             print(f"sandbox {sb.name} kept: {sb.dir}", flush=True)
         else:

@@ -286,7 +286,6 @@ class PodFeature(Feature):
         lsp = names.pod_lsp_name(ns, name)
         node = pod["spec"]["nodeName"]
         sts = model.statefulset_of(pod)
-        self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
         addr = f"{alloc.mac} {alloc.ip}"
         ids = pod_ids(ns, name, alloc.subnet)
         # only the pod's node may bind the port (system-id = node name): the old
@@ -309,6 +308,10 @@ class PodFeature(Feature):
         self._write_record(pod, contract.PodRecord(
             uid=model.meta(pod).get("uid"), port=lsp, ip=alloc.ip, mac=alloc.mac, cidr=alloc.cidr,
             gateway=alloc.gateway, subnet=alloc.subnet), node)
+        # the IP object (the `IP` API's view, and a StatefulSet pod's claim on
+        # its address) after the record that lets the pod's CNI ADD go on: a
+        # CRD write less before the pod's first packet (bench_fairness)
+        self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
         with self._lock:
             self._refused.pop(key, None)
 
