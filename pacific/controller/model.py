@@ -287,27 +287,27 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
     raw = spec.get("cidrBlock")
     if not raw or not isinstance(raw, str):
         raise SubnetSpecError("spec.cidrBlock is required (e.g. 10.17.0.0/16)")
-    try:
-        net = ipaddress.ip_network(raw.strip(), strict=True)
-    except ValueError as exc:
-        raise SubnetSpecError(f"spec.cidrBlock {raw!r} is not a valid CIDR: {exc}") from None
-    if net.version != 4:
+    nets = _per_family(raw, "spec.cidrBlock", _parse_cidr, "CIDRs")
+    if 6 in nets:
         # isolation, NetworkPolicy and private Subnets match IPv4 only: an IPv6
-        # Subnet would have no isolation at all (docs/security.md)
-        raise SubnetSpecError(f"spec.cidrBlock {raw!r} is IPv6, which Pacific does not isolate "
-                              "yet: only IPv4 Subnets are accepted")
+        # Subnet, or the IPv6 half of a dual-stack one, would have no isolation
+        # at all (docs/security.md)
+        raise SubnetSpecError(f"spec.cidrBlock {raw!r} is IPv6{' (dual-stack)' if 4 in nets else ''}"
+                              ", which Pacific does not isolate yet: only IPv4 Subnets are accepted")
+    net = nets[4]
     if net.num_addresses < 4:
         raise SubnetSpecError(f"spec.cidrBlock {raw!r} is too small (needs room for a gateway and pods)")
     gw = spec.get("gateway")
-    if gw:
-        try:
-            gw_ip = ipaddress.ip_address(str(gw).strip())
-        except ValueError:
-            raise SubnetSpecError(f"spec.gateway {gw!r} is not an IP address") from None
-        if gw_ip not in net or gw_ip in (net.network_address, net.broadcast_address):
-            raise SubnetSpecError(f"spec.gateway {gw} is not a usable address of {net}")
-    else:
-        gw_ip = net.network_address + 1
+    gws = _per_family(str(gw), "spec.gateway", _parse_address, "addresses") if gw else {}
+    for version, gw_ip in gws.items():
+        if version not in nets:
+            raise SubnetSpecError(f"spec.gateway {gw_ip} is IPv{version}, but spec.cidrBlock "
+                                  f"{raw!r} has no IPv{version} CIDR")
+        inside = nets[version]
+        unusable = {inside.network_address} | ({inside.broadcast_address} if version == 4 else set())
+        if gw_ip not in inside or gw_ip in unusable:
+            raise SubnetSpecError(f"spec.gateway {gw_ip} is not a usable address of {inside}")
+    gw_ip = gws.get(4) or net.network_address + 1
     exclude = []
     for item in spec.get("excludeIps") or []:
         item = str(item).strip()
@@ -328,6 +328,40 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
     return SubnetSpec(name=name, cidr=str(net), gateway=str(gw_ip), exclude=tuple(exclude),
                       default=bool(spec.get("default")), private=bool(spec.get("private")),
                       allow_subnets=tuple(allow))
+
+
+def _parse_cidr(text: str, where: str):
+    try:
+        return ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise SubnetSpecError(f"{where} {text!r} is not a valid CIDR: {exc}") from None
+
+
+def _parse_address(text: str, where: str):
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        raise SubnetSpecError(f"{where} {text!r} is not an IP address") from None
+
+
+def _per_family(raw: str, where: str, parse, what: str) -> dict:
+    """A field of one value, or of an IPv4 and an IPv6 one separated by a comma
+    (dual-stack, as kube-ovn writes it): IP version -> parsed value.  Two of one
+    family, or more than two, are refused naming them."""
+    items = [t.strip() for t in raw.split(",")]
+    if len(items) > 2:
+        raise SubnetSpecError(f"{where} {raw!r} names {len(items)} {what}: at most one IPv4 "
+                              f"and one IPv6 (dual-stack)")
+    out: dict = {}
+    for item in items:
+        if not item:
+            raise SubnetSpecError(f"{where} {raw!r} has an empty entry")
+        value = parse(item, where)
+        if value.version in out:
+            raise SubnetSpecError(f"{where} {raw!r} names two IPv{value.version} {what}: at most "
+                                  f"one per family")
+        out[value.version] = value
+    return out
 
 
 def router_mac(gateway: str) -> str:

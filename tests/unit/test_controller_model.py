@@ -143,3 +143,23 @@ def test_a_pod_may_ask_only_for_the_subnets_bound_to_its_namespace():
 def test_an_ipv6_subnet_is_refused_until_isolation_holds_for_it():
     with pytest.raises(model.SubnetSpecError, match="IPv6, which Pacific does not isolate"):
         model.parse_subnet(subnet("v6", "fd00:10::/64"))
+    # dual-stack (kube-ovn's "v4,v6") too: its IPv6 half would not be isolated
+    with pytest.raises(model.SubnetSpecError, match=r"IPv6 \(dual-stack\), which Pacific does not"):
+        model.parse_subnet(subnet("dual", "10.17.0.0/16, fd00:10::/64"))
+
+
+@pytest.mark.parametrize("cidr,gateway,msg", [
+    ("10.17.0.0/16,10.18.0.0/16", None, "names two IPv4 CIDRs: at most one per family"),
+    ("fd00:1::/64,fd00:2::/64", None, "names two IPv6 CIDRs"),
+    ("10.17.0.0/16,fd00::/64,10.18.0.0/16", None, "names 3 CIDRs: at most one IPv4 and one IPv6"),
+    ("10.17.0.0/16,", None, "has an empty entry"),
+    ("10.17.0.0/16,banana", None, "'banana' is not a valid CIDR"),
+    ("10.17.0.0/16", "10.17.0.1,10.17.0.2", "gateway '10.17.0.1,10.17.0.2' names two IPv4 addresses"),
+    ("10.17.0.0/16", "10.17.0.1,fd00::1", "gateway fd00::1 is IPv6, but spec.cidrBlock"),
+    ("10.17.0.0/16", "10.17.0.0", "not a usable address of 10.17.0.0/16"),
+    ("10.17.0.0/16", "10.17.255.255", "not a usable address"),
+])
+def test_a_subnet_names_at_most_one_cidr_and_gateway_per_family(cidr, gateway, msg):
+    extra = {"gateway": gateway} if gateway else {}
+    with pytest.raises(model.SubnetSpecError, match=msg):
+        model.parse_subnet(subnet("s", cidr, **extra))
