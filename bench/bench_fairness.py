@@ -96,6 +96,7 @@ PROBE_EVERY = 0.005
 BLOCKED_FOR = 0.5             # drops only, this long, count as "enforced"
 RELABEL_EVERY = 0.2
 GOAL = 2.0
+STALL = 2.0                   # an undeny sample this long: said, and its state kept (default)
 SAMPLE_TIMEOUT = 30.0         # a sample not done by then counts as this long (and is named)
 PRODUCTION_LEASE = ["--lease-duration", "15", "--renew-deadline", "10", "--retry-period", "2"]
 
@@ -558,9 +559,47 @@ class Victim:
             t_block = t0 + SAMPLE_TIMEOUT
         t1 = time.monotonic()
         r.delete(self.api, r.NETWORKPOLICIES, name, namespace=VICTIM)
-        t_pass = self.prober.first_reply_after(t1, 600)
+        try:
+            t_pass = self.prober.first_reply_after(t1, self.a.stall_after)
+        except TimeoutError:
+            self.stalled(name)
+            t_pass = self.prober.first_reply_after(t1, 600)
+            print(f"   {name}: echoes answered again {t_pass - t1:.1f} s after the deletion",
+                  flush=True)
         self.prober.set_target(None)
         return t_block - t0, t_pass - t1
+
+    def stalled(self, name: str) -> None:
+        """Echoes still dropped --stall-after s after the deny policy's deletion (seen twice
+        in phase A, 11-14 s, never reproduced on demand): say so and, with
+        --stall-dump, keep what OVN and the datapaths hold at this moment."""
+        where = self.a.stall_dump
+        print(f"   {name}: echoes to the server still dropped {self.a.stall_after:g} s after the policy's "
+              f"deletion; " + (f"state kept in {where}" if where else
+                               "--stall-dump DIR would keep the datapaths' state"), flush=True)
+        if not where:
+            return
+        os.makedirs(where, exist_ok=True)
+        dumps = {"nb-port-groups": lambda: self.sb.nbctl("list", "Port_Group"),
+                 "nb-acls": lambda: self.sb.nbctl("list", "ACL"),
+                 "sb-lflows": lambda: self.sb.sbctl("lflow-list"),
+                 "probe-neighbours": lambda: subprocess.run(
+                     ["ip", "netns", "exec", self.probe_pod.netns, "ip", "neigh"],
+                     capture_output=True, text=True).stdout}
+        for node in (self.sb.node(n) for n in self.nodes):
+            for what, args, target in (
+                    ("openflow", ("bridge/dump-flows", "br-int"), None),
+                    ("dpflows", ("dpctl/dump-flows", "-m"), None),
+                    ("conntrack", ("dpctl/dump-conntrack",), None),
+                    ("ovn-controller-engine", ("inc-engine/show-stats",), node.controller_ctl)):
+                dumps[f"{node.name}-{what}"] = (lambda n=node, a=args, t=target: n.appctl(*a, target=t))
+        for what, get in dumps.items():
+            try:
+                text = get()
+            except Exception as e:  # noqa: BLE001 - keep the other dumps
+                text = f"failed: {e}"
+            with open(os.path.join(where, f"{name}-{what}.txt"), "w") as f:
+                f.write(text)
 
 
 def run_phase(victim: Victim, phase: str, args) -> dict:
@@ -605,6 +644,12 @@ def main() -> int:
     ap.add_argument("--sandbox-lease", action="store_true",
                     help="keep the sandbox's short controller Lease (4/3/1 s)")
     ap.add_argument("--keep", action="store_true", help="leave the sandbox up")
+    ap.add_argument("--stall-after", type=float, default=STALL, metavar="SECONDS",
+                    help="echoes still dropped this long after a deny policy's deletion are "
+                         f"a stall, said (and kept with --stall-dump); default {STALL:g}")
+    ap.add_argument("--stall-dump", metavar="DIR",
+                    help="on a stall, write NB, SB, OpenFlow, datapath and conntrack state "
+                         "there")
     args = ap.parse_args()
 
     sb = Sandbox(args.name, nodes=args.nodes, kubelet=args.kubelet)
