@@ -134,7 +134,11 @@ class NBWriter:
 
     def run(self, builders: Iterable[Builder], what: str = "", timeout: float | None = None) -> list:
         """submit() and wait; raises NBWriteError naming `what` on failure."""
-        fut = self.submit(builders, what)
+        return self.wait(self.submit(builders, what), what, timeout)
+
+    def wait(self, fut: Future, what: str = "", timeout: float | None = None) -> list:
+        """The results of a submit()'s Future, once committed (the caller may do
+        other work meanwhile); raises NBWriteError naming `what` on failure."""
         wait = timeout or self.txn_timeout * 2
         try:
             return fut.result(timeout=wait)

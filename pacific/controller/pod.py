@@ -295,23 +295,28 @@ class PodFeature(Feature):
         opts = {names.LSP_OPT_REQUESTED_CHASSIS: node}
         with self._lock:
             legacy = self._legacy_ports.pop(key, [])
+        port = None
         if legacy or not ensure.port_is(ctl.nb, alloc.subnet, lsp, [addr], [addr], ids,
                                           options=opts):
             # a port named by an older scheme goes in the same transaction
             # the port joins the groups other features keep (tenant, policies) in
             # the transaction that creates it: no packet before they apply
             joins = [b for f in ctl.features for b in f.port_builders(pod, lsp)]
-            ctl.writer.run([*(lambda api, p=p: ensure.DeletePort(api, p, None) for p in legacy),
-                            lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids,
-                                                              options=opts),
-                            *joins], what=f"pod port {lsp}")
+            port = ctl.writer.submit(
+                [*(lambda api, p=p: ensure.DeletePort(api, p, None) for p in legacy),
+                 lambda api: ensure.EnsurePort(api, alloc.subnet, lsp, [addr], [addr], ids,
+                                               options=opts),
+                 *joins], what=f"pod port {lsp}")
+        # the IP object while NB commits the port (two round trips at once, not
+        # one after the other: bench_fairness), and both before the record that
+        # lets the pod's CNI ADD go on: every address a pod may use has its IP
+        # object, from which a new leader rebuilds IPAM (rebuild.py)
+        self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
+        if port is not None:
+            ctl.writer.wait(port, f"pod port {lsp}")
         self._write_record(pod, contract.PodRecord(
             uid=model.meta(pod).get("uid"), port=lsp, ip=alloc.ip, mac=alloc.mac, cidr=alloc.cidr,
             gateway=alloc.gateway, subnet=alloc.subnet), node)
-        # the IP object (the `IP` API's view, and a StatefulSet pod's claim on
-        # its address) after the record that lets the pod's CNI ADD go on: a
-        # CRD write less before the pod's first packet (bench_fairness)
-        self._ensure_ip_object(ns, name, alloc, node, sts[0] if sts else None)
         with self._lock:
             self._refused.pop(key, None)
 

@@ -10,9 +10,12 @@ reconcile.  The features' `prepare()` call these, in feature order:
 2. `restore_node_addresses` (node feature): every node's join address from
    its NB port (owner Node);
 3. `restore_pod_addresses` (pod feature): every IP object's address for its
-   pod key (IP objects are created before the port and the record, so every
-   address a pod may use has one); one whose address is already held (should
-   never happen) is logged, and its pod is reconciled like any other.
+   pod key (an IP object is written before the record, while NB commits the
+   port, so every address a pod may use has one; a port committed by a
+   controller that stopped before the IP object is rewritten by its pod's
+   reconcile, its pod never having been plumbed); one whose address is already
+   held (should never happen) is logged, and its pod is reconciled like any
+   other.
 
 Then `Controller.resync()` queues every key each feature names (caches, IP
 objects, owned NB rows), so the level-triggered reconcilers delete what is

@@ -21,6 +21,7 @@ import itertools
 import json
 import threading
 import uuid
+from concurrent.futures import Future
 from types import SimpleNamespace
 
 from pacific.controller.config import Config
@@ -160,9 +161,19 @@ class FakeWriter:
         self.writes: list[tuple[str, list]] = []
 
     def run(self, builders, what: str = "", timeout=None):
+        return self.wait(self.submit(builders, what), what, timeout)
+
+    def submit(self, builders, what: str = ""):
+        """Commits at once (NBWriter.submit's Future completes later)."""
         cmds = [b(None) for b in builders]
         self.writes.append((what, cmds))
-        return [None] * len(cmds)
+        fut = Future()
+        fut.set_result([None] * len(cmds))
+        return fut
+
+    @staticmethod
+    def wait(fut, what: str = "", timeout=None):
+        return fut.result()
 
     def commands(self, kind: type) -> list:
         return [c for _, cmds in self.writes for c in cmds if type(c) is kind]

@@ -114,3 +114,18 @@ def test_on_transaction_hears_of_every_transaction_with_its_size_and_outcome():
     out = run_batch(nb, ["a", "bad", "c"], on_transaction=lambda n, s, ok: heard.append((n, ok)))
     assert out["a"] == ["ok:a"]
     assert heard == [(3, False), (2, True)] and nb.attempts == 2
+
+
+def test_wait_gives_a_submissions_results_and_names_it_when_none_come():
+    nb = FakeNB()
+    w = NBWriter(nb, max_batch=100, max_delay=0.001)
+    fut = w.submit([lambda api: Cmd("port")], what="pod port p")
+    w.start()
+    try:
+        assert w.wait(fut, "pod port p") == ["ok:port"]
+    finally:
+        w.stop()
+    stalled = NBWriter(FakeNB())          # never started: nothing commits
+    with pytest.raises(NBWriteError, match="pod port q: no answer within 0.05 s"):
+        stalled.wait(stalled.submit([lambda api: Cmd("q")], what="pod port q"), "pod port q",
+                     timeout=0.05)
