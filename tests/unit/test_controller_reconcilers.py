@@ -53,6 +53,12 @@ def test_a_new_pod_gets_ip_object_port_and_a_record_naming_itself(ctl):
     assert ports and ports[-1].addresses == [f"{rec.mac} {rec.ip}"] == ports[-1].port_security
     ip = r.get(ctl.kube, r.IPS, model.ip_object_name("default", "web"))
     assert ip["spec"]["ipAddress"] == rec.ip and ip["spec"]["nodeName"] == "node1"
+    # the IP object before the record: a new leader rebuilds IPAM from IP
+    # objects, so an address a pod may use must have one (rebuild.py)
+    calls = [(m, p) for m, p in ctl.kube.calls]
+    ip_create = calls.index(("POST", r.IPS.path()))
+    record_patch = calls.index(("PATCH", r.PODS.path("default", "web")))
+    assert ip_create < record_patch
 
 
 def test_a_forged_record_is_replaced_with_an_event(ctl):
