@@ -47,7 +47,7 @@ from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
-                                             canonical, compile_policy, peer_moved, peer_pods,
+                                             canonical, compile_policy, peer_addresses, peer_moved,
                                              merged, pod_matters, selector_matches)
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
@@ -408,7 +408,7 @@ class PolicyFeature(Feature):
             return                   # no policy names it now: collected at "*"
         pns, peer = found
         try:
-            ips = frozenset(p.ip for p in peer_pods(peer, pns, self.world()))
+            ips = peer_addresses(peer, pns, self.world(), name)
         except PolicyError:
             return                   # its policies' groups report it
         changes = self._set_builders(name, ips)

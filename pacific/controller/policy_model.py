@@ -202,11 +202,22 @@ def selected(spec: dict, namespace: str, world: World) -> list[PodInfo]:
     return out
 
 
-def peer_pods(peer: dict, namespace: str, world: World) -> list[PodInfo]:
-    memo_key = ("peer", set_name(namespace, peer))
+def peer_pods(peer: dict, namespace: str, world: World, name: str | None = None) -> list[PodInfo]:
+    """The pods of a peer (`name`: its set_name, when the caller has it)."""
+    memo_key = ("peer", name or set_name(namespace, peer))
     out = world.memo.get(memo_key)
     if out is None:
         out = world.memo[memo_key] = _peer_pods_uncached(peer, namespace, world)
+    return out
+
+
+def peer_addresses(peer: dict, namespace: str, world: World, name: str) -> frozenset:
+    """The addresses of peer_pods(), once per World: every policy naming the peer
+    names the same set (a namespace-wide peer: every pod of the cluster)."""
+    memo_key = ("addresses", name)
+    out = world.memo.get(memo_key)
+    if out is None:
+        out = world.memo[memo_key] = frozenset(p.ip for p in peer_pods(peer, namespace, world, name))
     return out
 
 
@@ -226,10 +237,27 @@ def set_name(namespace: str, peer: dict) -> str:
     as its content is the same: those of the namespace for a podSelector
     alone, those of every namespace for a peer with a namespaceSelector (its
     pods do not depend on the policy's namespace)."""
-    canon = json.dumps({"ns": set_namespace(namespace, peer),
-                        "peer": {k: peer.get(k) for k in ("podSelector", "namespaceSelector")}},
-                       sort_keys=True)
-    return "np_as_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+    sel = (set_namespace(namespace, peer), "namespaceSelector" in peer,
+           repr(peer.get("podSelector")), repr(peer.get("namespaceSelector")))
+    name = _SET_NAMES.get(sel)
+    if name is None:
+        canon = json.dumps({"ns": sel[0], "peer": {k: peer.get(k) for k in
+                                                   ("podSelector", "namespaceSelector")}},
+                           sort_keys=True)
+        name = "np_as_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+        if len(_SET_NAMES) >= _SET_NAMES_MAX:
+            _SET_NAMES.clear()
+        _SET_NAMES[sel] = name
+    return name
+
+
+# set_name() of peers already seen: a relabel recompiles every policy of a
+# group, each naming its peers (json + sha256 each time: 7 us, against 1.5 for
+# this key).  The key is the selectors' repr: the same selector written in
+# another key order is another key with the same name.  Bounded: cleared when
+# full (tenants may write many distinct peers).
+_SET_NAMES: dict[tuple, str] = {}
+_SET_NAMES_MAX = 20_000
 
 
 def set_namespace(namespace: str, peer: dict) -> str:
@@ -332,10 +360,9 @@ def compile_policy(obj: dict, world: World) -> tuple[list[str], list[Rule], list
                         sources.append(clause)
                     continue
                 any_pod_peer = True
-                members = peer_pods(peer, ns, world)
-                members_all += members
                 name = set_name(ns, peer)
-                sets.append((name, frozenset(p.ip for p in members)))
+                members_all += peer_pods(peer, ns, world, name)
+                sets.append((name, peer_addresses(peer, ns, world, name)))
                 sources.append(f"{addr_field} == ${name}")
             if peers and not sources:
                 continue          # peers that can match nothing (IPv6 blocks only)

@@ -317,3 +317,26 @@ def test_egress_acls_judge_a_service_connection_by_its_endpoint():
     assert by_rule["egress/0"] == ("from-lport", True)
     assert by_rule["ingress/deny"] == ("to-lport", False)
     assert by_rule["egress/replies"] == ("to-lport", False)
+
+
+def test_a_peers_set_name_does_not_depend_on_key_order_or_the_name_cache():
+    from pacific.controller import policy_model
+    a = {"podSelector": {"matchLabels": {"role": "a", "tier": "web"}}, "namespaceSelector": {}}
+    b = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"tier": "web", "role": "a"}}}
+    name = set_name("x", a)
+    assert set_name("x", b) == name                    # another key order: the same set
+    assert set_name("y", a) == name                    # namespace-wide: any policy namespace
+    assert set_name("x", {"podSelector": {}}) != set_name("y", {"podSelector": {}})
+    assert set_name("x", {"podSelector": {"matchLabels": {"n": 1}}}) != \
+        set_name("x", {"podSelector": {"matchLabels": {"n": "1"}}})
+    policy_model._SET_NAMES.clear()                   # computed again: the same name
+    assert set_name("x", b) == name
+    saved = policy_model._SET_NAMES_MAX
+    policy_model._SET_NAMES_MAX = 2
+    try:                                              # bounded: cleared when full
+        for k in range(5):
+            set_name("x", {"podSelector": {"matchLabels": {"k": str(k)}}})
+        assert len(policy_model._SET_NAMES) <= 2
+    finally:
+        policy_model._SET_NAMES_MAX = saved
+    assert set_name("x", a) == name
