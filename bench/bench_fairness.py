@@ -10,9 +10,9 @@ the same run, on the same machine, measured the same way:
 
 - A, no churn: the churner's 3 running pods sit idle.
 - B, churn: the churner (its own process, as another tenant's client is:
-  its threads do not share the measuring process's interpreter) ramps up first (`--refused` pods created, every
-  policy created; not measured), then, from the phase's first measurement to
-  its last, the churner
+  its threads do not share the measuring process's interpreter) ramps up
+  first (`--refused` pods created, every policy created; not measured), then,
+  from the phase's first measurement to its last, the churner
   * keeps `--refused` (1,000) pods arriving that the controller must refuse:
     each asks for a fixed address (`pacific.io/ip_address`) that one of its
     running pods holds, or one outside its Subnet; `--refused-rate` (20) pods
@@ -28,9 +28,9 @@ the same run, on the same machine, measured the same way:
 In each phase the victim measures, interleaved:
 
 - `--pods` times: pod created through the API -> allocation annotation seen
-  (by a watch, as the node daemons see it) -> first ICMP echo answered from a peer pod (the probe pod, on node1) to the
-  new pod's address (the pods alternate node1 / node2: same-node and
-  cross-node).  Echoes leave every 5 ms once the address is known, each with
+  (by a watch, as the node daemons see it) -> first ICMP echo answered from a
+  peer pod (the probe pod, on node1) to the new pod's address (the pods
+  alternate node1 / node2: same-node and cross-node).  Echoes leave every 5 ms once the address is known, each with
   its own ICMP id (OVN's conntrack keeps dropping a blocked id); the probe's
   neighbour retransmit time is 10 ms so ARP adds no 1 s steps.  The pod is
   deleted afterwards (a release, as tenants' pods come and go; not timed), so
