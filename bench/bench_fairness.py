@@ -96,6 +96,7 @@ PROBE_EVERY = 0.005
 BLOCKED_FOR = 0.5             # drops only, this long, count as "enforced"
 RELABEL_EVERY = 0.2
 GOAL = 2.0
+CHURN_COUNTS = ("refused_created", "refused_deleted", "policies", "relabels", "errors")
 STALL = 2.0                   # an undeny sample this long: said, and its state kept (default)
 SAMPLE_TIMEOUT = 30.0         # a sample not done by then counts as this long (and is named)
 PRODUCTION_LEASE = ["--lease-duration", "15", "--renew-deadline", "10", "--retry-period", "2"]
@@ -339,8 +340,7 @@ class Churn:
         self._recv, send = ctx.Pipe(duplex=False)
         self.proc = ctx.Process(target=_churn_process, args=(kc, held, args, self.stop_ev, send),
                                 name="churn", daemon=True)
-        self.counts: dict = {"refused_created": 0, "refused_deleted": 0, "policies": 0,
-                             "relabels": 0, "errors": 0}
+        self.counts = dict.fromkeys(CHURN_COUNTS, 0)
         self.relabel_late = 0.0
         self.elapsed = 0.0
         self.a = args
@@ -392,8 +392,7 @@ class ChurnThreads:
     def __init__(self, kc: str, held: list[str], args):
         self.kc, self.held, self.a = kc, held, args
         self.stop_ev = threading.Event()
-        self.counts = {"refused_created": 0, "refused_deleted": 0, "policies": 0,
-                       "relabels": 0, "errors": 0}
+        self.counts = dict.fromkeys(CHURN_COUNTS, 0)
         self.relabel_late = 0.0
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []

@@ -158,16 +158,10 @@ def check(sb, api, peers: int = 3) -> dict:
         with Query(sb.nb_remote, "OVN_Northbound") as nb:
             return topology.check(topology.read(api, nb)) == []
     wait_until(rows_clean, 120, interval=1, what="NB rows matching the live pods")
-    def ip_objects():
-        return {i["metadata"]["name"] for i in r.list_(api, r.IPS)[0]
-                if i["metadata"]["name"].endswith(f".{NS}")}
-    want = {f"{n}.{NS}" for n in live}
-    try:        # an IP object follows its pod's record: written right after it
-        wait_until(lambda: ip_objects() == want, 30, interval=0.5, what="IP objects")
-    except AssertionError:
-        got = ip_objects()
-        raise AssertionError(f"IP objects beyond the live pods: {sorted(got - want)}, "
-                             f"missing: {sorted(want - got)}") from None
+    ip_objects = {i["metadata"]["name"] for i in r.list_(api, r.IPS)[0]
+                  if i["metadata"]["name"].endswith(f".{NS}")}
+    assert ip_objects == {f"{n}.{NS}" for n in live}, \
+        f"IP objects beyond the live pods: {sorted(ip_objects - {f'{n}.{NS}' for n in live})}"
     names_ = sorted(live)
     unreachable = []
     for i, n in enumerate(names_):

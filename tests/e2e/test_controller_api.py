@@ -112,8 +112,7 @@ def test_topology_node_and_pod_allocation(cp):
     assert port.addresses == [want] and port.port_security == [want]
     # only the pod's node may bind it (chassis name = node name)
     assert port.options == {names.LSP_OPT_REQUESTED_CHASSIS: "node1"}
-    # the IP object follows the record (written right after it)
-    ip = wait_until(lambda: r.get(cp.kube, r.IPS, "web-0.default"), 10, what="IP object")
+    ip = r.get(cp.kube, r.IPS, "web-0.default")
     assert ip["spec"]["ipAddress"] == a.ip and ip["spec"]["nodeName"] == "node1"
     # host-network pods get nothing
     r.create(cp.kube, r.PODS, {"metadata": {"name": "host", "namespace": "default"},

@@ -55,9 +55,8 @@ def test_a_new_pod_gets_ip_object_port_and_a_record_naming_itself(ctl):
     assert ip["spec"]["ipAddress"] == rec.ip and ip["spec"]["nodeName"] == "node1"
     # the IP object before the record: a new leader rebuilds IPAM from IP
     # objects, so an address a pod may use must have one (rebuild.py)
-    calls = [(m, p) for m, p in ctl.kube.calls]
-    ip_create = calls.index(("POST", r.IPS.path()))
-    record_patch = calls.index(("PATCH", r.PODS.path("default", "web")))
+    ip_create = ctl.kube.calls.index(("POST", r.IPS.path()))
+    record_patch = ctl.kube.calls.index(("PATCH", r.PODS.path("default", "web")))
     assert ip_create < record_patch
 
 
