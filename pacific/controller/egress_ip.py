@@ -32,6 +32,7 @@ from pacific.controller import enforced, gateway, informers, model
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.service import cluster_cidrs, infrastructure_ips
+from pacific.controller.reports import Reports
 from pacific.controller.transit import transit
 from pacific.kube import resources as r
 from pacific.ovn import ensure
@@ -85,7 +86,7 @@ class EgressIPFeature(Feature):
         self._decided: tuple[int, egressip.Decision] | None = None
         self._holders: dict[str, str | None] = {}        # key -> chassis holding it (SB)
         self._first = gateway.FirstRanked()
-        self._reported: dict[str, str] = {}
+        self.reports = Reports()
         # status.enforced: a new generation's rows in force on every chassis
         self.enforced = EnforcedTracker(self, self._report_enforced)
 
@@ -265,10 +266,9 @@ class EgressIPFeature(Feature):
             r.patch_status(self.ctl.kube, r.EGRESSIPS, obj, enforced.PENDING)
             self.enforced.written(name, enforced.version(obj))
         text = "; ".join(problems)
-        if text and self._reported.get(name) != text:
+        if self.reports.due(name, obj, text):
             self.ctl.event(obj, "EgressIPProblem", text)
             LOG.warning("EgressIP %s: %s", name, text)
-        self._reported[name] = text
 
     def tick(self) -> None:
         """Who holds each address (SB): the EgressIPs whose holder changed are

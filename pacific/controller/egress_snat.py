@@ -30,6 +30,7 @@ import time
 from pacific import egressip, exposure, names, servicesnat
 from pacific.controller import gateway, model
 from pacific.controller.feature import Feature
+from pacific.controller.reports import Reports
 from pacific.controller.service import (cluster_cidrs, ignored_note, pod_namespace,
                                         service_informers, taken_ips)
 from pacific.controller.transit import transit
@@ -62,7 +63,7 @@ class EgressSnatFeature(Feature):
         self._lock = threading.Lock()
         self._active: dict[str, str | None] = {}
         self._first = gateway.FirstRanked()       # re-rank a settled holder only
-        self._reported: dict[str, str] = {}
+        self.reports = Reports()
 
     def handlers(self):
         return {"services": self._on_service, "endpointslices": self._on_slice,
@@ -170,12 +171,8 @@ class EgressSnatFeature(Feature):
         LOG.info("service %s: no egress SNAT", key)
 
     def _report(self, key: str, problems: list[str]) -> None:
-        text = "; ".join(problems)
-        if self._reported.get(key, "") == text:
-            return
-        self._reported[key] = text
-        svc = self.ctl.informer("services").get(key)
-        if text and svc is not None:
+        svc, text = self.ctl.informer("services").get(key), "; ".join(problems)
+        if self.reports.due(key, svc, text):
             self.ctl.event(svc, "EgressSNAT", text)
 
     def tick(self) -> None:

@@ -40,6 +40,7 @@ import time
 from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
+from pacific.controller.reports import Reports
 from pacific.controller.transit import transit
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
@@ -162,7 +163,7 @@ class GatewayFeature(Feature):
         self._failover: dict[str, str] = {}                       # subnet -> last failover
         self._holder: dict[str, str] = {}                         # subnet -> last node holding it
         self._first = FirstRanked()                               # subnet -> node ranked first
-        self._reported: dict[str, str] = {}
+        self.reports = Reports()
 
     def handlers(self):
         return {"subnets": self._on_subnet, "nodes": self._on_node}
@@ -251,10 +252,9 @@ class GatewayFeature(Feature):
                 k: v for k, v in want.items() if v is not None}:
             self._patch_status(name, want)
         text = "; ".join(problems)
-        if text and self._reported.get(name) != text:
+        if self.reports.due(name, obj, text):
             self.ctl.event(obj, "EgressGatewayProblem", text)
             LOG.warning("subnet %s: %s", name, text)
-        self._reported[name] = text
 
     def _patch_status(self, name: str, value: dict | None) -> None:
         try:

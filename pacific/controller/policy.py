@@ -49,6 +49,7 @@ from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
                                              canonical, compile_policy, peer_addresses, peer_moved,
                                              merged, pod_matters, selector_matches)
+from pacific.controller.reports import Reports
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
@@ -150,7 +151,7 @@ class PolicyFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self._lock = threading.Lock()
-        self._reported: dict[str, str] = {}
+        self.reports = Reports()
         self.enforced = EnforcedTracker(self, self._report_enforced)
         # the pods and namespace labels every policy is compiled against, kept
         # from the informers' events (namespace -> pod name -> PodInfo): a
@@ -479,12 +480,8 @@ class PolicyFeature(Feature):
 
     def _report(self, pol: dict, key: str, problem: str | None,
                 reason: str = "InvalidNetworkPolicy") -> None:
-        with self._lock:
-            if problem is None or self._reported.get(key) == problem:
-                if problem is None:
-                    self._reported.pop(key, None)
-                return
-            self._reported[key] = problem
+        if not self.reports.due(key, pol, problem or ""):
+            return
         msg = (f"NetworkPolicy {key} not applied: {problem}" if reason == "InvalidNetworkPolicy"
                else f"NetworkPolicy {key}: {problem}")
         LOG.warning("%s", msg)

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from decimal import Decimal, InvalidOperation
 
 from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
+from pacific.controller.reports import Reports
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 
@@ -100,8 +100,7 @@ class QosFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self._lock = threading.Lock()
-        self._reported: dict[str, str] = {}   # pod key -> last message an Event carried
+        self.reports = Reports()   # pod key -> last message an Event carried
 
     def handlers(self):
         return {"pods": self._on_pod, "namespaces": self._on_namespace}
@@ -113,9 +112,8 @@ class QosFeature(Feature):
 
     def _on_pod(self, old, new):
         if new is None:
-            with self._lock:
-                self._reported.pop(model.object_key(model.meta(old)["namespace"],
-                                                 model.meta(old)["name"]), None)
+            self.reports.forget(model.object_key(model.meta(old)["namespace"],
+                                                 model.meta(old)["name"]))
             return ()
         if old is not None and self._relevant(old) == self._relevant(new):
             return ()
@@ -163,12 +161,8 @@ class QosFeature(Feature):
 
     def _report(self, pod: dict, key: str, notes: list[str], error: str) -> None:
         message = "; ".join([*notes, error] if error else notes)
-        with self._lock:
-            if not message or self._reported.get(key) == message:
-                if not message:
-                    self._reported.pop(key, None)
-                return
-            self._reported[key] = message
+        if not self.reports.due(key, pod, message):
+            return
         if error:
             LOG.warning("pod %s: bandwidth request refused: %s", key, error)
             self.ctl.event(pod, "InvalidBandwidth", error)

@@ -28,6 +28,7 @@ from pacific import contract, egressip, exposure, names
 from pacific.controller import informers, model
 from pacific.controller import service_model as sm
 from pacific.controller.feature import Feature, InformerSpec
+from pacific.controller.reports import Reports
 from pacific.kube import resources as r
 from pacific.ovn import lb
 
@@ -130,7 +131,7 @@ class ServiceFeature(Feature):
         self._lock = threading.Lock()
         self._host: dict[str, dict[str, str]] = {}  # namespace -> host-network pod -> node
         self._slices: dict[str, set[str]] = {}   # service key -> slice keys
-        self._reported: dict[str, str] = {}
+        self.reports = Reports()
         self._exposed: set[str] = set()          # Services with external IPs or node ports
 
     def handlers(self):
@@ -256,10 +257,7 @@ class ServiceFeature(Feature):
 
     def _report(self, svc, key: str, problems: list[str]) -> None:
         text = "; ".join(problems)
-        if self._reported.get(key, "") == text:
-            return
-        self._reported[key] = text
-        if text and svc is not None:
+        if self.reports.due(key, svc, text):
             LOG.warning("service %s: %s", key, text)
             self.ctl.event(svc, "ServiceNotFullyProgrammed", text)
 

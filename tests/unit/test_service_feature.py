@@ -72,3 +72,35 @@ def test_the_backend_goes_when_the_host_network_pod_stops_or_goes():
     r.delete(ctl.kube, r.PODS, "server", "web")
     drain(ctl)
     assert backends(ctl, "web") == ""
+
+
+def test_ignored_endpoints_are_reported_when_the_service_is_seen_after_its_slice():
+    """The Services and EndpointSlices watches are two streams: a slice may be
+    reconciled before its Service is in the cache.  The report waits for the
+    Service instead of being counted as made (a CI run lost it so)."""
+    ctl = setup()
+    ctl.kube.add(r.ENDPOINTSLICES, {
+        "metadata": {"name": "svc-1", "labels": {"kubernetes.io/service-name": "svc"}},
+        "addressType": "IPv4", "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": [NODE2], "conditions": {"ready": True}}]}, "atk")
+    drain(ctl)
+    ctl.kube.add(r.SERVICES, {"metadata": {"name": "svc"}, "spec": {
+        "clusterIP": "10.96.0.50", "clusterIPs": ["10.96.0.50"],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}, "atk")
+    drain(ctl)
+    assert any(f"endpoint addresses {NODE2} are not pods of namespace atk" in e
+               for e in events(ctl, "svc", "atk")), events(ctl, "svc", "atk")
+
+
+def test_a_service_recreated_with_the_same_problem_is_told_again():
+    ctl = setup()
+    service(ctl, "atk", NODE1)
+    drain(ctl)
+    r.delete(ctl.kube, r.SERVICES, "svc", "atk")
+    drain(ctl)
+    before = len(events(ctl, "svc", "atk"))
+    ctl.kube.add(r.SERVICES, {"metadata": {"name": "svc"}, "spec": {
+        "clusterIP": "10.96.0.50", "clusterIPs": ["10.96.0.50"],
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}}, "atk")
+    drain(ctl)
+    assert len(events(ctl, "svc", "atk")) == before + 1, events(ctl, "svc", "atk")
