@@ -73,6 +73,8 @@ IN=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot $ROOT)   # nothi
 "${IN[@]}" /opt/pacific/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels pacific
 "${IN[@]}" /opt/pacific/bin/pacific-node --help >/dev/null
 "${IN[@]}" /opt/pacific/bin/pacific-controller --help >/dev/null
+"${IN[@]}" /opt/pacific/bin/pacific-central --help >/dev/null
+"${IN[@]}" ovn-northd --version >/dev/null
 umount $ROOT/proc; trap - EXIT
 rm -rf $ROOT/tmp/wheels $ROOT/root/.cache
 find $ROOT/opt/pacific -name __pycache__ -prune -exec rm -rf {} +

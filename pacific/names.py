@@ -180,6 +180,10 @@ KUBE_API_PORT = 6443
 CONTROLLER_METRICS_PORT = 9476   # /metrics /healthz /readyz of pacific-controller (pacific/metrics.py)
 NODE_METRICS_PORT = 9477         # ... of pacific-node
 CENTRAL_HEALTH_PORT = 9478       # /healthz /readyz of pacific-central (pacific/central)
+CENTRAL_ROLE_LABEL = "pacific.io/role"   # = "central": a node that runs an OVN central member
+CENTRAL_ROLE = "central"
+# on each pacific-central pod, "true" while its member leads that database (Services select them)
+CENTRAL_LEADER_LABELS = {"nb": "pacific.io/ovn-nb-leader", "sb": "pacific.io/ovn-sb-leader"}
 SANDBOX_KUBECONFIG = "kubeconfig"                   # <sandbox dir>/kubeconfig: root netns, 127.0.0.1
 SANDBOX_KUBECONFIG_UNDERLAY = "kubeconfig-underlay"  # pacific-node's ServiceAccount, central_ip:6443
 SANDBOX_KUBECONFIG_CONTROLLER = "kubeconfig-controller"  # pacific-controller's ServiceAccount

@@ -74,9 +74,9 @@ def inspect(path: str, program: str = "ovsdb-tool") -> tuple[str, str]:
     return USABLE, cp.stdout.strip()
 
 
-def move_aside(path: str) -> str:
+def move_aside(path: str, why: str = "corrupt") -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    dest = f"{path}.corrupt-{stamp}"
+    dest = f"{path}.{why}-{stamp}"
     os.replace(path, dest)
     return dest
 
@@ -91,6 +91,13 @@ def read_cid_marker(path: str) -> str | None:
             return f.read().strip() or None
     except FileNotFoundError:
         return None
+
+
+def forget_cid(path: str) -> None:
+    try:
+        os.unlink(cid_marker_path(path))
+    except FileNotFoundError:
+        pass
 
 
 def write_cid_marker(path: str, cid: str) -> None:

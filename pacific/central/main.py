@@ -14,17 +14,19 @@ import argparse
 import logging
 import os
 import signal
-import subprocess
+import socket
 import sys
 import threading
 import time
 
 from pacific import daemonlog, names, ovsinstall
-from pacific.central.member import DbMember, DbSpec, Settings, die_with_parent
+from pacific.central.member import DbMember, DbSpec, Settings
+from pacific.central.northd import Northd
 from pacific.metrics import MetricsServer, parse_address
 
 LOG = logging.getLogger("pacific.central")
-STATUS_STALE = 15.0      # a cluster/status older than this: the server does not answer
+STATUS_STALE = 15.0      # a cluster/status older than this: not ready
+SILENT_LIMIT = 60.0      # ... older than this (once it answered): not alive
 
 
 def _env(name: str, default=None):
@@ -40,12 +42,28 @@ def build_parser() -> argparse.ArgumentParser:
                     "restarts what exits; /healthz and /readyz report the clusters' state.  "
                     "Flags have an environment variable (in brackets).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--address", default=_env("PACIFIC_CENTRAL_ADDRESS"), required=not _env(
-        "PACIFIC_CENTRAL_ADDRESS"), help="this member's address [PACIFIC_CENTRAL_ADDRESS]")
+    p.add_argument("--address", default=_env("PACIFIC_CENTRAL_ADDRESS"),
+                   help="this member's address (with --members-from-nodes: its node's "
+                        "InternalIP) [PACIFIC_CENTRAL_ADDRESS]")
     p.add_argument("--members", default=_env("PACIFIC_CENTRAL_MEMBERS"),
                    help="every member's address, comma-separated, this one's included "
                         "(1, 3 or 5); the lowest creates the clusters "
                         "(default: --address alone) [PACIFIC_CENTRAL_MEMBERS]")
+    p.add_argument("--members-from-nodes", action="store_true",
+                   default=_env("PACIFIC_CENTRAL_MEMBERS_FROM_NODES") == "1",
+                   help=f"the members are the nodes labelled {names.CENTRAL_ROLE_LABEL}="
+                        f"{names.CENTRAL_ROLE} (their InternalIPs); this node leaves the "
+                        "clusters when it is stopped after its label was taken off "
+                        "[PACIFIC_CENTRAL_MEMBERS_FROM_NODES=1]")
+    p.add_argument("--node-name", default=_env("NODE_NAME", socket.gethostname()),
+                   help="this node's name, with --members-from-nodes [NODE_NAME]")
+    p.add_argument("--pod-name", default=_env("POD_NAME"),
+                   help="this pod's name: labelled with who leads each database "
+                        "(pacific.io/ovn-nb-leader, -sb-leader) [POD_NAME]")
+    p.add_argument("--pod-namespace", default=_env("POD_NAMESPACE", names.PACIFIC_NAMESPACE),
+                   help="[POD_NAMESPACE]")
+    p.add_argument("--kubeconfig", help="with --members-from-nodes (default: $KUBECONFIG, "
+                                        "else the in-cluster service account)")
     p.add_argument("--db-dir", default=_env("PACIFIC_CENTRAL_DB_DIR", "/var/lib/pacific/central"),
                    help="the databases (nb.db, sb.db) and their cluster ids "
                         "[PACIFIC_CENTRAL_DB_DIR]")
@@ -78,12 +96,49 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def kube_api(args):
+    if getattr(args, "_api", None) is None:
+        from pacific.kube import client
+        args._api = client.load(args.kubeconfig)
+    return args._api
+
+
+def from_nodes(args, stop: threading.Event):
+    """(Discovery, address, members) once this node is labelled (said every
+    10 s while waiting); None if stopped meanwhile.  Any count of labelled nodes
+    is taken (a relabel passes through even ones), an even one with a warning."""
+    from pacific.central.discovery import Discovery
+    d = Discovery(kube_api(args), args.node_name)
+    said = 0.0
+    while not stop.is_set():
+        try:
+            own, members = d.own_address(), d.members()
+            if own and own in members:
+                if len(members) % 2 == 0:
+                    LOG.warning("%d nodes are labelled %s=%s: a cluster of an even size "
+                                "survives no more failures than one of %d", len(members),
+                                names.CENTRAL_ROLE_LABEL, names.CENTRAL_ROLE, len(members) - 1)
+                return d, own, members
+            why = (f"node {args.node_name} is not labelled {names.CENTRAL_ROLE_LABEL}="
+                   f"{names.CENTRAL_ROLE} or has no InternalIP")
+        except Exception as exc:  # noqa: BLE001 - the API may not answer yet
+            why = f"cannot list the nodes: {exc}"
+        if time.monotonic() - said > 10:
+            LOG.warning("waiting to start: %s", why)
+            said = time.monotonic()
+        stop.wait(2.0)
+    return None
+
+
 def settings(args, install: ovsinstall.Install) -> Settings:
+    if not args.address:
+        raise SystemExit("pacific-central: give --address (or --members-from-nodes)")
     members = tuple(m.strip() for m in (args.members or args.address).split(",") if m.strip())
     if args.address not in members:
         raise SystemExit(f"pacific-central: --address {args.address} is not one of --members "
                          f"{','.join(members)}")
-    if len(members) not in (1, 3, 5) or len(set(members)) != len(members):
+    if (not args.members_from_nodes and len(members) not in (1, 3, 5)) or \
+            len(set(members)) != len(members):
         raise SystemExit(f"pacific-central: --members names {len(members)} addresses "
                          f"({','.join(members)}): give 1, 3 or 5 distinct ones (a RAFT "
                          "cluster of an even size survives no more failures than one less)")
@@ -109,53 +164,14 @@ def specs(args, install: ovsinstall.Install) -> list[DbSpec]:
                    args.sb_raft_port)]
 
 
-class Northd:
-    """ovn-northd on every member's NB and SB, restarted when it exits."""
-
-    def __init__(self, cfg: Settings, dbs: list[DbSpec], program: str):
-        def remotes(spec):
-            return ",".join(cfg.remote(a, spec.client_port) for a in cfg.members)
-        self.cmd = [program, "--no-chdir", f"--ovnnb-db={remotes(dbs[0])}",
-                    f"--ovnsb-db={remotes(dbs[1])}", *cfg.ssl_args(),
-                    f"--unixctl={os.path.join(cfg.run_dir, 'northd.ctl')}",
-                    "-vconsole:warn", "-vsyslog:off",
-                    f"--log-file={os.path.join(cfg.run_dir, 'northd.log')}"]
-        self._stop = threading.Event()
-        self.proc: subprocess.Popen | None = None
-        self._thread = threading.Thread(target=self._run, name="central-northd", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL,
-                                         preexec_fn=die_with_parent)
-            LOG.info("ovn-northd started (pid %d)", self.proc.pid)
-            rc = self.proc.wait()
-            if self._stop.wait(1.0):
-                return
-            LOG.warning("ovn-northd exited (status %s): starting it again", rc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self._thread.join(5)
-
-
 def checks(members: list[DbMember]):
     """(liveness, readiness) from each database's last cluster/status."""
     def liveness():
         for m in members:
-            st, age = m.status()
-            if st is None and m.restarts and age > STATUS_STALE:
-                return False, f"{m.spec.name}: ovsdb-server does not answer (restarted " \
-                              f"{m.restarts} times)"
+            _, age = m.status()
+            if m.answered_once and age > SILENT_LIMIT:
+                return False, f"{m.spec.name}: ovsdb-server has not answered cluster/status " \
+                              f"for {age:.0f} s (restarted {m.restarts} times)"
         return True, "ovsdb-servers answer or are starting"
 
     def readiness():
@@ -177,12 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     daemonlog.setup(args.verbose, args.log_file)
     install = ovsinstall.from_env()
-    cfg = settings(args, install)
-    dbs = specs(args, install)
-    members = [DbMember(s, cfg) for s in dbs]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    discovery = None
+    if args.members_from_nodes:
+        found = from_nodes(args, stop)
+        if found is None:
+            return 0
+        discovery, args.address, found_members = found
+        args.members = ",".join(found_members)
+    cfg = settings(args, install)
+    dbs = specs(args, install)
+    members = [DbMember(s, cfg) for s in dbs]
     health = None
     if args.health_address:
         live, ready = checks(members)
@@ -195,14 +218,28 @@ def main(argv: list[str] | None = None) -> int:
     northd = None if args.no_northd else Northd(cfg, dbs, install.program("ovn-northd"))
     if northd is not None:
         northd.start()
+    labels = None
+    if args.pod_name:
+        from pacific.central.leaderlabel import LeaderLabels
+        labels = LeaderLabels(kube_api(args), args.pod_namespace, args.pod_name, members)
     while not stop.wait(1.0):
-        pass
+        if labels is not None:
+            labels.tick()
     LOG.info("stopping")
     t0 = time.monotonic()
     if northd is not None:
         northd.stop()
+    if labels is not None:
+        labels.clear()
+    leaving = discovery is not None and discovery.labelled() is False
+    if leaving:
+        LOG.info("node %s is no longer labelled %s=%s: leaving the clusters", args.node_name,
+                 names.CENTRAL_ROLE_LABEL, names.CENTRAL_ROLE)
     for m in members:
-        m.stop()
+        if leaving:
+            m.leave()
+        else:
+            m.stop()
     if health is not None:
         health.stop()
     LOG.info("stopped in %.1f s", time.monotonic() - t0)

@@ -60,7 +60,7 @@ class Settings:
 
     @property
     def seed(self) -> bool:
-        return min(self.members, key=_address_key) == self.address
+        return min(self.members, key=address_key) == self.address
 
     def remote(self, address: str, port: int) -> str:
         host = f"[{address}]" if ":" in address else address
@@ -73,7 +73,7 @@ class Settings:
         return [f"--private-key={key}", f"--certificate={crt}", f"--ca-cert={ca}"]
 
 
-def _address_key(address: str) -> tuple:
+def address_key(address: str) -> tuple:
     """Addresses in numeric order (10.0.0.2 before 10.0.0.10); names after them."""
     try:
         ip = ipaddress.ip_address(address)
@@ -104,6 +104,10 @@ class DbMember:
         self.last_plan: dbfile.Plan | None = None
 
     # -- what others read --------------------------------------------------------------
+    @property
+    def answered_once(self) -> bool:
+        return self._status_at > 0
+
     def status(self) -> tuple[raft.Status | None, float]:
         """The last cluster/status read and its age in seconds."""
         with self._lock:
@@ -143,6 +147,33 @@ class DbMember:
                 proc.wait(5)
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def leave(self, timeout: float = 15.0) -> str | None:
+        """Leave the cluster for good (this node is no longer a central node):
+        `cluster/leave`, wait until the others let it go, stop, and keep the
+        file aside (`nb.db.left-<time>`) with no cluster id beside it, so a
+        later return joins afresh.  Returns where the file went."""
+        self._stop.set()          # (the server is not started again once it has left)
+        subprocess.run([self.cfg.appctl, "-t", self.ctl, "cluster/leave", self.spec.name],
+                       capture_output=True, text=True, timeout=10, check=False)
+        deadline = time.monotonic() + timeout
+        status = ""
+        while time.monotonic() < deadline:
+            cp = subprocess.run([self.cfg.appctl, "-t", self.ctl, "cluster/status",
+                                 self.spec.name], capture_output=True, text=True, timeout=10,
+                                check=False)
+            status = raft.parse(cp.stdout).status if cp.returncode == 0 else "not answering"
+            if status in ("left cluster", "not answering"):
+                break
+            time.sleep(0.2)
+        else:
+            LOG.warning("%s: still '%s' %.0f s after cluster/leave", self.spec.name, status,
+                        timeout)
+        self.stop()
+        dest = dbfile.move_aside(self.path, "left") if os.path.exists(self.path) else None
+        dbfile.forget_cid(self.path)
+        LOG.info("%s: left the cluster (%s); database kept at %s", self.spec.name, status, dest)
+        return dest
 
     def _run(self) -> None:
         backoff = 1.0

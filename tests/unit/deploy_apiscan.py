@@ -35,8 +35,8 @@ INFORMER_SPECS = ("pacific.controller.feature.InformerSpec", "pacific.node.featu
 HELPER_VERBS = {"get": ("get",), "list_": ("list",), "create": ("create",),
                 "replace": ("update",), "patch_merge": ("patch",), "delete": ("delete",),
                 "patch_status": ("patch",)}
-SCANNED_PACKAGES = ("pacific/kube", "pacific/controller", "pacific/node", "pacific/cni",
-                    "pacific/ipam", "pacific/ovn")
+SCANNED_PACKAGES = ("pacific/kube", "pacific/controller", "pacific/node", "pacific/central",
+                    "pacific/cni", "pacific/ipam", "pacific/ovn")
 
 
 @dataclass(frozen=True)

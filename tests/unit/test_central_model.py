@@ -128,3 +128,47 @@ def test_the_seed_is_the_first_member_in_sorted_order():
                      "--allow-tcp").seed is False
     assert _settings("--address", "10.0.0.2", "--members", "10.0.0.9,10.0.0.10,10.0.0.2",
                      "--allow-tcp").seed
+
+
+def _node(name, ip, central=True, extra_ips=()):
+    return {"metadata": {"name": name,
+                         "labels": {"pacific.io/role": "central"} if central else {}},
+            "status": {"addresses": [{"type": "InternalIP", "address": a}
+                                     for a in (ip, *extra_ips)]}}
+
+
+def test_the_members_are_the_labelled_nodes_in_numeric_order():
+    from pacific.central import discovery
+    nodes = [_node("c", "10.0.0.10"), _node("a", "10.0.0.9", extra_ips=("10.0.0.200",)),
+             _node("w", "10.0.0.5", central=False), _node("b", "10.0.0.2"),
+             {"metadata": {"name": "no-address", "labels": {"pacific.io/role": "central"}}}]
+    assert discovery.member_addresses(nodes) == ["10.0.0.2", "10.0.0.9", "10.0.0.10"]
+    assert discovery.is_central(nodes[0]) and not discovery.is_central(nodes[2])
+    assert not discovery.is_central(None)
+
+
+class _Member:
+    """What main.checks reads of a DbMember."""
+    def __init__(self, name, text, age, answered=True):
+        self.spec = type("S", (), {"name": name})()
+        self._st, self._age, self.answered_once, self.restarts = \
+            (raft.parse(text) if text else None), age, answered, 0
+
+    def status(self):
+        return self._st, self._age
+
+
+def test_ready_only_as_a_member_that_knows_a_leader_alive_unless_silent():
+    from pacific.central.main import checks
+    live, ready = checks([_Member("OVN_Northbound", LEADER, 1), _Member("OVN_Southbound",
+                                                                         FOLLOWER_NO_LEADER, 1)])
+    assert live()[0] and ready() == (False, "OVN_Southbound: no leader (an election, or "
+                                             "quorum lost)")
+    joining = LEADER.replace("Status: cluster member", "Status: joining cluster")
+    assert checks([_Member("OVN_Northbound", joining, 1)])[1]() == \
+        (False, "OVN_Northbound: joining cluster")
+    ok, text = checks([_Member("OVN_Northbound", LEADER, 1)])[1]()
+    assert ok and text == "OVN_Northbound leader"
+    assert checks([_Member("OVN_Northbound", LEADER, 20)])[1]()[0] is False     # stale
+    assert checks([_Member("OVN_Northbound", None, 1e9, answered=False)])[0]()[0]  # starting
+    assert checks([_Member("OVN_Northbound", LEADER, 90)])[0]()[0] is False     # hung

@@ -316,3 +316,28 @@ def test_every_field_is_a_kubernetes_field():
         assert hasattr(k, model), f"no API type for {doc['kind']}"
         bad = _unknown_fields(doc, model, f"{doc['kind']}/{doc['metadata']['name']}")
         assert not bad, "; ".join(bad)
+
+
+# --- central --------------------------------------------------------------------------
+def test_central_runs_on_the_labelled_nodes_over_tls_with_its_databases_on_the_host(monkeypatch):
+    from pacific.central import main as central_main
+    ds = find("DaemonSet", "pacific-central")
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {names.CENTRAL_ROLE_LABEL: names.CENTRAL_ROLE}
+    assert spec["hostNetwork"]
+    argv, env = command_line(ds, "central")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = central_main.build_parser().parse_args(argv[1:])
+    assert args.members_from_nodes and not args.allow_tcp
+    assert all((args.ssl_key, args.ssl_cert, args.ssl_ca)), "central speaks TLS"
+    (c,) = spec["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes[mounts[args.db_dir]]["hostPath"]["path"] == args.db_dir
+    secret = volumes[mounts[os.path.dirname(args.ssl_key)]]["secret"]["secretName"]
+    assert secret == "pacific-ovn-central"
+    port = int(args.health_address.rsplit(":", 1)[1])
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["port"] == port, probe
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1

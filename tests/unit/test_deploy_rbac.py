@@ -10,6 +10,7 @@ from deploy_fixtures import NAMESPACE, command_line, find, manifests, pod_spec
 from pacific import names
 from pacific.controller import main as controller_main
 
+COMPONENTS = ["controller", "node", "central"]
 # Sandbox launchers: they start the components inside the single-machine
 # sandbox (with its admin kubeconfig) and never run in a cluster.
 SANDBOX_ONLY = {"launch.py"}
@@ -31,13 +32,14 @@ def component_modules(pkg: str) -> list[str]:
 @pytest.fixture(scope="module")
 def scans() -> dict[str, Scan]:
     return {"controller": scan(component_modules("controller")),
-            "node": scan(component_modules("node"))}
+            "node": scan(component_modules("node")),
+            "central": scan(component_modules("central"))}
 
 
 def workload(component: str) -> dict:
     if component == "controller":
         return find("Deployment", names.CONTROLLER_NAME)
-    return find("DaemonSet", "pacific-node")
+    return find("DaemonSet", f"pacific-{component}")
 
 
 def grants(service_account: str, docs: list[dict]) -> list[tuple[str | None, dict]]:
@@ -73,6 +75,8 @@ def fixed_objects(component: str, monkeypatch) -> dict[tuple[str, str], tuple[st
     (group, resource) -> (namespace, name)."""
     if component == "node":        # the health reports: Leases of their own namespace
         return {("coordination.k8s.io", "leases"): (names.NODE_HEALTH_NAMESPACE, None)}
+    if component == "central":     # labels on its own pod (central/leaderlabel.py)
+        return {("", "pods"): (NAMESPACE, None)}
     if component != "controller":
         return {}
     argv, env = command_line(workload("controller"), "controller")
@@ -82,7 +86,7 @@ def fixed_objects(component: str, monkeypatch) -> dict[tuple[str, str], tuple[st
     return {("coordination.k8s.io", "leases"): (args.lease_namespace, args.lease_name)}
 
 
-@pytest.mark.parametrize("component", ["controller", "node"])
+@pytest.mark.parametrize("component", COMPONENTS)
 def test_scan_resolved_every_api_call(scans, component):
     assert not scans[component].unresolved, \
         "API calls whose resource/verb cannot be read from the source: " \
@@ -90,7 +94,7 @@ def test_scan_resolved_every_api_call(scans, component):
     assert scans[component].pairs(), "the scan found no API call at all"
 
 
-@pytest.mark.parametrize("component", ["controller", "node"])
+@pytest.mark.parametrize("component", COMPONENTS)
 def test_rbac_grants_everything_the_code_calls(scans, component, monkeypatch):
     docs = manifests()
     sa = pod_spec(workload(component))["serviceAccountName"]
@@ -112,7 +116,7 @@ def test_rbac_grants_everything_the_code_calls(scans, component, monkeypatch):
     assert not missing, f"{sa} lacks: " + "; ".join(missing)
 
 
-@pytest.mark.parametrize("component", ["controller", "node"])
+@pytest.mark.parametrize("component", COMPONENTS)
 def test_rbac_grants_nothing_the_code_does_not_call(scans, component):
     docs = manifests()
     sa = pod_spec(workload(component))["serviceAccountName"]

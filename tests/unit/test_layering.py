@@ -22,7 +22,7 @@ ALLOWED = {
     "ovn": set(),
     "node": {"cni", "kube", "ovn"},    # the CNI protocol module, API helpers, OVSDB
     "controller": {"ipam", "kube", "ovn"},
-    "central": set(),                  # OVN central's member: runs OVN's own programs
+    "central": {"kube"},               # OVN central's member: OVN's programs; its nodes
     "tools": {"kube", "ovn"},          # day-two tools: they read; shared rules are top-level
 }
 TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "servicesnat", "remotes",
