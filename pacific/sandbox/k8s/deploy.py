@@ -66,11 +66,17 @@ def image_name() -> str:
     return "localhost/pacific:latest"
 
 
+# the workloads the sandbox runs from deploy/: OVN central stays the sandbox's own
+# (pacific-central's DaemonSet runs on no node here: none is labelled for it)
+WORKLOADS = ("pacific-controller", "pacific-node")
+
+
 def _docs(kinds) -> list[dict]:
     out = []
     for path in sorted(glob.glob(os.path.join(REPO, "deploy", "*.yaml"))):
         with open(path) as f:
-            out += [d for d in yaml.safe_load_all(f) if d and d.get("kind") in kinds]
+            out += [d for d in yaml.safe_load_all(f) if d and d.get("kind") in kinds
+                    and d["metadata"]["name"] in WORKLOADS]
     return out
 
 
