@@ -13,6 +13,7 @@ from pacific.cli import diagnose as diagnose_cli
 from pacific.cli import flows as flows_cli
 from pacific.cli import sandbox as sandbox_cli
 from pacific.cli import tenant as tenant_cli
+from pacific.cli import tls as tls_cli
 from pacific.cli import topology as topology_cli
 from pacific.cli import trace as trace_cli
 
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     sandbox_cli.register(sub)
     demo_cli.register(sub)
     tenant_cli.register(sub)
+    tls_cli.register(sub)
     trace_cli.register(sub)
     topology_cli.register(sub)
     diagnose_cli.register(sub)

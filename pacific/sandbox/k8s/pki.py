@@ -15,6 +15,8 @@ import ipaddress
 import os
 import subprocess
 
+from pacific.pki import CertAuthority
+
 _DEFAULT_SANS = ["DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
                  "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local",
                  "IP:127.0.0.1"]
@@ -50,35 +52,16 @@ class Pki:
         self.sa_pub = os.path.join(directory, "sa.pub")
 
     def ensure_ca(self, cn: str = "pacific-sandbox-ca") -> "Pki":
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        if not os.path.exists(self.ca_crt):
-            _run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                  "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", self.ca_key,
-                  "-out", self.ca_crt, "-days", "3650", "-subj", f"/CN={cn}",
-                  "-addext", "basicConstraints=critical,CA:TRUE",
-                  "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"])
-            os.chmod(self.ca_key, 0o600)
+        CertAuthority(self.dir).ensure(cn)
         return self
 
     def peer(self, name: str, hosts: list[str] = ()) -> tuple[str, str]:
         """A certificate (crt, key) for both ends of a TLS connection (OVSDB
         members talk to each other and serve clients), made once."""
-        crt = os.path.join(self.dir, f"{name}.crt")
-        key = os.path.join(self.dir, f"{name}.key")
-        if not os.path.exists(crt):
-            alt = ",".join(f"IP:{h}" for h in hosts)
-            self._sign(name, f"/CN={name}", (f"subjectAltName={alt}\n" if alt else "")
-                       + "extendedKeyUsage=serverAuth,clientAuth\n")
-        return crt, key
+        return CertAuthority(self.dir).issue(name, hosts)
 
     def ensure(self, server_hosts: list[str]) -> "Pki":
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)
-        if not os.path.exists(self.ca_crt):
-            _run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                  "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", self.ca_key,
-                  "-out", self.ca_crt, "-days", "3650", "-subj", "/CN=pacific-sandbox-ca",
-                  "-addext", "basicConstraints=critical,CA:TRUE",
-                  "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature"])
+        CertAuthority(self.dir).ensure("pacific-sandbox-ca")
         want = san(server_hosts)
         san_file = os.path.join(self.dir, "apiserver.san")
         if not (os.path.exists(self.server_crt) and os.path.exists(san_file)
@@ -104,16 +87,11 @@ class Pki:
         return crt, key
 
     def _sign(self, name: str, subject: str, ext_text: str) -> None:
-        key = os.path.join(self.dir, f"{name}.key")
-        csr = os.path.join(self.dir, f"{name}.csr")
-        crt = os.path.join(self.dir, f"{name}.crt")
-        ext = os.path.join(self.dir, f"{name}.ext")
-        with open(ext, "w") as f:
-            f.write("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,"
-                    "keyEncipherment\n" + ext_text)
-        _run(["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-              "-nodes", "-keyout", key, "-out", csr, "-subj", subject])
-        _run(["openssl", "x509", "-req", "-in", csr, "-CA", self.ca_crt, "-CAkey", self.ca_key,
-              "-CAcreateserial", "-out", crt, "-days", "3650", "-extfile", ext])
-        os.remove(csr)
-        os.chmod(key, 0o600)
+        usage, alt = "", []
+        for line in ext_text.splitlines():
+            k, _, v = line.partition("=")
+            if k == "extendedKeyUsage":
+                usage = v
+            elif k == "subjectAltName":
+                alt = [e.split(":", 1)[1] for e in v.split(",") if e]
+        CertAuthority(self.dir).issue(name, alt, subject=subject, usage=usage, renew=True)
