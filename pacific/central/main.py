@@ -11,6 +11,7 @@ left behind, and restarts a daemon that exits.  /healthz and /readyz answer from
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -27,6 +28,7 @@ from pacific.metrics import MetricsServer, parse_address
 LOG = logging.getLogger("pacific.central")
 STATUS_STALE = 15.0      # a cluster/status older than this: not ready
 SILENT_LIMIT = 60.0      # ... older than this (once it answered): not alive
+MEMBERS_EVERY = 10.0     # seconds between looks at the labelled nodes
 
 
 def _env(name: str, default=None):
@@ -164,6 +166,24 @@ def specs(args, install: ovsinstall.Install) -> list[DbSpec]:
                    args.sb_raft_port)]
 
 
+def follow_members(discovery, cfg: Settings, members: list[DbMember], northd) -> Settings:
+    """The labelled nodes now: a member's later re-join and ovn-northd use them."""
+    try:
+        now = tuple(discovery.members())
+    except Exception as exc:  # noqa: BLE001 - next time
+        LOG.warning("cannot list the central nodes: %s", exc)
+        return cfg
+    if cfg.address not in now or set(now) == set(cfg.members):
+        return cfg                  # (unlabelled: leaving is decided at the stop)
+    LOG.info("central members now %s (were %s)", ",".join(now), ",".join(cfg.members))
+    cfg = dataclasses.replace(cfg, members=now)
+    for m in members:
+        m.cfg = cfg
+    if northd is not None:
+        northd.members_changed(cfg)
+    return cfg
+
+
 def checks(members: list[DbMember]):
     """(liveness, readiness) from each database's last cluster/status."""
     def liveness():
@@ -222,9 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.pod_name:
         from pacific.central.leaderlabel import LeaderLabels
         labels = LeaderLabels(kube_api(args), args.pod_namespace, args.pod_name, members)
+    next_look = time.monotonic() + MEMBERS_EVERY
     while not stop.wait(1.0):
         if labels is not None:
             labels.tick()
+        if discovery is not None and time.monotonic() >= next_look:
+            next_look = time.monotonic() + MEMBERS_EVERY
+            cfg = follow_members(discovery, cfg, members, northd)
     LOG.info("stopping")
     t0 = time.monotonic()
     if northd is not None:

@@ -16,19 +16,31 @@ class Northd:
     """ovn-northd on every member's NB and SB, restarted when it exits."""
 
     def __init__(self, cfg: Settings, dbs: list[DbSpec], program: str):
-        def remotes(spec):
-            return ",".join(cfg.remote(a, spec.client_port) for a in cfg.members)
-        self.cmd = [program, "--no-chdir", f"--ovnnb-db={remotes(dbs[0])}",
-                    f"--ovnsb-db={remotes(dbs[1])}", *cfg.ssl_args(),
-                    f"--unixctl={os.path.join(cfg.run_dir, 'northd.ctl')}",
-                    "-vconsole:warn", "-vsyslog:off",
-                    f"--log-file={os.path.join(cfg.run_dir, 'northd.log')}"]
+        self.dbs, self.program = dbs, program
+        self.cmd = self._command(cfg)
         self._stop = threading.Event()
         self.proc: subprocess.Popen | None = None
         self._thread = threading.Thread(target=self._run, name="central-northd", daemon=True)
 
+    def _command(self, cfg: Settings) -> list[str]:
+        def remotes(spec):
+            return ",".join(cfg.remote(a, spec.client_port) for a in cfg.members)
+        return [self.program, "--no-chdir", f"--ovnnb-db={remotes(self.dbs[0])}",
+                f"--ovnsb-db={remotes(self.dbs[1])}", *cfg.ssl_args(),
+                f"--unixctl={os.path.join(cfg.run_dir, 'northd.ctl')}",
+                "-vconsole:warn", "-vsyslog:off",
+                f"--log-file={os.path.join(cfg.run_dir, 'northd.log')}"]
+
     def start(self) -> None:
         self._thread.start()
+
+    def members_changed(self, cfg: Settings) -> None:
+        """The members changed: ovn-northd restarted on the new list (its own
+        member alone would not do: northd writes through the leader)."""
+        self.cmd = self._command(cfg)
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()        # _run starts it again with self.cmd
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -89,6 +89,9 @@ def init(api, namespace: str, workdir: str, central_hosts=(), node_certs: str | 
     """What `pacific tls init` does (workdir: a private scratch directory)."""
     from pacific.central.discovery import member_addresses
     from pacific.kube import resources as r
+    if r.get(api, r.NAMESPACES, namespace) is None:
+        raise PkiError(f"namespace {namespace} does not exist: create it first "
+                       "(kubectl apply -f deploy/namespace.yaml)")
     ca = CertAuthority(workdir)
     have = r.get(api, r.SECRETS, CA_SECRET, namespace)
     if have is not None:
@@ -129,12 +132,13 @@ def init(api, namespace: str, workdir: str, central_hosts=(), node_certs: str | 
 
 def _init(args) -> int:
     from pacific.kube import client
+    from pacific.kube import errors as kerr
     try:
         api = client.load(args.kubeconfig)
         with tempfile.TemporaryDirectory(prefix="pacific-tls-") as work:
             init(api, args.namespace, os.path.join(work, "ca"), args.central_host,
                  args.node_certs, args.renew)
-    except (PkiError, client.KubeconfigError) as exc:
+    except (PkiError, client.KubeconfigError, kerr.ApiError) as exc:
         print(f"pacific tls: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -257,6 +257,10 @@ def test_a_node_relabelled_out_leaves_and_relabelled_in_joins_again(labelled):
             .servers) == sorted(f"ssl:{m.address}:{PORTS[db + '_raft']}" for m in rest),
             30, what=f"{db}: two servers after the leave")
     assert glob.glob(os.path.join(out.db_dir, "nb.db.left-*"))
+    # the others follow: ovn-northd is given the two that are left
+    wait_until(lambda: all(f"central members now {','.join(sorted(x.address for x in rest))}"
+                           in m.logged() for m in rest), 30,
+               what="the others to take the new member list")
     assert ctl(rest, "nb", "ls-add", "after-leave").returncode == 0
     # a stop while labelled is only a stop: the cluster keeps the member
     members[1].stop()

@@ -91,3 +91,9 @@ def test_renew_issues_new_certificates_from_the_same_ca(api, tmp_path):
     assert r.get(api, r.SECRETS, tls.CENTRAL_SECRET, NS)["data"]["tls.crt"] != old
     files = secret_files(api, tls.CENTRAL_SECRET, tmp_path)
     assert "OK" in openssl("verify", "-CAfile", files["ca.crt"], files["tls.crt"])
+
+
+def test_a_missing_namespace_is_named_and_nothing_is_written(api, tmp_path):
+    from pacific.pki import PkiError
+    with pytest.raises(PkiError, match="namespace nowhere does not exist"):
+        tls.init(api, "nowhere", str(tmp_path / "w"))
