@@ -2,7 +2,7 @@
 signs for both ends of a TLS connection (OVSDB peers serve and connect).
 
     ca = CertAuthority("/dir").ensure("pacific-ovn-ca")      # made once, kept
-    crt, key = ca.issue("pacific-central", ips=["10.0.0.1"])  # file paths
+    crt, key = ca.issue("pacific-central", ["10.0.0.1"])    # file paths
     crt, key = ca.issue("node-a", renew=True)                # a new key and certificate
 
 Used by `pacific tls` (OVN's certificates as Secrets) and by the sandbox.  Keys
@@ -21,10 +21,9 @@ class PkiError(RuntimeError):
     pass
 
 
-def openssl(*argv: str, input_: str | None = None) -> str:
+def openssl(*argv: str) -> str:
     try:
-        cp = subprocess.run(["openssl", *argv], capture_output=True, text=True, input=input_,
-                            timeout=60)
+        cp = subprocess.run(["openssl", *argv], capture_output=True, text=True, timeout=60)
     except FileNotFoundError as exc:
         raise PkiError("openssl is not installed (it makes the certificates)") from exc
     if cp.returncode != 0:

@@ -126,13 +126,6 @@ def in_cluster(remote: str, name: str, ssl_args: list[str],
                r["cid"][1] != NO_CLUSTER for r in rows)
 
 
-def split_remote(remote: str) -> tuple[str, str, str]:
-    """"ssl:10.0.0.1:6643" -> (ssl, 10.0.0.1, 6643); "ssl:[fd00::1]:6643" too."""
-    proto, _, rest = remote.partition(":")
-    host, _, port = rest.rpartition(":")
-    return proto, host.strip("[]"), port
-
-
 def prepare(path: str, schema: str, name: str, local: str, peers: list[str], seed: bool,
             peer_in_cluster: Callable[[], bool], program: str = "ovsdb-tool") -> Plan:
     """Make `path` ready for ovsdb-server (the rules above); returns what was done."""

@@ -63,14 +63,18 @@ class Settings:
         return min(self.members, key=address_key) == self.address
 
     def remote(self, address: str, port: int) -> str:
-        host = f"[{address}]" if ":" in address else address
-        return f"{self.proto}:{host}:{port}"
+        return f"{self.proto}:{bracketed(address)}:{port}"
 
     def ssl_args(self) -> list[str]:
         if not self.ssl:
             return []
         key, crt, ca = self.ssl
         return [f"--private-key={key}", f"--certificate={crt}", f"--ca-cert={ca}"]
+
+
+def bracketed(address: str) -> str:
+    """An address as OVSDB's remotes spell it ([fd00::1] for IPv6)."""
+    return f"[{address}]" if ":" in address else address
 
 
 def address_key(address: str) -> tuple:
@@ -88,6 +92,18 @@ def die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
 
 
+def terminate(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """SIGTERM a child, SIGKILL it if it has not exited within `timeout`."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 class DbMember:
     def __init__(self, spec: DbSpec, cfg: Settings):
         self.spec, self.cfg = spec, cfg
@@ -101,7 +117,6 @@ class DbMember:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.restarts = 0
-        self.last_plan: dbfile.Plan | None = None
 
     # -- what others read --------------------------------------------------------------
     @property
@@ -127,6 +142,11 @@ class DbMember:
                                      self.cfg.ssl_args(), self.cfg.ovsdb_client)
                    for a in self.cfg.members if a != self.cfg.address)
 
+    def _appctl(self, command: str, *args: str) -> subprocess.CompletedProcess:
+        """`ovs-appctl -t <this database's control socket> COMMAND DATABASE ARGS...`."""
+        return subprocess.run([self.cfg.appctl, "-t", self.ctl, command, self.spec.name, *args],
+                              capture_output=True, text=True, timeout=10, check=False)
+
     # -- life cycle --------------------------------------------------------------------
     def start(self) -> None:
         os.makedirs(self.cfg.db_dir, exist_ok=True)
@@ -137,14 +157,7 @@ class DbMember:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        terminate(self._proc, timeout)
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -154,14 +167,11 @@ class DbMember:
         file aside (`nb.db.left-<time>`) with no cluster id beside it, so a
         later return joins afresh.  Returns where the file went."""
         self._stop.set()          # (the server is not started again once it has left)
-        subprocess.run([self.cfg.appctl, "-t", self.ctl, "cluster/leave", self.spec.name],
-                       capture_output=True, text=True, timeout=10, check=False)
+        self._appctl("cluster/leave")
         deadline = time.monotonic() + timeout
         status = ""
         while time.monotonic() < deadline:
-            cp = subprocess.run([self.cfg.appctl, "-t", self.ctl, "cluster/status",
-                                 self.spec.name], capture_output=True, text=True, timeout=10,
-                                check=False)
+            cp = self._appctl("cluster/status")
             status = raft.parse(cp.stdout).status if cp.returncode == 0 else "not answering"
             if status in ("left cluster", "not answering"):
                 break
@@ -179,10 +189,10 @@ class DbMember:
         backoff = 1.0
         while not self._stop.is_set():
             try:
-                self.last_plan = dbfile.prepare(self.path, self.spec.schema, self.spec.name,
-                                                self.local, self.peers, self.cfg.seed,
-                                                self._peer_in_cluster, self.cfg.ovsdb_tool)
-                LOG.info("%s: %s", self.spec.name, self.last_plan.reason)
+                plan = dbfile.prepare(self.path, self.spec.schema, self.spec.name, self.local,
+                                      self.peers, self.cfg.seed, self._peer_in_cluster,
+                                      self.cfg.ovsdb_tool)
+                LOG.info("%s: %s", self.spec.name, plan.reason)
                 started = time.monotonic()
                 errors = self._serve()
             except Exception as exc:  # noqa: BLE001 - said, then retried
@@ -226,8 +236,8 @@ class DbMember:
 
     def _listener(self) -> str:
         """ovsdb-server's client listener: pssl:PORT:ADDR (or ptcp)."""
-        host = f"[{self.cfg.address}]" if ":" in self.cfg.address else self.cfg.address
-        return f"--remote=p{self.cfg.proto}:{self.spec.client_port}:{host}"
+        return f"--remote=p{self.cfg.proto}:{self.spec.client_port}:" \
+            f"{bracketed(self.cfg.address)}"
 
     def _read_stderr(self, proc: subprocess.Popen, errors: list[str]) -> None:
         for line in proc.stderr:
@@ -238,8 +248,7 @@ class DbMember:
                 LOG.warning("%s: ovsdb-server: %s", self.spec.name, line)
 
     def _housekeeping(self) -> None:
-        cp = subprocess.run([self.cfg.appctl, "-t", self.ctl, "cluster/status", self.spec.name],
-                            capture_output=True, text=True, timeout=10, check=False)
+        cp = self._appctl("cluster/status")
         if cp.returncode != 0:
             return
         st = raft.parse(cp.stdout)
@@ -248,9 +257,7 @@ class DbMember:
         if st.member and st.cluster_id:
             dbfile.write_cid_marker(self.path, st.cluster_id)
         for sid in raft.stale(st):
-            kick = subprocess.run([self.cfg.appctl, "-t", self.ctl, "cluster/kick",
-                                   self.spec.name, sid], capture_output=True, text=True,
-                                  timeout=10, check=False)
+            kick = self._appctl("cluster/kick", sid)
             LOG.warning("%s: kicked server %s, left behind by a member that joined again "
                         "at its address: %s", self.spec.name, sid,
                         (kick.stdout or kick.stderr).strip())

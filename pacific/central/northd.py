@@ -7,7 +7,7 @@ import os
 import subprocess
 import threading
 
-from pacific.central.member import DbSpec, Settings, die_with_parent
+from pacific.central.member import DbSpec, Settings, die_with_parent, terminate
 
 LOG = logging.getLogger(__name__)
 
@@ -54,10 +54,5 @@ class Northd:
 
     def stop(self) -> None:
         self._stop.set()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        terminate(self.proc)
         self._thread.join(5)

@@ -108,9 +108,12 @@ def init(api, namespace: str, workdir: str, central_hosts=(), node_certs: str | 
     hosts = member_addresses(nodes) + list(central_hosts)
     for secret, name, sans in ((CENTRAL_SECRET, "pacific-central", hosts),
                                (CONTROLLER_SECRET, names.CONTROLLER_NAME, ())):
-        crt, key = ca.issue(name, sans)
-        what = _put(api, _secret(namespace, secret, {"tls.key": key, "tls.crt": crt,
-                                                     "ca.crt": ca.ca_crt}), renew)
+        if not renew and r.get(api, r.SECRETS, secret, namespace) is not None:
+            what = "kept"
+        else:
+            crt, key = ca.issue(name, sans)
+            what = _put(api, _secret(namespace, secret, {"tls.key": key, "tls.crt": crt,
+                                                         "ca.crt": ca.ca_crt}), renew)
         print(f"secret {namespace}/{secret}: {what}"
               + (f" (subjectAltNames: {', '.join(sans) or 'none: no node is labelled'})"
                  if secret == CENTRAL_SECRET else ""), file=out)

@@ -31,8 +31,8 @@ from pacific import contract, egressip, names, selectors
 from pacific.controller import enforced, gateway, informers, model
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
-from pacific.controller.service import cluster_cidrs, infrastructure_ips
 from pacific.controller.reports import Reports
+from pacific.controller.service import cluster_cidrs, infrastructure_ips
 from pacific.controller.transit import transit
 from pacific.kube import resources as r
 from pacific.ovn import ensure

@@ -100,7 +100,7 @@ class QosFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self.reports = Reports()   # pod key -> last message an Event carried
+        self.reports = Reports()   # pod key -> the message its last Event carried
 
     def handlers(self):
         return {"pods": self._on_pod, "namespaces": self._on_namespace}

@@ -97,11 +97,6 @@ def test_what_a_member_does_with_its_file(state, cid, peers, seed, answer, actio
     assert p.cid == (cid if action == "join" else None)
 
 
-def test_remotes_split_with_ipv6_hosts():
-    assert dbfile.split_remote("ssl:10.0.0.1:6643") == ("ssl", "10.0.0.1", "6643")
-    assert dbfile.split_remote("ssl:[fd00::1]:6643") == ("ssl", "fd00::1", "6643")
-
-
 def _settings(*argv):
     return settings(build_parser().parse_args(list(argv)), ovsinstall.Install("/usr"))
 

@@ -11,34 +11,12 @@ an RSA key pair signs ServiceAccount tokens.  Files are created once and kept.
 """
 from __future__ import annotations
 
-import ipaddress
 import os
-import subprocess
 
-from pacific.pki import CertAuthority
+from pacific.pki import CertAuthority, alt_names, openssl
 
-_DEFAULT_SANS = ["DNS:localhost", "DNS:kubernetes", "DNS:kubernetes.default",
-                 "DNS:kubernetes.default.svc", "DNS:kubernetes.default.svc.cluster.local",
-                 "IP:127.0.0.1"]
-
-
-def _run(argv: list[str]) -> None:
-    r = subprocess.run(argv, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv[:3])} failed: {r.stderr.strip()}")
-
-
-def san(hosts: list[str]) -> str:
-    entries = list(_DEFAULT_SANS)
-    for h in hosts:
-        try:
-            ipaddress.ip_address(h)
-            e = f"IP:{h}"
-        except ValueError:
-            e = f"DNS:{h}"
-        if e not in entries:
-            entries.append(e)
-    return ",".join(entries)
+_DEFAULT_HOSTS = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                  "kubernetes.default.svc.cluster.local", "127.0.0.1"]
 
 
 class Pki:
@@ -62,36 +40,23 @@ class Pki:
 
     def ensure(self, server_hosts: list[str]) -> "Pki":
         CertAuthority(self.dir).ensure("pacific-sandbox-ca")
-        want = san(server_hosts)
+        hosts = [*_DEFAULT_HOSTS, *server_hosts]
+        want = alt_names(hosts)
         san_file = os.path.join(self.dir, "apiserver.san")
         if not (os.path.exists(self.server_crt) and os.path.exists(san_file)
                 and open(san_file).read() == want):
-            self._sign("apiserver", "/CN=kube-apiserver",
-                       f"subjectAltName={want}\nextendedKeyUsage=serverAuth\n")
+            CertAuthority(self.dir).issue("apiserver", hosts, subject="/CN=kube-apiserver",
+                                          usage="serverAuth", renew=True)
             with open(san_file, "w") as f:
                 f.write(want)
         if not os.path.exists(self.sa_key):
-            _run(["openssl", "genrsa", "-out", self.sa_key, "2048"])
-            _run(["openssl", "rsa", "-in", self.sa_key, "-pubout", "-out", self.sa_pub])
+            openssl("genrsa", "-out", self.sa_key, "2048")
+            openssl("rsa", "-in", self.sa_key, "-pubout", "-out", self.sa_pub)
         for p in (self.ca_key, self.server_key, self.sa_key):
             os.chmod(p, 0o600)
         return self
 
     def client(self, name: str, cn: str | None = None, org: str | None = None) -> tuple[str, str]:
         """A client certificate (crt, key) signed by the CA, made once."""
-        crt = os.path.join(self.dir, f"{name}.crt")
-        key = os.path.join(self.dir, f"{name}.key")
-        if not os.path.exists(crt):
-            subj = (f"/O={org}" if org else "") + f"/CN={cn or name}"
-            self._sign(name, subj, "extendedKeyUsage=clientAuth\n")
-        return crt, key
-
-    def _sign(self, name: str, subject: str, ext_text: str) -> None:
-        usage, alt = "", []
-        for line in ext_text.splitlines():
-            k, _, v = line.partition("=")
-            if k == "extendedKeyUsage":
-                usage = v
-            elif k == "subjectAltName":
-                alt = [e.split(":", 1)[1] for e in v.split(",") if e]
-        CertAuthority(self.dir).issue(name, alt, subject=subject, usage=usage, renew=True)
+        return CertAuthority(self.dir).issue(
+            name, subject=(f"/O={org}" if org else "") + f"/CN={cn or name}", usage="clientAuth")
