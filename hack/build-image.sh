@@ -25,8 +25,8 @@ T0=$(date +%s)
 elapsed() { echo "$(( $(date +%s) - T0 ))s"; }
 export DEBIAN_FRONTEND=noninteractive
 
-# the run stage's apt-get install line(s) of deploy/Containerfile
-PKGS=$(awk '/^FROM/{stage++} stage==2' deploy/Containerfile \
+# the run stage's (the last stage's) apt-get install line(s) of deploy/Containerfile
+PKGS=$(awk '/^FROM/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' deploy/Containerfile \
   | sed -n '/apt-get install/,/rm -rf/p' | tr ' \\' '\n\n' \
   | grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vE '^(apt-get|install|rm|y|DEBIAN_FRONTEND=.*)$' \
   | sort -u | tr '\n' ' ')
@@ -52,8 +52,17 @@ if [ ! -f $BASE/.pacific-base ] || [ "$(cat $BASE/.pacific-base)" != "$STAMP" ];
   say "base root file system ready ($(elapsed))"
 fi
 
+# the current Open vSwitch and OVN (hack/build-ovs-ovn.sh, `make ovs`), as the
+# Containerfile's ovs stage builds them: the same programs as the sandbox's nodes
+# run, at the prefix they were built for (their libraries and files are found there)
+OVSP=$(readlink -f "${PACIFIC_OVS_PREFIX:-/var/cache/pacific/ovs/current}" 2>/dev/null || true)
+if [ -z "$OVSP" ] || [ ! -f "$OVSP/.built" ]; then
+  echo "image: no Open vSwitch / OVN build at ${PACIFIC_OVS_PREFIX:-/var/cache/pacific/ovs/current}: run \`make ovs\` first" >&2
+  exit 1
+fi
+
 # nothing to do when the archive was made from these sources and this base
-SRC_STAMP=$( (echo "$STAMP $NAME"; find pacific pyproject.toml -type f \( -name '*.py' -o -name '*.toml' \
+SRC_STAMP=$( (echo "$STAMP $NAME $OVSP $(cat $OVSP/.built)"; find pacific pyproject.toml -type f \( -name '*.py' -o -name '*.toml' \
   -o -name '*.typed' -o -name '*.c' -o -name pacific-cni \) | LC_ALL=C sort | xargs sha256sum) | sha256sum | cut -d' ' -f1)
 if [ -f "$OUT" ] && [ "$(cat "$OUT.stamp" 2>/dev/null)" = "$SRC_STAMP" ]; then
   say "$OUT is up to date ($NAME)"; exit 0
@@ -71,17 +80,23 @@ trap 'umount $ROOT/proc 2>/dev/null || true' EXIT
 IN=(env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root chroot $ROOT)   # nothing of this host's pip config
 "${IN[@]}" /usr/bin/python3 -m venv /opt/pacific
 "${IN[@]}" /opt/pacific/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels pacific
+say "adding Open vSwitch and OVN from $OVSP ($(du -sh --exclude=include $OVSP | cut -f1))"
+mkdir -p $ROOT$OVSP
+(cd $OVSP && tar -cf - --exclude=./include --exclude='*.la' .) | tar -xf - -C $ROOT$OVSP
+for prog in sbin/ovsdb-server bin/ovn-northd; do   # (no /etc/hosts in the chroot: quiet)
+  "${IN[@]}" $OVSP/$prog --version >/dev/null 2>&1 || { echo "image: $prog does not run in the image" >&2; exit 1; }
+done
 "${IN[@]}" /opt/pacific/bin/pacific-node --help >/dev/null
 "${IN[@]}" /opt/pacific/bin/pacific-controller --help >/dev/null
 "${IN[@]}" /opt/pacific/bin/pacific-central --help >/dev/null
-"${IN[@]}" ovn-northd --version >/dev/null
 umount $ROOT/proc; trap - EXIT
 rm -rf $ROOT/tmp/wheels $ROOT/root/.cache
 find $ROOT/opt/pacific -name __pycache__ -prune -exec rm -rf {} +
 say "writing $OUT as $NAME"
 mkdir -p "$(dirname "$OUT")"
 .venv/bin/python -m pacific.sandbox.k8s.images pack --rootfs $ROOT --out "$OUT" --name "$NAME" \
-  --env PATH=/opt/pacific/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  --env PATH=/opt/pacific/bin:$OVSP/bin:$OVSP/sbin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+  --env PACIFIC_OVS_PREFIX=$OVSP \
   --env PYTHONUNBUFFERED=1 --cmd pacific-controller --cmd=--help
 echo "$SRC_STAMP" > "$OUT.stamp"
 say "done in $(elapsed): $OUT ($(du -h "$OUT" | cut -f1)), import with: ctr -n k8s.io images import $OUT"

@@ -81,7 +81,8 @@ def depends(package: str) -> set[str]:
 
 def test_stages_and_copies():
     st = stages()
-    assert len(st) == 2, "expected a build stage and a run stage"
+    assert [s[0].split()[-1] for s in st[:-1]] == ["build", "ovs"], \
+        "expected a build stage, an ovs stage and a run stage"
     assert all(s[0].split()[1].startswith("docker.io/library/debian:12") for s in st)
     for stage in st:
         for ins in stage:
@@ -90,9 +91,22 @@ def test_stages_and_copies():
                 for src in srcs:
                     assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
     # the run stage gets the virtualenv the build stage made and finds its commands
-    run = " ".join(st[1])
+    run = " ".join(st[-1])
     assert "COPY --from=build /opt/pacific /opt/pacific" in run
     assert "PATH=/opt/pacific/bin:" in run
+
+
+def test_current_ovs_and_ovn_at_the_prefix_they_were_built_for():
+    """The ovs stage runs the sandbox's build script; the run stage keeps its
+    result where the script installed it (the programs' libraries are found by
+    that path) and names it to Pacific (PACIFIC_OVS_PREFIX) and on PATH."""
+    script = (ROOT / "hack" / "build-ovs-ovn.sh").read_text()
+    root = re.search(r"ROOT=\$\{PACIFIC_OVS_CACHE_ROOT:-([^}]+)\}", script).group(1)
+    ovs, run = " ".join(stages()[1]), " ".join(stages()[-1])
+    assert "/src/hack/build-ovs-ovn.sh" in ovs and "PACIFIC_OVS_CACHE_ROOT" not in ovs
+    assert f"COPY --from=ovs {root} {root}" in run
+    assert f"PACIFIC_OVS_PREFIX={root}/current" in run
+    assert f"{root}/current/bin:{root}/current/sbin" in run
 
 
 @pytest.mark.skipif(shutil.which("dpkg") is None, reason="needs dpkg to map programs to packages")
