@@ -29,10 +29,11 @@ Sockets, logs and pidfiles live under ${names.SANDBOX_DIR_ENV} (default {names.S
 Needs root."""
 
 
-def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None, ovs_prefix=None):
+def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None, ovs_prefix=None,
+             central_pods=None):
     from pacific.sandbox.cluster import Sandbox
     return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet, deploy=deploy,
-                   ovs_prefix=ovs_prefix)
+                   ovs_prefix=ovs_prefix, central_pods=central_pods)
 
 
 def errors_to_exit(fn):
@@ -51,7 +52,8 @@ def errors_to_exit(fn):
 @errors_to_exit
 def cmd_up(args) -> int:
     sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet,
-                  deploy=args.deploy or None, ovs_prefix=args.ovs_prefix)
+                  deploy=args.deploy or None, ovs_prefix=args.ovs_prefix,
+                  central_pods=args.central_pods or None)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -150,6 +152,10 @@ def register(sub):
     up.add_argument("--deploy", action="store_true",
                     help="kubelet nodes, and Pacific itself run as pods from its image "
                     "(`make image` first) and deploy/'s manifests instead of sandbox processes")
+    up.add_argument("--central-pods", action="store_true",
+                    help="with --deploy, OVN central too: deploy/central.yaml's pacific-central "
+                    "pods on the first three nodes (labelled pacific.io/role=central), NB and "
+                    "SB as RAFT clusters over TLS (certificates from `pacific tls init`)")
     # neither: an existing sandbox keeps its mode, a new one follows
     # $PACIFIC_SANDBOX_PODS (kubelet or runner, default names.SANDBOX_PODS_DEFAULT)
     up.add_argument("--ovs-prefix", metavar="DIR",

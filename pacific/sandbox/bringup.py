@@ -43,6 +43,10 @@ def central_up(sb: "Sandbox") -> None:
 
     d = sb.central_dir
     os.makedirs(d, exist_ok=True)
+    if sb.central_pods:      # deploy/central.yaml's pods, once the kubelets run
+        log.info("central up: the underlay only (OVN central: pacific-central pods on %s)",
+                 sb.nb_tcp_remote)
+        return
     if sb.ha:
         from pacific.sandbox import ovnha
         ovnha.central_up(sb)
@@ -115,8 +119,9 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
          PHYS_BRIDGE], netns=ns)
     run(["ip", "link", "set", "dev", PHYS_BRIDGE, "up"], netns=ns)
     run(["ip", "route", "add", "default", "via", sb.external_ip], netns=ns)
-    st = daemons.ovn_controller(node.ovs_remote, ns, d)
-    sb._record_daemon(f"{node.name}/ovn-controller", st, ns)
+    if not sb.central_pods:  # else in the node's host view, with its TLS files (k8s.central)
+        st = daemons.ovn_controller(node.ovs_remote, ns, d)
+        sb._record_daemon(f"{node.name}/ovn-controller", st, ns)
     log.info("%s up: netns %s, underlay %s, ovsdb %s", node.name, ns, node.underlay_ip,
              node.ovs_remote)
 
@@ -133,7 +138,11 @@ def restart_node_daemon(sb: "Sandbox", node: "SandboxNode", daemon: str,
         raise ValueError(f"cannot restart {daemon!r}: one of {', '.join(starters)}")
     tag = f"{node.name}/{daemon}"
     sb.stop(tag)
-    st = starters[daemon](node.ovs_remote, node.netns, node.rundir)
+    wrap = []
+    if daemon == "ovn-controller" and sb.central_pods:
+        from pacific.sandbox.k8s import kubelet
+        wrap = kubelet.host_view(sb, node)
+    st = starters[daemon](node.ovs_remote, node.netns, node.rundir, wrap=wrap)
     sb._record_daemon(tag, st, node.netns)
     if daemon == "ovs-vswitchd":
         wait_for(lambda: netns_has_link(node.netns, PHYS_BRIDGE), timeout,

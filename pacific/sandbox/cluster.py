@@ -57,7 +57,7 @@ class Sandbox:
     def __init__(self, name: str = names.SANDBOX_DEFAULT_NAME, nodes: int | None = None,
                  underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None,
                  kubelet: bool | None = None, deploy: bool | None = None,
-                 ovs_prefix: str | None = None):
+                 ovs_prefix: str | None = None, central_pods: bool | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -78,6 +78,14 @@ class Sandbox:
         # --deploy: Pacific runs from its image and deploy/ on kubelet nodes
         # (pacific.sandbox.k8s.deploy) instead of as sandbox processes
         self.deploy = bool(saved.get("deploy")) if deploy is None else deploy
+        # --central-pods: OVN central too, as deploy/central.yaml's pods on the
+        # first three nodes (pacific.sandbox.k8s.central); implies --deploy
+        self.central_pods = (bool(saved.get("central_pods")) if central_pods is None
+                             else central_pods)
+        if self.central_pods and self.ha:
+            raise SandboxError("--central-pods and --ha are two ways to run OVN central: "
+                               "choose one")
+        self.deploy = self.deploy or self.central_pods
         self.kubelet = bool(kubelet) or self.deploy
         # which OVS/OVN runs the sandbox: the one it was built with, else the
         # default (hack/build-ovs-ovn.sh's, or Debian's); its programs go first on
@@ -104,16 +112,20 @@ class Sandbox:
         self.sb_remote = f"unix:{self.central_dir}/sb.sock"
         self.nb_tcp_remote = f"tcp:{self.central_ip}:{names.OVN_NB_PORT}"
         self.sb_tcp_remote = f"tcp:{self.central_ip}:{names.OVN_SB_PORT}"
-        if self.ha:
-            from pacific.sandbox import ovnha
-            for k, v in ovnha.remotes(self).items():
-                setattr(self, k, v)
         self.nodes: list[SandboxNode] = [
             SandboxNode(name=names.sandbox_node_name(i), index=i, netns=f"{prefix}node{i}",
                         rundir=os.path.join(self.dir, names.sandbox_node_name(i)),
                         underlay_ip=str(net[10 + i]), underlay_prefixlen=net.prefixlen,
                         underlay_mtu=underlay_mtu, mtu=underlay_mtu - names.POD_MTU_OVERHEAD)
             for i in range(1, nodes + 1)]
+        if self.ha:
+            from pacific.sandbox import ovnha
+            for k, v in ovnha.remotes(self).items():
+                setattr(self, k, v)
+        if self.central_pods:
+            from pacific.sandbox.k8s import central
+            for k, v in central.remotes(self).items():
+                setattr(self, k, v)
 
     def __repr__(self) -> str:
         return f"Sandbox({self.name!r}, nodes={len(self.nodes)}, dir={self.dir!r})"
@@ -163,6 +175,7 @@ class Sandbox:
                                        or bool(saved.get("ha")) != self.ha
                                        or bool(saved.get("kubelet")) != self.kubelet
                                        or bool(saved.get("deploy")) != self.deploy
+                                       or bool(saved.get("central_pods")) != self.central_pods
                                        or saved.get("ovs_prefix") != self.ovs.prefix):
                 log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
                          saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
@@ -178,14 +191,15 @@ class Sandbox:
         with self.state.update() as st:
             st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
                       kubelet=self.kubelet, deploy=self.deploy, ovs_prefix=self.ovs.prefix,
-                      ready=False)
+                      central_pods=self.central_pods, ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
             for node in self.nodes:
                 bringup.node_up(self, node)
-            bringup.wait_ready(self, timeout)
-            bringup.warm_tunnels(self, timeout)
+            if not self.central_pods:    # else once central's pods run (its service)
+                bringup.wait_ready(self, timeout)
+                bringup.warm_tunnels(self, timeout)
         except Exception as e:
             raise SandboxError(f"sandbox {self.name} failed to come up: {e}; logs under "
                                f"{self.dir}; `pacific sandbox down --name {self.name}` "
@@ -220,6 +234,7 @@ class Sandbox:
         if not st.get("ready") or st.get("nodes") != len(self.nodes) \
                 or bool(st.get("ha")) != self.ha or bool(st.get("kubelet")) != self.kubelet \
                 or bool(st.get("deploy")) != self.deploy \
+                or bool(st.get("central_pods")) != self.central_pods \
                 or st.get("ovs_prefix") != self.ovs.prefix:
             return False
         return (all(alive(d["pid"], d["start"]) or self.adopt_restarted(tag)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Sequence
 
 from pacific import names, ovsinstall
 from pacific.sandbox.proc import SandboxError, read_pidfile, run, start_time
@@ -41,8 +42,9 @@ def dir_env(directory: str) -> dict[str, str]:
 
 
 def start_detached(binary: str, base: str, args: list[str], netns: str | None,
-                   directory: str, unixctl: bool = True) -> Started:
-    """Run `binary --detach ...` with files `<directory>/<base>.{pid,log,ctl}`."""
+                   directory: str, unixctl: bool = True, wrap: Sequence[str] = ()) -> Started:
+    """Run `binary --detach ...` with files `<directory>/<base>.{pid,log,ctl}`;
+    `wrap` is a command that execs it (nsenter into a node's mount namespace)."""
     pidfile = os.path.join(directory, f"{base}.pid")
     logfile = os.path.join(directory, f"{base}.log")
     ctl = os.path.join(directory, f"{base}.ctl") if unixctl else None
@@ -50,7 +52,7 @@ def start_detached(binary: str, base: str, args: list[str], netns: str | None,
             f"--log-file={logfile}"]
     if ctl:
         argv.append(f"--unixctl={ctl}")
-    run(argv + args, netns=netns, env=dir_env(directory))
+    run([*wrap, *argv, *args], netns=netns, env=dir_env(directory))
     pid = read_pidfile(pidfile)
     started = start_time(pid) if pid else None
     if not pid or started is None:
@@ -78,16 +80,18 @@ def ovn_northd(nb_remote: str, sb_remote: str, netns: str, directory: str) -> St
                           netns, directory)
 
 
-def ovs_vswitchd(db_remote: str, netns: str, directory: str) -> Started:
+def ovs_vswitchd(db_remote: str, netns: str, directory: str,
+                 wrap: Sequence[str] = ()) -> Started:
     # --monitor: restarted after a crash, as systemd would (pacific.sandbox.nodeguard
     # then restores the node's underlay, which lives on the restarted process's tap)
     return start_detached("ovs-vswitchd", "ovs-vswitchd", ["--monitor", db_remote], netns,
-                          directory)
+                          directory, wrap=wrap)
 
 
-def ovn_controller(db_remote: str, netns: str, directory: str) -> Started:
+def ovn_controller(db_remote: str, netns: str, directory: str,
+                   wrap: Sequence[str] = ()) -> Started:
     # no --unixctl: it creates ovn-controller.<pid>.ctl in OVS_RUNDIR (= directory)
     st = start_detached("ovn-controller", "ovn-controller", [db_remote], netns, directory,
-                        unixctl=False)
+                        unixctl=False, wrap=wrap)
     st.ctl = os.path.join(directory, f"ovn-controller.{st.pid}.ctl")
     return st

@@ -53,11 +53,15 @@ def flow_log(node) -> str:
     return os.path.join(node.rundir, "flows", os.path.basename(names.FLOW_LOG))
 
 
+CENTRAL_DB_DIR = "/var/lib/pacific/central"    # deploy/central.yaml's databases
+
+
 def deploy_host_dirs(node) -> dict[str, str]:
-    """Host paths deploy/node.yaml mounts -> this node's directories (a kubelet node
-    of a --deploy sandbox binds them)."""
+    """Host paths deploy/node.yaml and central.yaml mount -> this node's
+    directories (a kubelet node of a --deploy sandbox binds them)."""
     p = paths(node)
-    return {"/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
+    return {CENTRAL_DB_DIR: os.path.join(node.rundir, "central-db"),
+            "/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
             "/run/pacific": os.path.dirname(p.socket), "/etc/cni/net.d": p.conf_dir,
             "/opt/cni/bin": p.bin_dir, names.OVN_TLS_DIR: os.path.join(node.rundir, "ovn-tls"),
             os.path.dirname(names.OVN_CONTROLLER_LOG): node.rundir,

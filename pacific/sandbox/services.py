@@ -7,7 +7,8 @@ the sandbox and should start its daemon with `sandbox.spawn(tag, argv, netns=...
 order: the real Kubernetes control plane (pacific.sandbox.k8s), deploy/'s
 ServiceAccounts and RBAC, with kubelets a cluster DNS, a containerd and a real
 kubelet per node (or, with `Sandbox(kubelet=False)`, a pod runner that registers
-the Node as a kubelet would), two leader-elected controller replicas, one pacific-node per node.
+the Node as a kubelet would), with --central-pods OVN central as pods, two
+leader-elected controller replicas, one pacific-node per node.
 Every starter is idempotent: a daemon that already runs is left alone.
 
 Tests that want the bare network pass `services=()`.
@@ -53,6 +54,14 @@ def cluster_dns(sb: "Sandbox") -> None:
         clusterdns.start(sb)
 
 
+def ovn_central(sb: "Sandbox") -> None:
+    """With --central-pods: OVN central from deploy/central.yaml on the first
+    nodes, then every node's ovn-controller (pacific.sandbox.k8s.central)."""
+    if sb.central_pods:
+        from pacific.sandbox.k8s import central
+        central.start(sb)
+
+
 def controllers(sb: "Sandbox") -> None:
     if sb.deploy:          # deploy/'s Deployment runs them (node_daemons applies it)
         return
@@ -78,4 +87,5 @@ def node_daemons(sb: "Sandbox") -> None:
 
 
 DEFAULT_SERVICES: list[Callable[["Sandbox"], None]] = [
-    kube_control_plane, pacific_credentials, cluster_dns, pod_runners, controllers, node_daemons]
+    kube_control_plane, pacific_credentials, cluster_dns, pod_runners, ovn_central, controllers,
+    node_daemons]

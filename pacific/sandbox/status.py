@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING
 
 from pacific.sandbox import netns
@@ -51,14 +52,14 @@ def collect(sb: "Sandbox") -> dict:
         # whether Pacific runs from its image and deploy/ (--deploy)
         "pods": "kubelet" if sb.kubelet else "runner",
         "deploy": sb.deploy,
+        # OVN central as deploy/central.yaml's pods on the first nodes (--central-pods)
+        "central_pods": sb.central_pods,
         "nb_remote": sb.nb_remote,
         "sb_remote": sb.sb_remote,
         "nb_tcp_remote": sb.nb_tcp_remote,
         "sb_tcp_remote": sb.sb_tcp_remote,
         "central": {"netns": sb.central_netns, "underlay_ip": sb.central_ip,
-                    "logs": ({f"ovn{i}/{d}": f"{sb.central_dir}/ovn{i}/{d}.log"
-                              for i in (1, 2, 3) for d in ("nb", "sb")} if sb.ha else
-                             {d: f"{sb.central_dir}/{d}.log" for d in ("nb", "sb", "northd")})},
+                    "logs": _central_logs(sb)},
         "external": {"netns": sb.external_netns, "underlay_ip": sb.external_ip,
                      "remote_ip": sb.external_remote_ip},
         "chassis": _chassis(sb) if exists else [],
@@ -66,3 +67,14 @@ def collect(sb: "Sandbox") -> dict:
         "nodes": nodes,
         "test_pods": sorted(st.get("pods", {})),
     }
+
+
+def _central_logs(sb) -> dict[str, str]:
+    if sb.central_pods:
+        from pacific.sandbox.k8s import central
+        return {f"{n.name}/{d}": os.path.join(central.host_dirs(n)[central.RUN_DIR], f"{d}.log")
+                for n in central.members(sb) for d in ("nb", "sb", "northd")}
+    if sb.ha:
+        return {f"ovn{i}/{d}": f"{sb.central_dir}/ovn{i}/{d}.log"
+                for i in (1, 2, 3) for d in ("nb", "sb")}
+    return {d: f"{sb.central_dir}/{d}.log" for d in ("nb", "sb", "northd")}

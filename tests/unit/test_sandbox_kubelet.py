@@ -150,7 +150,7 @@ def test_deploy_points_the_manifests_at_the_local_image_and_node_dirs(tmp_path, 
     docs = deploy._docs(("Deployment", "DaemonSet"))
     assert sorted(d["kind"] for d in docs) == ["DaemonSet", "Deployment"]
     for d in docs:
-        out = deploy._with_image(d, "localhost/pacific:9")
+        out = deploy.with_image(d, "localhost/pacific:9")
         c = out["spec"]["template"]["spec"]["containers"][0]
         assert (c["image"], c["imagePullPolicy"]) == ("localhost/pacific:9", "IfNotPresent")
         assert d["spec"]["template"]["spec"]["containers"][0]["image"] != c["image"]  # a copy

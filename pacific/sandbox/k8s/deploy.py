@@ -80,7 +80,7 @@ def _docs(kinds) -> list[dict]:
     return out
 
 
-def _with_image(doc: dict, image: str) -> dict:
+def with_image(doc: dict, image: str) -> dict:
     doc = copy.deepcopy(doc)
     for c in doc["spec"]["template"]["spec"]["containers"]:
         if c["image"].split(":")[0] == "pacific":
@@ -88,7 +88,7 @@ def _with_image(doc: dict, image: str) -> dict:
     return doc
 
 
-def _apply(api, doc: dict) -> None:
+def apply_doc(api, doc: dict) -> None:
     from pacific.kube import errors
     from pacific.kube import resources as r
     res = (r.Resource(*DAEMONSETS_KIND) if doc["kind"] == "DaemonSet"
@@ -102,14 +102,16 @@ def _apply(api, doc: dict) -> None:
         r.replace(api, res, doc, namespace=ns)
 
 
-def _config(api, sb: "Sandbox") -> None:
+def configure(api, sb: "Sandbox") -> None:
     from pacific.kube import resources as r
     r.patch_merge(api, r.CONFIGMAPS, "pacific-config", {"data": {
         "nb-remote": sb.nb_tcp_remote, "sb-remote": sb.sb_tcp_remote,
         "datapath-type": "netdev", "service-cidr": names.SERVICE_CIDR,
         "api-server-host": sb.central_ip, "api-server-port": str(names.KUBE_API_PORT),
-        # the sandbox's central (not --ha) speaks plain TCP: no TLS files
-        "ovn-ssl-key": "", "ovn-ssl-cert": "", "ovn-ssl-ca": "",
+        # the sandbox's own central (not --ha) speaks plain TCP: no TLS files;
+        # pacific-central's pods speak TLS: deploy/config.yaml's files, made by
+        # `pacific tls init` (pacific.sandbox.k8s.central)
+        **({} if sb.central_pods else {"ovn-ssl-key": "", "ovn-ssl-cert": "", "ovn-ssl-ca": ""}),
         "external-ip-cidrs": names.SANDBOX_EXTERNAL_IP_CIDRS,
         "egress-ip-cidrs": names.SANDBOX_EGRESS_IP_CIDRS,
         "infrastructure-ips": f"{sb.central_ip},{sb.external_ip}"}},
@@ -169,9 +171,9 @@ def start(sb: "Sandbox", timeout: float = 180.0) -> None:
     api = client.load(k8s.kubeconfig_path(sb))
     image = image_name()
     kubelet.import_image(sb, archive(), image)
-    _config(api, sb)
+    configure(api, sb)
     _kube_endpoints(api, sb)
     for doc in _docs(("Deployment", "DaemonSet")):
-        _apply(api, _with_image(doc, image))
+        apply_doc(api, with_image(doc, image))
     _wait(api, sb, timeout)
 

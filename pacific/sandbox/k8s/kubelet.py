@@ -237,6 +237,16 @@ def start_containerd(sb: "Sandbox", node, image_paths: dict) -> None:
             _ctr(p, "images", "import", path)
 
 
+def host_view(sb: "Sandbox", node) -> list[str]:
+    """A command prefix that runs its command in the node's host view: its
+    containerd's mount namespace, where the host paths of deploy/'s manifests are
+    the node's own directories."""
+    cpid = sb.daemon_pid(containerd_tag(node))
+    if cpid is None:
+        raise SandboxError(f"containerd of {node.name} is not running")
+    return ["nsenter", f"--mount=/proc/{cpid}/ns/mnt", "--"]
+
+
 def import_image(sb: "Sandbox", path: str, name: str) -> None:
     """The OCI archive `path` (image `name`) into every node's containerd, where
     it is not there yet."""

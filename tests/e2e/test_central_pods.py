@@ -1,0 +1,222 @@
+"""`pacific sandbox up --central-pods`: the whole network from Pacific's image
+and deploy/: OVN central as deploy/central.yaml's pacific-central pods on three
+labelled nodes (NB and SB RAFT clusters over TLS, certificates from `pacific
+tls init`), the controller and node daemons as in --deploy.  Then what users
+of such installs report losing (kube-ovn #6815, #7110): the leading member
+killed, a member's database deleted, another's corrupted, a node relabelled out
+and in; each recovered by the pods themselves while pods' traffic flows."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from controller_fixtures import wait_until
+from test_kubelet_nodes import _skip, kubectl, running
+
+from pacific import names
+from pacific.kube import client
+from pacific.kube import resources as r
+from pacific.sandbox.k8s import bins, central, deploy
+from pacific.sandbox.k8s import sandbox as k8s
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
+
+NS = "cen"
+PODS = """
+apiVersion: v1
+kind: Pod
+metadata: {name: %(name)s, namespace: cen, labels: {app: ping}}
+spec:
+  nodeName: %(node)s
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: c
+    image: localhost/busybox:latest
+    imagePullPolicy: IfNotPresent
+    command: [sh, -c, "exec httpd -f -p 8080 -h /var/www"]
+"""
+SELECTOR = f"app.kubernetes.io/name={central.WORKLOAD}"
+
+
+@pytest.fixture(scope="module")
+def cen(sandbox_factory):
+    _skip()
+    try:
+        deploy.archive()
+    except Exception as e:
+        pytest.skip(str(e))
+    sb = sandbox_factory(nodes=3, services=None, central_pods=True)
+    api = client.load(k8s.kubeconfig_path(sb))
+    kubectl(sb, "create", "namespace", NS)
+    for i, node in ((1, "node1"), (2, "node2")):
+        kubectl(sb, "apply", "-f", "-", input=PODS % {"name": f"p{i}", "node": node})
+    wait_until(lambda: len(running(api, NS, "app=ping")) == 2, 120, what="2 pods Running")
+    yield sb, api
+    sb.down()
+
+
+def _pods(api) -> dict[str, dict]:
+    """node name -> its pacific-central pod (not being deleted)."""
+    items = r.list_(api, r.PODS, names.PACIFIC_NAMESPACE, label_selector=SELECTOR)[0]
+    return {p["spec"]["nodeName"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+
+
+def _ready(p: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (p.get("status") or {}).get("conditions") or [])
+
+
+def _servers(node, db: str) -> int:
+    """How many servers member `node` counts in its cluster (0: not a member)."""
+    st = central.cluster_status(node, db)
+    if "Status: cluster member" not in st:
+        return 0
+    return len(re.findall(r"^\s+\w{4} \(\w{4} at ", st.split("Servers:", 1)[-1], re.M))
+
+
+def _whole(sb, n: int = 3) -> bool:
+    return all(_servers(m, db) == n for m in central.members(sb) for db in ("nb", "sb"))
+
+
+def _kill_member(sb, node) -> int:
+    """SIGKILL the pacific-central process on `node` (a crash of its container)."""
+    want = os.stat(f"/run/netns/{node.netns}").st_ino
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if any(a.endswith(b"pacific-central") for a in argv[:2]) \
+                    and os.stat(f"/proc/{pid}/ns/net").st_ino == want:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no pacific-central process in {node.netns}")
+
+
+def _ping(sb, api) -> subprocess.Popen:
+    """A ping from p1 (node1) to p2 (node2), 150 packets 0.1 s apart."""
+    p2 = {p["metadata"]["name"]: p for p in running(api, NS, "app=ping")}["p2"]
+    return subprocess.Popen(
+        [bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}", "-n", NS, "exec",
+         "p1", "--", "ping", "-q", "-c", "150", "-i", "0.1", "-W", "1", p2["status"]["podIP"]],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _loss(ping: subprocess.Popen) -> tuple[int, int]:
+    out = ping.communicate(timeout=60)[0]
+    m = re.search(r"(\d+) packets transmitted, (\d+) (?:packets )?received", out)
+    assert m, out
+    return int(m.group(1)), int(m.group(2))
+
+
+def test_the_network_comes_up_from_the_manifests(cen):
+    sb, api = cen
+    pods = _pods(api)
+    assert sorted(pods) == [n.name for n in central.members(sb)]
+    assert all(_ready(p) for p in pods.values())
+    assert {c["image"] for p in pods.values() for c in p["spec"]["containers"]} \
+        == {deploy.image_name()}
+    # no OVSDB server of the sandbox's own: the members' sockets are the pods'
+    assert not [t for t in sb.state.read()["daemons"] if t.startswith("central/")]
+    assert _whole(sb)
+    # each database's leader labels its pod; the leader Services select it
+    for db in ("nb", "sb"):
+        lead = central.leader(sb, db)
+        labelled = wait_until(lambda db=db: [n for n, p in _pods(api).items()
+                                             if p["metadata"]["labels"].get(
+                                                 names.CENTRAL_LEADER_LABELS[db]) == "true"],
+                              30, what=f"the {db} leader's pod label")
+        assert labelled == [lead.name]
+    # the TLS listeners take no plain TCP client
+    cp = subprocess.run(["ovn-nbctl", f"--db=tcp:{central.members(sb)[0].underlay_ip}:6641",
+                         "--timeout=3", "show"], capture_output=True, text=True)
+    assert cp.returncode != 0
+    # pods on two nodes talk through the network these members serve
+    p2 = {p["metadata"]["name"]: p for p in running(api, NS, "app=ping")}["p2"]
+    out = kubectl(sb, "-n", NS, "exec", "p1", "--", "ping", "-c", "3", "-W", "2",
+                  p2["status"]["podIP"])
+    assert " 0% packet loss" in out.stdout, out.stdout
+
+
+def test_the_leading_member_killed_writes_resume_and_traffic_flows(cen):
+    sb, api = cen
+    lead = central.leader(sb, "nb")
+    ping = _ping(sb, api)
+    time.sleep(1)          # the ping is under way before the kill
+    t0 = time.monotonic()
+    _kill_member(sb, lead)
+    done = None
+    for i in range(200):
+        cp = subprocess.run(["ovn-nbctl", f"--db={sb.nb_remote}", "--timeout=1",
+                             "ls-add", f"after-kill-{os.getpid()}-{i}"],
+                            capture_output=True, text=True)
+        if cp.returncode == 0:
+            done = time.monotonic() - t0
+            break
+    assert done is not None and done <= 5.0, f"NB writes resumed after {done} s"
+    sent, got = _loss(ping)
+    print(f"leader killed: NB writes resumed after {done:.2f} s; a ping across it: "
+          f"{sent} sent, {got} received")
+    assert sent >= 100 and got == sent
+    # the container restarts and its member rejoins: three servers again
+    wait_until(lambda: _whole(sb) and all(_ready(p) for p in _pods(api).values()), 120,
+               what="the killed member back in both clusters")
+
+
+def test_a_members_database_deleted_is_recovered(cen):
+    sb, api = cen
+    victim = next(n for n in central.members(sb) if n is not central.leader(sb, "nb"))
+    wait_until(lambda: _whole(sb), 60, what="whole clusters")
+    marker = f"deleted-{os.getpid()}"
+    sb.nbctl("ls-add", marker)
+    os.unlink(central.db_file(victim, "nb"))
+    _kill_member(sb, victim)
+    wait_until(lambda: _whole(sb) and _has(victim, marker), 120,
+               what=f"{victim.name}'s NB member back, three servers (the old id kicked)")
+
+
+def _has(node, switch: str) -> bool:
+    cp = subprocess.run(["ovn-nbctl", f"--db=unix:{central.socket(node, 'nb')}", "--no-leader-only",
+                         "--timeout=3", "--bare", "--columns=name", "find", "Logical_Switch",
+                         f"name={switch}"], capture_output=True, text=True)
+    return cp.returncode == 0 and switch in cp.stdout
+
+
+def test_a_members_corrupted_database_is_moved_aside_and_recovered(cen):
+    sb, api = cen
+    wait_until(lambda: _whole(sb), 60, what="whole clusters")
+    victim = central.members(sb)[-1]
+    path = central.db_file(victim, "sb")
+    with open(path, "r+b") as f:        # the RAFT header overwritten (kube-ovn #7110)
+        f.write(b"\0garbage" * 64)
+    _kill_member(sb, victim)
+    wait_until(lambda: _whole(sb), 120, what=f"{victim.name}'s SB member back")
+    aside = glob.glob(path + ".corrupt-*")
+    assert aside, os.listdir(os.path.dirname(path))
+    pod = _pods(api)[victim.name]["metadata"]["name"]
+    logs = kubectl(sb, "-n", names.PACIFIC_NAMESPACE, "logs", pod).stdout
+    assert "moved aside" in logs, logs[-2000:]
+
+
+def test_a_node_relabelled_out_leaves_and_in_joins(cen):
+    sb, api = cen
+    wait_until(lambda: _whole(sb), 60, what="whole clusters")
+    node = central.members(sb)[-1]
+    stay = central.members(sb)[0]
+    kubectl(sb, "label", "node", node.name, f"{names.CENTRAL_ROLE_LABEL}-")
+    wait_until(lambda: node.name not in _pods(api) and _servers(stay, "nb") == 2
+               and _servers(stay, "sb") == 2, 120, what=f"{node.name} out of both clusters")
+    marker = f"while-out-{os.getpid()}"
+    sb.nbctl("ls-add", marker)
+    kubectl(sb, "label", "node", node.name, f"{names.CENTRAL_ROLE_LABEL}={names.CENTRAL_ROLE}")
+    wait_until(lambda: _whole(sb) and node.name in _pods(api) and _ready(_pods(api)[node.name]),
+               120, what=f"{node.name} back in both clusters")
+    assert _has(node, marker)
