@@ -22,7 +22,7 @@ from test_kubelet_nodes import _skip, kubectl, running
 from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
-from pacific.sandbox.k8s import bins, central, deploy
+from pacific.sandbox.k8s import bins, central, deploy, rollout, traffic
 from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -220,3 +220,26 @@ def test_a_node_relabelled_out_leaves_and_in_joins(cen):
     wait_until(lambda: _whole(sb) and node.name in _pods(api) and _ready(_pods(api)[node.name]),
                120, what=f"{node.name} back in both clusters")
     assert _has(node, marker)
+
+
+@pytest.mark.parametrize("kind,name", [("DaemonSet", "pacific-central"),
+                                       ("DaemonSet", "pacific-node"),
+                                       ("Deployment", "pacific-controller")])
+def test_a_rolling_upgrade_keeps_pods_talking(cen, kind, name):
+    """A new image for one component, rolled out pod by pod, while p1 pings p2
+    and streams TCP to it across nodes: no ping lost, the connection holds."""
+    sb, api = cen
+    wait_until(lambda: _whole(sb), 60, what="whole clusters")
+    pods = {p["metadata"]["name"]: p for p in running(api, NS, "app=ping")}
+    probe = traffic.Probe(sb, pods["p1"], pods["p2"]).start()
+    try:
+        took = rollout.upgrade(sb, api, kind, name)
+        marker = f"after-upgrade-{name}-{os.getpid()}"
+        sb.nbctl("ls-add", marker)          # NB still takes writes
+    finally:
+        res = probe.stop()
+    print(f"rolling upgrade of {kind} {name} ({took:.1f} s): {res}")
+    assert res.lost == 0 and res.broken is None, str(res)
+    assert res.stall < 1.0, str(res)
+    if name == "pacific-central":
+        assert _whole(sb)

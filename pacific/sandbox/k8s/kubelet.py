@@ -181,6 +181,11 @@ def _ctr(p: Paths, *args: str, timeout: float = 60) -> str:
                timeout=timeout).stdout
 
 
+def ctr(sb: "Sandbox", node, *args: str, timeout: float = 60) -> str:
+    """`ctr` against `node`'s containerd (namespace k8s.io)."""
+    return _ctr(Paths(sb, node), *args, timeout=timeout)
+
+
 def registry_address(sb: "Sandbox") -> str:
     return f"{sb.central_ip}:{REGISTRY_PORT}"
 
