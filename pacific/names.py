@@ -310,4 +310,7 @@ POD_SOURCE_INTERFACES = ("lo", MGMT_PORT, EGRESS_PORT, EGRESS_BRIDGE)
 # node's own in this host directory (the same path inside and out: ovn-controller reads it)
 OVN_TLS_DIR = "/etc/pacific/ovn-tls"
 OVN_TLS_SECRET = "pacific-ovn-tls"
+# deploy/config.yaml's ConfigMap in PACIFIC_NAMESPACE (the daemons' settings; the
+# day-two tools read nb-remote and sb-remote from it)
+CONFIG_MAP = "pacific-config"
 

@@ -43,6 +43,10 @@ def register(sub):
     p.add_argument("--pod-runner", action="store_true",
                    help="a new sandbox runs its pods with the lighter pod runner instead of a "
                    "containerd and a kubelet per node (then kubectl exec/logs/run do not work)")
+    p.add_argument("--central-pods", action="store_true",
+                   help="a new sandbox runs Pacific and OVN central as pods from its image "
+                   "(`make image` first) and deploy/: pacific-central on three labelled nodes "
+                   "(as `pacific sandbox up --central-pods`)")
     p.set_defaults(func=run)
 
 
@@ -177,7 +181,9 @@ def _kubelet_hints(sb) -> str:
   kubectl logs one
   kubectl exec -n demo-blue deploy/web -- hostname
   kubectl exec -n demo-blue deploy/web -- ping -c1 <a demo-blue pod's IP>
-"""
+""" + ("""  kubectl get pods -n pacific-system -o wide -L pacific.io/ovn-nb-leader   # OVN central as pods
+  kubectl logs -n pacific-system -l app.kubernetes.io/name=pacific-central
+""" if sb.central_pods else "")
 
 
 @errors_to_exit
@@ -191,7 +197,8 @@ def run(args) -> int:
         os.environ.get(names.SANDBOX_DIR_ENV) or names.SANDBOX_DIR, args.name))
     # a new demo sandbox has real nodes (containerd + kubelet) unless --pod-runner
     sb = Sandbox(args.name, nodes=None if exists else args.nodes,
-                 kubelet=None if exists else not args.pod_runner)
+                 kubelet=None if exists else not args.pod_runner,
+                 central_pods=None if exists else args.central_pods)
     print(f"sandbox {sb.name}: bringing up what is not running ({len(sb.nodes)} nodes) ...",
           flush=True)
     sb.up()     # idempotent: keeps a healthy network, starts only missing services

@@ -27,7 +27,7 @@ from pacific import names
 from pacific.pki import CertAuthority, PkiError
 
 CA_SECRET, CENTRAL_SECRET, CONTROLLER_SECRET = \
-    "pacific-ovn-ca", "pacific-ovn-central", "pacific-ovn-tls"
+    "pacific-ovn-ca", "pacific-ovn-central", names.OVN_TLS_SECRET
 
 
 def register(sub) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -222,6 +223,48 @@ def test_a_node_relabelled_out_leaves_and_in_joins(cen):
     assert _has(node, marker)
 
 
+def _served_serial(sb, node) -> str:
+    """The serial of the certificate NB serves at `node`'s address (seen from
+    the underlay, with that node's own client certificate)."""
+    f = central.tls_files(node)
+    cp = subprocess.run(["ip", "netns", "exec", sb.central_netns, "openssl", "s_client",
+                         "-connect", f"{node.underlay_ip}:{names.OVN_NB_PORT}",
+                         "-cert", f["tls.crt"], "-key", f["tls.key"], "-CAfile", f["ca.crt"]],
+                        input="", capture_output=True, text=True, timeout=30)
+    pem = re.search(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", cp.stdout, re.S)
+    assert pem, cp.stdout + cp.stderr
+    return _serial(pem.group(0))
+
+
+def _serial(pem: str) -> str:
+    return subprocess.run(["openssl", "x509", "-noout", "-serial"], input=pem,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _secret_serial(api, name: str) -> str:
+    import base64
+    sec = r.get(api, r.SECRETS, name, names.PACIFIC_NAMESPACE)
+    return _serial(base64.b64decode(sec["data"]["tls.crt"]).decode())
+
+
+RENEWED: dict[str, str] = {}
+
+
+def test_certificates_renewed(cen):
+    """`pacific tls init --renew`: new certificates of the same CA in the
+    Secrets and on every node; the rolling updates below restart the daemons
+    onto them (docs/ha.md), the last test checks they are in use."""
+    sb, api = cen
+    RENEWED["old_served"] = _served_serial(sb, central.members(sb)[0])
+    old = {s: _secret_serial(api, s) for s in ("pacific-ovn-central", "pacific-ovn-tls")}
+    old_node = _serial(open(central.tls_files(sb.nodes[0])["tls.crt"]).read())
+    central.certificates(api, sb, renew=True)
+    new = {s: _secret_serial(api, s) for s in old}
+    assert all(new[s] != old[s] for s in old), (old, new)
+    assert _serial(open(central.tls_files(sb.nodes[0])["tls.crt"]).read()) != old_node
+    RENEWED["central"] = new["pacific-ovn-central"]
+
+
 @pytest.mark.parametrize("kind,name", [("DaemonSet", "pacific-central"),
                                        ("DaemonSet", "pacific-node"),
                                        ("Deployment", "pacific-controller")])
@@ -243,3 +286,75 @@ def test_a_rolling_upgrade_keeps_pods_talking(cen, kind, name):
     assert res.stall < 1.0, str(res)
     if name == "pacific-central":
         assert _whole(sb)
+
+
+def test_the_renewed_certificates_are_in_use(cen):
+    """After the rolling updates: every member serves the renewed certificate,
+    every ovn-controller is connected with its node's renewed one, and the
+    controller (its renewed client certificate) still writes NB: a new pod runs."""
+    sb, api = cen
+    assert RENEWED, "test_certificates_renewed did not run"
+    for m in central.members(sb):
+        assert _served_serial(sb, m) == RENEWED["central"] != RENEWED["old_served"]
+    for n in sb.nodes:
+        wait_until(lambda n=n: subprocess.run(
+            ["ovs-appctl", "-t", n.controller_ctl, "connection-status"], capture_output=True,
+            text=True).stdout.strip() == "connected", 30,
+            what=f"{n.name}'s ovn-controller connected to SB")
+    kubectl(sb, "apply", "-f", "-", input=PODS % {"name": "p3", "node": "node3"})
+    wait_until(lambda: "p3" in {p["metadata"]["name"] for p in running(api, NS, "app=ping")},
+               120, what="p3 Running (its port written by the controller)")
+
+
+def _tool(sb, kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
+    """A day-two command given nothing but a kubeconfig, run where an operator's
+    workstation would be: on the underlay (the sandbox's central namespace)."""
+    pacific = os.path.join(os.path.dirname(sys.executable), "pacific")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PACIFIC_")}
+    return subprocess.run(["ip", "netns", "exec", sb.central_netns, pacific, *args,
+                           "--kubeconfig", kubeconfig], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def _underlay_kubeconfig(sb, path: str, token: str | None = None) -> str:
+    """The sandbox administrator's kubeconfig (or `token`'s) at the API's
+    underlay address."""
+    import yaml
+    with open(k8s.kubeconfig_path(sb)) as f:
+        cfg = yaml.safe_load(f)
+    for c in cfg["clusters"]:
+        c["cluster"]["server"] = k8s.underlay_url(sb)
+    if token:
+        for u in cfg["users"]:
+            u["user"] = {"token": token}
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+    return path
+
+
+def test_the_tools_find_central_through_the_cluster(cen, tmp_path):
+    """trace and topology with nothing but a kubeconfig: the remotes from
+    pacific-config, the TLS files from pacific-ovn-tls.  A tenant with edit in
+    one namespace gets a refusal that names the right it lacks, and nothing of
+    OVN (no remote, no address)."""
+    sb, api = cen
+    admin = _underlay_kubeconfig(sb, str(tmp_path / "admin"))
+    cp = _tool(sb, admin, "topology", "--format", "json")
+    assert cp.returncode == 0, cp.stderr
+    assert {n.name for n in sb.nodes} <= set(re.findall(r"node\d", cp.stdout))
+    cp = _tool(sb, admin, "trace", f"{NS}/p1", f"{NS}/p2", "--tcp", "8080")
+    assert cp.returncode == 0, cp.stderr
+    assert "p2" in cp.stdout
+    # no TLS file is left behind by the tool
+    assert not glob.glob("/tmp/pacific-ovn-tls-*")
+    # a tenant: ServiceAccount with edit in its namespace only
+    kubectl(sb, "-n", NS, "create", "serviceaccount", "tenant")
+    kubectl(sb, "-n", NS, "create", "rolebinding", "tenant-edit", "--clusterrole=edit",
+            f"--serviceaccount={NS}:tenant")
+    token = k8s.service_account_token(api, NS, "tenant")
+    tenant = _underlay_kubeconfig(sb, str(tmp_path / "tenant"), token)
+    cp = _tool(sb, tenant, "topology")
+    assert cp.returncode != 0
+    assert f"get on configmap {names.PACIFIC_NAMESPACE}/{names.CONFIG_MAP}" in cp.stderr, cp.stderr
+    assert "ssl:" not in cp.stderr + cp.stdout
+    assert not any(n.underlay_ip in cp.stderr + cp.stdout for n in sb.nodes)

@@ -157,3 +157,22 @@ def test_sandbox_exec_options_before_the_double_dash_are_options():
     assert (a.name, a.argv) == ("default", ["true"])
     with pytest.raises(SystemExit):
         parse_args(["tenant", "list", "--", "x"])
+
+
+def test_a_rollout_is_done_when_every_pod_runs_the_current_template():
+    from pacific.sandbox.k8s.rollout import rolled
+
+    def ds(gen, observed, **st):
+        return {"kind": "DaemonSet", "metadata": {"generation": gen},
+                "status": {"observedGeneration": observed, **st}}
+    done = dict(desiredNumberScheduled=3, updatedNumberScheduled=3, numberAvailable=3,
+                numberReady=3)
+    assert rolled(ds(2, 2, **done))
+    assert not rolled(ds(3, 2, **done))          # the new template not seen yet
+    assert not rolled(ds(2, 2, **{**done, "updatedNumberScheduled": 2}))
+    assert not rolled(ds(2, 2, **{**done, "numberAvailable": 2}))
+    dep = {"kind": "Deployment", "metadata": {"generation": 4}, "spec": {"replicas": 2},
+           "status": {"observedGeneration": 4, "updatedReplicas": 2, "availableReplicas": 2,
+                      "replicas": 2}}
+    assert rolled(dep)
+    assert not rolled({**dep, "status": {**dep["status"], "replicas": 3}})   # an old one left

@@ -122,14 +122,17 @@ def _label_members(api, sb: "Sandbox", timeout: float) -> None:
             names.CENTRAL_ROLE_LABEL: names.CENTRAL_ROLE}}})
 
 
-def _certificates(api, sb: "Sandbox") -> None:
-    """`pacific tls init`, and each node's files on its host."""
+def certificates(api, sb: "Sandbox", renew: bool = False) -> None:
+    """`pacific tls init` (`--renew`: new certificates of the same CA), and each
+    node's files on its host; the daemons read the new ones once restarted."""
     import io
+    import tempfile
 
     from pacific.cli import tls
     out = io.StringIO()
-    tls.init(api, names.PACIFIC_NAMESPACE, os.path.join(sb.dir, "ovn-ca"),
-             node_certs=os.path.join(sb.dir, "node-certs"), out=out)
+    with tempfile.TemporaryDirectory(prefix="ovn-ca-", dir=sb.dir) as work:
+        tls.init(api, names.PACIFIC_NAMESPACE, os.path.join(work, "ca"),
+                 node_certs=os.path.join(sb.dir, "node-certs"), renew=renew, out=out)
     for line in out.getvalue().splitlines():
         log.info("tls init: %s", line)
     for n in sb.nodes:
@@ -176,7 +179,7 @@ def start(sb: "Sandbox", timeout: float = 180.0) -> None:
     api = _api(sb)
     deploy.configure(api, sb)            # the API server's address, the remotes
     _label_members(api, sb, timeout)
-    _certificates(api, sb)
+    certificates(api, sb)
     image = deploy.image_name()
     kubelet.import_image(sb, deploy.archive(), image)
     for doc in _docs():

@@ -104,7 +104,7 @@ def apply_doc(api, doc: dict) -> None:
 
 def configure(api, sb: "Sandbox") -> None:
     from pacific.kube import resources as r
-    r.patch_merge(api, r.CONFIGMAPS, "pacific-config", {"data": {
+    r.patch_merge(api, r.CONFIGMAPS, names.CONFIG_MAP, {"data": {
         "nb-remote": sb.nb_tcp_remote, "sb-remote": sb.sb_tcp_remote,
         "datapath-type": "netdev", "service-cidr": names.SERVICE_CIDR,
         "api-server-host": sb.central_ip, "api-server-port": str(names.KUBE_API_PORT),
