@@ -53,7 +53,8 @@ def cen(sandbox_factory):
         deploy.archive()
     except Exception as e:
         pytest.skip(str(e))
-    sb = sandbox_factory(nodes=3, services=None, central_pods=True)
+    # four nodes: the first three are central's, the fourth joins when relabelled
+    sb = sandbox_factory(nodes=4, services=None, central_pods=True)
     api = client.load(k8s.kubeconfig_path(sb))
     kubectl(sb, "create", "namespace", NS)
     for i, node in ((1, "node1"), (2, "node2")):
@@ -64,9 +65,10 @@ def cen(sandbox_factory):
 
 
 def _pods(api) -> dict[str, dict]:
-    """node name -> its pacific-central pod (not being deleted)."""
+    """node name -> its pacific-central pod (scheduled, not being deleted)."""
     items = r.list_(api, r.PODS, names.PACIFIC_NAMESPACE, label_selector=SELECTOR)[0]
-    return {p["spec"]["nodeName"]: p for p in items if not p["metadata"].get("deletionTimestamp")}
+    return {p["spec"]["nodeName"]: p for p in items
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
 
 
 def _ready(p: dict) -> bool:
@@ -207,20 +209,35 @@ def test_a_members_corrupted_database_is_moved_aside_and_recovered(cen):
     assert "moved aside" in logs, logs[-2000:]
 
 
-def test_a_node_relabelled_out_leaves_and_in_joins(cen):
+def _relabel(sb, api, out, into) -> None:
+    """Take the label off `out`, put it on `into`; wait until the members are
+    the others and `into` (three servers each, `out`'s pod gone)."""
+    kubectl(sb, "label", "node", out.name, f"{names.CENTRAL_ROLE_LABEL}-")
+    kubectl(sb, "label", "node", into.name, f"{names.CENTRAL_ROLE_LABEL}={names.CENTRAL_ROLE}")
+    now = [m for m in central.members(sb) if m is not out] + [into] \
+        if out in central.members(sb) else central.members(sb)
+    wait_until(lambda: out.name not in _pods(api) and into.name in _pods(api)
+               and _ready(_pods(api)[into.name])
+               and all(_servers(m, db) == 3 for m in now for db in ("nb", "sb")), 180,
+               what=f"{out.name} out of both clusters, {into.name} in")
+
+
+def test_a_node_relabelled_out_and_a_new_one_in(cen):
+    """node3 out (it leaves both clusters), node4, never a member, in (it joins
+    and receives the data); then back as they were."""
     sb, api = cen
     wait_until(lambda: _whole(sb), 60, what="whole clusters")
-    node = central.members(sb)[-1]
-    stay = central.members(sb)[0]
-    kubectl(sb, "label", "node", node.name, f"{names.CENTRAL_ROLE_LABEL}-")
-    wait_until(lambda: node.name not in _pods(api) and _servers(stay, "nb") == 2
-               and _servers(stay, "sb") == 2, 120, what=f"{node.name} out of both clusters")
-    marker = f"while-out-{os.getpid()}"
+    old, new = central.members(sb)[-1], sb.nodes[3]
+    marker = f"relabel-{os.getpid()}"
     sb.nbctl("ls-add", marker)
-    kubectl(sb, "label", "node", node.name, f"{names.CENTRAL_ROLE_LABEL}={names.CENTRAL_ROLE}")
-    wait_until(lambda: _whole(sb) and node.name in _pods(api) and _ready(_pods(api)[node.name]),
-               120, what=f"{node.name} back in both clusters")
-    assert _has(node, marker)
+    _relabel(sb, api, old, new)
+    assert _has(new, marker)
+    assert "Status: cluster member" not in central.cluster_status(old, "nb")
+    marker2 = f"relabel-back-{os.getpid()}"
+    sb.nbctl("ls-add", marker2)
+    _relabel(sb, api, new, old)
+    wait_until(lambda: _whole(sb), 60, what="node1..3 the members again")
+    assert _has(old, marker2)
 
 
 def _served_serial(sb, node) -> str:

@@ -114,10 +114,13 @@ def _api(sb: "Sandbox"):
 
 
 def _label_members(api, sb: "Sandbox", timeout: float) -> None:
+    """Every node registered (tls init issues a certificate to each Node there
+    is), the members labelled."""
     from pacific.kube import resources as r
-    for n in members(sb):
+    for n in sb.nodes:
         wait_for(lambda n=n: r.get(api, r.NODES, n.name), timeout,
                  f"node {n.name} to register (its kubelet's log under {sb.dir}/services)")
+    for n in members(sb):
         r.patch_merge(api, r.NODES, n.name, {"metadata": {"labels": {
             names.CENTRAL_ROLE_LABEL: names.CENTRAL_ROLE}}})
 
