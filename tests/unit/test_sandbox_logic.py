@@ -176,3 +176,28 @@ def test_a_rollout_is_done_when_every_pod_runs_the_current_template():
                       "replicas": 2}}
     assert rolled(dep)
     assert not rolled({**dep, "status": {**dep["status"], "replicas": 3}})   # an old one left
+
+
+def test_central_pods_members_remotes_and_host_dirs(sandbox_dir):
+    """--central-pods: OVN central on the first three nodes (one with fewer),
+    Pacific over TLS to their addresses, the tools through their sockets in each
+    node's /run/pacific/central, the databases in its /var/lib/pacific/central."""
+    from pacific.sandbox import nodedaemons
+    from pacific.sandbox.k8s import central
+    sb = Sandbox("cp1", nodes=4, central_pods=True)
+    assert sb.deploy and sb.kubelet
+    assert [n.name for n in central.members(sb)] == ["node1", "node2", "node3"]
+    assert sb.nb_tcp_remote == ",".join(f"ssl:192.168.77.{i}:{names.OVN_NB_PORT}"
+                                        for i in (11, 12, 13))
+    assert sb.sb_tcp_remote.count("ssl:") == 3 and "192.168.77.14" not in sb.sb_tcp_remote
+    n1 = sb.nodes[0]
+    binds = nodedaemons.deploy_host_dirs(n1)
+    run_dir = os.path.join(binds["/run/pacific"], "central")
+    assert central.host_dirs(n1) == {central.DB_DIR: binds[central.DB_DIR],
+                                     central.RUN_DIR: run_dir}
+    assert sb.nb_remote.split(",")[0] == f"unix:{run_dir}/nb.sock"
+    assert central.db_file(n1, "sb") == os.path.join(binds[central.DB_DIR], "sb.db")
+    assert [n.name for n in central.members(Sandbox("cp2", nodes=2, central_pods=True))] \
+        == ["node1"]
+    with pytest.raises(SandboxError, match="choose one"):
+        Sandbox("cp3", nodes=3, central_pods=True, ha=True)
