@@ -323,11 +323,12 @@ def test_the_renewed_certificates_are_in_use(cen):
                120, what="p3 Running (its port written by the controller)")
 
 
-def _tool(sb, kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
+def _tool(sb, kubeconfig: str, *args: str, tmpdir: str) -> subprocess.CompletedProcess:
     """A day-two command given nothing but a kubeconfig, run where an operator's
     workstation would be: on the underlay (the sandbox's central namespace)."""
     pacific = os.path.join(os.path.dirname(sys.executable), "pacific")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PACIFIC_")}
+    env["TMPDIR"] = tmpdir
     return subprocess.run(["ip", "netns", "exec", sb.central_netns, pacific, *args,
                            "--kubeconfig", kubeconfig], capture_output=True, text=True,
                           env=env, timeout=120)
@@ -356,21 +357,23 @@ def test_the_tools_find_central_through_the_cluster(cen, tmp_path):
     OVN (no remote, no address)."""
     sb, api = cen
     admin = _underlay_kubeconfig(sb, str(tmp_path / "admin"))
-    cp = _tool(sb, admin, "topology", "--format", "json")
+    tmp = tmp_path / "tmp"            # the tools' TMPDIR: where they write TLS files
+    tmp.mkdir()
+    cp = _tool(sb, admin, "topology", "--format", "json", tmpdir=str(tmp))
     assert cp.returncode == 0, cp.stderr
     assert {n.name for n in sb.nodes} <= set(re.findall(r"node\d", cp.stdout))
-    cp = _tool(sb, admin, "trace", f"{NS}/p1", f"{NS}/p2", "--tcp", "8080")
+    cp = _tool(sb, admin, "trace", f"{NS}/p1", f"{NS}/p2", "--tcp", "8080", tmpdir=str(tmp))
     assert cp.returncode == 0, cp.stderr
     assert "p2" in cp.stdout
-    # no TLS file is left behind by the tool
-    assert not glob.glob("/tmp/pacific-ovn-tls-*")
+    # no TLS file is left behind by the tools
+    assert not os.listdir(tmp)
     # a tenant: ServiceAccount with edit in its namespace only
     kubectl(sb, "-n", NS, "create", "serviceaccount", "tenant")
     kubectl(sb, "-n", NS, "create", "rolebinding", "tenant-edit", "--clusterrole=edit",
             f"--serviceaccount={NS}:tenant")
     token = k8s.service_account_token(api, NS, "tenant")
     tenant = _underlay_kubeconfig(sb, str(tmp_path / "tenant"), token)
-    cp = _tool(sb, tenant, "topology")
+    cp = _tool(sb, tenant, "topology", tmpdir=str(tmp))
     assert cp.returncode != 0
     assert f"get on configmap {names.PACIFIC_NAMESPACE}/{names.CONFIG_MAP}" in cp.stderr, cp.stderr
     assert "ssl:" not in cp.stderr + cp.stdout

@@ -22,6 +22,16 @@ REMOTES = {"nb-remote": "ssl:192.0.2.1:6641,ssl:192.0.2.2:6641",
 FILES = {"tls.key": b"KEY\n", "tls.crt": b"CRT\n", "ca.crt": b"CA\n"}
 
 
+@pytest.fixture(autouse=True)
+def tls_tmp(tmp_path, monkeypatch):
+    """from_cluster writes the TLS files under $TMPDIR and removes them at exit
+    of the process: here, at the end of each test."""
+    import tempfile
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    yield tmp_path
+
+
 def args(**kw):
     base = dict(nb=None, sb=None, ssl_key=None, ssl_cert=None, ssl_ca=None)
     base.update(kw)
