@@ -204,7 +204,8 @@ def test_a_members_corrupted_database_is_moved_aside_and_recovered(cen):
     wait_until(lambda: _whole(sb), 120, what=f"{victim.name}'s SB member back")
     aside = glob.glob(path + ".corrupt-*")
     assert aside, os.listdir(os.path.dirname(path))
-    pod = _pods(api)[victim.name]["metadata"]["name"]
+    pod = wait_until(lambda: _pods(api).get(victim.name), 30,
+                     what=f"{victim.name}'s pacific-central pod")["metadata"]["name"]
     logs = kubectl(sb, "-n", names.PACIFIC_NAMESPACE, "logs", pod).stdout
     assert "moved aside" in logs, logs[-2000:]
 
@@ -216,10 +217,11 @@ def _relabel(sb, api, out, into) -> None:
     kubectl(sb, "label", "node", into.name, f"{names.CENTRAL_ROLE_LABEL}={names.CENTRAL_ROLE}")
     now = [m for m in central.members(sb) if m is not out] + [into] \
         if out in central.members(sb) else central.members(sb)
-    wait_until(lambda: out.name not in _pods(api) and into.name in _pods(api)
-               and _ready(_pods(api)[into.name])
-               and all(_servers(m, db) == 3 for m in now for db in ("nb", "sb")), 180,
-               what=f"{out.name} out of both clusters, {into.name} in")
+    def moved() -> bool:
+        pods = _pods(api)         # one snapshot: a pod may be replaced between two reads
+        return (out.name not in pods and into.name in pods and _ready(pods[into.name])
+                and all(_servers(m, db) == 3 for m in now for db in ("nb", "sb")))
+    wait_until(moved, 180, what=f"{out.name} out of both clusters, {into.name} in")
 
 
 def test_a_node_relabelled_out_and_a_new_one_in(cen):
