@@ -77,7 +77,6 @@ class Sandbox:
             kubelet = saved["kubelet"] if "kubelet" in saved else default_pods() == "kubelet"
         # --deploy: Pacific runs from its image and deploy/ on kubelet nodes
         # (pacific.sandbox.k8s.deploy) instead of as sandbox processes
-        self.deploy = bool(saved.get("deploy")) if deploy is None else deploy
         # --central-pods: OVN central too, as deploy/central.yaml's pods on the
         # first three nodes (pacific.sandbox.k8s.central); implies --deploy
         self.central_pods = (bool(saved.get("central_pods")) if central_pods is None
@@ -85,7 +84,8 @@ class Sandbox:
         if self.central_pods and self.ha:
             raise SandboxError("--central-pods and --ha are two ways to run OVN central: "
                                "choose one")
-        self.deploy = self.deploy or self.central_pods
+        self.deploy = (bool(saved.get("deploy")) if deploy is None else deploy) \
+            or self.central_pods
         self.kubelet = bool(kubelet) or self.deploy
         # which OVS/OVN runs the sandbox: the one it was built with, else the
         # default (hack/build-ovs-ovn.sh's, or Debian's); its programs go first on

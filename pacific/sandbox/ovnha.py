@@ -151,11 +151,16 @@ def central_up(sb: "Sandbox") -> None:
              MEMBERS, ", ".join(map(str, NORTHD_MEMBERS)))
 
 
+def status_at(ctl: str, db: str) -> str:
+    """`cluster/status` of the clustered `db` ("nb", "sb") whose ovsdb-server
+    answers on control socket `ctl` ("" if it does not answer)."""
+    cp = run(["ovs-appctl", "-t", ctl, "cluster/status", DB_NAMES[db]], check=False, timeout=5)
+    return cp.stdout if cp.returncode == 0 else ""
+
+
 def cluster_status(sb: "Sandbox", i: int, db: str) -> str:
     """`cluster/status` of member i's db ("" if it does not answer)."""
-    cp = run(["ovs-appctl", "-t", _ctl(sb, i, db), "cluster/status", DB_NAMES[db]],
-             check=False, timeout=5)
-    return cp.stdout if cp.returncode == 0 else ""
+    return status_at(_ctl(sb, i, db), db)
 
 
 def members_up(sb: "Sandbox", db: str) -> list[int]:

@@ -71,11 +71,6 @@ def _pods(api) -> dict[str, dict]:
             if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
 
 
-def _ready(p: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (p.get("status") or {}).get("conditions") or [])
-
-
 def _servers(node, db: str) -> int:
     """How many servers member `node` counts in its cluster (0: not a member)."""
     st = central.cluster_status(node, db)
@@ -124,7 +119,7 @@ def test_the_network_comes_up_from_the_manifests(cen):
     sb, api = cen
     pods = _pods(api)
     assert sorted(pods) == [n.name for n in central.members(sb)]
-    assert all(_ready(p) for p in pods.values())
+    assert all(deploy.pod_ready(p) for p in pods.values())
     assert {c["image"] for p in pods.values() for c in p["spec"]["containers"]} \
         == {deploy.image_name()}
     # no OVSDB server of the sandbox's own: the members' sockets are the pods'
@@ -170,7 +165,7 @@ def test_the_leading_member_killed_writes_resume_and_traffic_flows(cen):
           f"{sent} sent, {got} received")
     assert sent >= 100 and got == sent
     # the container restarts and its member rejoins: three servers again
-    wait_until(lambda: _whole(sb) and all(_ready(p) for p in _pods(api).values()), 120,
+    wait_until(lambda: _whole(sb) and all(deploy.pod_ready(p) for p in _pods(api).values()), 120,
                what="the killed member back in both clusters")
 
 
@@ -219,7 +214,7 @@ def _relabel(sb, api, out, into) -> None:
         if out in central.members(sb) else central.members(sb)
     def moved() -> bool:
         pods = _pods(api)         # one snapshot: a pod may be replaced between two reads
-        return (out.name not in pods and into.name in pods and _ready(pods[into.name])
+        return (out.name not in pods and into.name in pods and deploy.pod_ready(pods[into.name])
                 and all(_servers(m, db) == 3 for m in now for db in ("nb", "sb")))
     wait_until(moved, 180, what=f"{out.name} out of both clusters, {into.name} in")
 

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from pacific import names
-from pacific.sandbox import bringup, daemons, nodedaemons
-from pacific.sandbox.proc import SandboxError, run, wait_for
+from pacific.sandbox import bringup, daemons, nodedaemons, ovnha
+from pacific.sandbox.proc import SandboxError, wait_for
 
 if TYPE_CHECKING:
     from pacific.sandbox.cluster import Sandbox
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 WORKLOAD = "pacific-central"
 DB_DIR = nodedaemons.CENTRAL_DB_DIR       # deploy/central.yaml's host paths
 RUN_DIR = "/run/pacific/central"
-DB_NAMES = {"nb": "OVN_Northbound", "sb": "OVN_Southbound"}
 
 
 def members(sb: "Sandbox") -> list["SandboxNode"]:
@@ -95,9 +94,7 @@ def tls_files(node: "SandboxNode") -> dict[str, str]:
 
 def cluster_status(node: "SandboxNode", db: str) -> str:
     """`cluster/status` of the member on `node` ("" if it does not answer)."""
-    cp = run(["ovs-appctl", "-t", ctl(node, db), "cluster/status", DB_NAMES[db]],
-             check=False, timeout=5)
-    return cp.stdout if cp.returncode == 0 else ""
+    return ovnha.status_at(ctl(node, db), db)
 
 
 def leader(sb: "Sandbox", db: str) -> "SandboxNode | None":
@@ -154,10 +151,10 @@ def _docs() -> list[dict]:
 
 def _ready_members(api) -> list[dict]:
     from pacific.kube import resources as r
+    from pacific.sandbox.k8s import deploy
     pods = r.list_(api, r.PODS, names.PACIFIC_NAMESPACE,
                    label_selector=f"app.kubernetes.io/name={WORKLOAD}")[0]
-    return [p for p in pods if any(c.get("type") == "Ready" and c.get("status") == "True"
-                                   for c in (p.get("status") or {}).get("conditions") or [])]
+    return [p for p in pods if deploy.pod_ready(p)]
 
 
 def start_controllers(sb: "Sandbox") -> None:

@@ -137,23 +137,25 @@ def _kube_endpoints(api, sb: "Sandbox") -> None:
             namespace="default")
 
 
+def pod_ready(p: dict) -> bool:
+    """The pod's Ready condition is True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (p.get("status") or {}).get("conditions") or [])
+
+
 def _wait(api, sb: "Sandbox", timeout: float) -> None:
     from pacific.kube import resources as r
     from pacific.sandbox.k8s import kubelet
     deadline = time.monotonic() + timeout
     ns = names.PACIFIC_NAMESPACE
-
-    def ready(p):
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (p.get("status") or {}).get("conditions") or [])
     while True:
         pods = r.list_(api, r.PODS, ns)[0]
         node_pods = [p for p in pods if p["metadata"]["name"].startswith("pacific-node-")]
         ctl = [p for p in pods if p["metadata"]["name"].startswith("pacific-controller-")]
         nodes_ready = all(kubelet.node_ready(r.get(api, r.NODES, n.name) or {})
                           for n in sb.nodes)
-        if len([p for p in node_pods if ready(p)]) == len(sb.nodes) and \
-                any(ready(p) for p in ctl) and nodes_ready:
+        if len([p for p in node_pods if pod_ready(p)]) == len(sb.nodes) and \
+                any(pod_ready(p) for p in ctl) and nodes_ready:
             return
         if time.monotonic() > deadline:
             raise SandboxError(
