@@ -303,6 +303,28 @@ def _pod_ip(admin, ns, name):
     return contract.own_record(r.get(admin, r.PODS, name, ns)).ip
 
 
+def test_tools_a_tenant_learns_no_ovn_remote_or_certificate_through_the_cluster(env):
+    """The day-two tools find OVN through pacific-config and the controller's
+    certificate (decision 0048), with the caller's own credentials: a tenant
+    with edit reads neither, is told which right it lacks, and the refusal
+    names no remote or address."""
+    from types import SimpleNamespace
+
+    from pacific.cli.connect import from_cluster
+    sb, admin, atk = env
+    for res, name in ((r.CONFIGMAPS, names.CONFIG_MAP), (r.SECRETS, names.OVN_TLS_SECRET)):
+        with pytest.raises(kerr.ApiError) as e:
+            r.get(atk, res, name, names.PACIFIC_NAMESPACE)
+        assert e.value.status == 403
+    args = SimpleNamespace(nb=None, sb=None, ssl_key=None, ssl_cert=None, ssl_ca=None)
+    with pytest.raises(SystemExit) as e:
+        from_cluster(atk, args, need_sb=True)
+    msg = str(e.value)
+    assert f"needs get on configmap {names.PACIFIC_NAMESPACE}/{names.CONFIG_MAP}" in msg
+    assert args.nb is None and args.ssl_key is None
+    assert sb.central_ip not in msg and "tcp:" not in msg and "ssl:" not in msg
+
+
 def test_ovsdb_a_tenant_pod_cannot_talk_to_nb_or_sb(env):
     from pacific import names
     sb, admin, atk = env
