@@ -180,6 +180,9 @@ KUBE_API_PORT = 6443
 CONTROLLER_METRICS_PORT = 9476   # /metrics /healthz /readyz of pacific-controller (pacific/metrics.py)
 NODE_METRICS_PORT = 9477         # ... of pacific-node
 CENTRAL_HEALTH_PORT = 9478       # /healthz /readyz of pacific-central (pacific/central)
+VSWITCH_HEALTH_PORT = 9479       # ... of pacific-vswitch (pacific/vswitch)
+UNDERLAY_BRIDGE = "br-phy"       # userspace datapath: the OVS bridge owning the node address
+HOST_OVS_LABEL = "pacific.io/host-ovs"   # = "true": the node keeps its own Open vSwitch
 CENTRAL_ROLE_LABEL = "pacific.io/role"   # = "central": a node that runs an OVN central member
 CENTRAL_ROLE = "central"
 # on each pacific-central pod, "true" while its member leads that database (Services select them)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PHYS_BRIDGE = "br-phy"
+PHYS_BRIDGE = names.UNDERLAY_BRIDGE
 ENCAP = "geneve"
 
 

@@ -341,3 +341,37 @@ def test_central_runs_on_the_labelled_nodes_over_tls_with_its_databases_on_the_h
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"]["port"] == port, probe
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == 1
+
+
+# --- vswitch --------------------------------------------------------------------------
+def test_vswitch_shares_the_hosts_ovs_paths_with_pacific_node(monkeypatch):
+    """pacific-vswitch's sockets, pidfiles, database and ovn-controller log are
+    the host paths pacific-node and the TLS files are read from; a node
+    labelled to keep its own Open vSwitch runs none."""
+    from pacific.vswitch import main as vswitch_main
+    ds = find("DaemonSet", "pacific-vswitch")
+    spec = pod_spec(ds)
+    assert spec["hostNetwork"] and spec["hostPID"]
+    (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": names.HOST_OVS_LABEL, "operator": "NotIn",
+                                         "values": ["true"]}]
+    argv, env = command_line(ds, "vswitch")
+    assert argv[0] == "pacific-vswitch"
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    args = _parse(vswitch_main.build_parser(), argv[1:])
+    (c,) = spec["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    for d in (args.run_dir, args.ovn_run_dir, args.db_dir, args.log_dir, args.ovn_log_dir,
+              names.OVN_TLS_DIR):
+        assert volumes[mounts[d]]["hostPath"]["path"] == d, d
+    node = node_args()
+    assert node.ovs_remote == f"unix:{os.path.join(args.run_dir, 'db.sock')}"
+    assert (node.ovs_rundir, node.ovn_rundir) == (args.run_dir, args.ovn_run_dir)
+    assert os.path.join(args.ovn_log_dir, "ovn-controller.log") == names.OVN_CONTROLLER_LOG
+    port = int(args.health_address.rsplit(":", 1)[1])
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"]["port"] == port, probe
+    assert "underlay-interface" in config_data()

@@ -1,0 +1,173 @@
+"""pacific-vswitch with real ovsdb-server, ovs-vswitchd and ovn-controller in a
+network namespace of its own (a node) wired to another (its underlay
+neighbour): it takes the node's underlay address onto br-phy and forwards,
+gives the address back when it stops, replays the saved OpenFlow tables when
+it starts again, restarts a crashed ovs-vswitchd with the address back, refuses
+an interface that does not exist, and leaves no daemon behind (decision 0049)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from controller_fixtures import wait_until
+from pacific import metrics, ovsinstall
+from pacific.sandbox import daemons
+from pacific.sandbox.proc import read_pidfile, run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+BESIDE_THE_DATAPATH = True
+NODE_IP, PEER_IP = "10.231.7.2", "10.231.7.1"
+HEALTH_PORT = 29479
+MARK = "cookie=0x5a11,priority=333,tcp,tp_dst=7"
+
+
+class Node:
+    """A node namespace with eth0 (NODE_IP), its neighbour's namespace (PEER_IP)."""
+
+    def __init__(self, tmp):
+        tag = f"pvs{os.getpid()}"
+        self.ns, self.peer = f"{tag}-node", f"{tag}-peer"
+        self.dir = str(tmp)
+        self.run_dir = os.path.join(self.dir, "run")
+        self.log = os.path.join(self.dir, "vswitch.log")
+        self.proc: subprocess.Popen | None = None
+        install = daemons.default_install()
+        ovsinstall.activate(install)
+        self.env = {**os.environ, "OVS_RUNDIR": self.run_dir}
+        for ns in (self.ns, self.peer):
+            run(["ip", "netns", "add", ns])
+            run(["ip", "link", "set", "lo", "up"], netns=ns)
+        run(["ip", "link", "add", "eth0", "netns", self.ns, "type", "veth", "peer", "name",
+             "up0", "netns", self.peer])
+        for ns, dev, ip in ((self.ns, "eth0", NODE_IP), (self.peer, "up0", PEER_IP)):
+            run(["ip", "addr", "add", f"{ip}/24", "dev", dev], netns=ns)
+            run(["ip", "link", "set", dev, "up"], netns=ns)
+            run(["ethtool", "-K", dev, "tx", "off"], netns=ns)
+        run(["ip", "route", "add", "default", "via", PEER_IP], netns=self.ns)
+
+    def start(self, *extra: str) -> subprocess.Popen:
+        argv = ["ip", "netns", "exec", self.ns, sys.executable, "-m", "pacific.vswitch.main",
+                f"--run-dir={self.run_dir}", f"--ovn-run-dir={self.run_dir}",
+                f"--db-dir={os.path.join(self.dir, 'db')}", f"--log-dir={self.dir}",
+                f"--ovn-log-dir={self.dir}", f"--health-address=127.0.0.1:{HEALTH_PORT}",
+                f"--log-file={self.log}", *extra]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        return self.proc
+
+    def started(self, *extra: str) -> None:
+        self.start("--underlay-interface=eth0", *extra)
+        wait_until(lambda: self.ready()[0] == 200, 30, what=f"/readyz (see {self.log})")
+
+    def ready(self) -> tuple[int, str]:
+        p = run(["curl", "-s", "-o", "/dev/stdout", "-w", "\n%{http_code}",
+                 f"http://127.0.0.1:{HEALTH_PORT}/readyz"], netns=self.ns, check=False)
+        body, _, code = p.stdout.rpartition("\n")
+        return (int(code) if code.isdigit() else 0), body
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(30)
+
+    def pid(self, daemon: str) -> int | None:
+        return read_pidfile(os.path.join(self.run_dir, f"{daemon}.pid"))
+
+    def addresses(self, dev: str) -> str:
+        return run(["ip", "-o", "-4", "addr", "show", "dev", dev], netns=self.ns,
+                   check=False).stdout
+
+    def reachable(self) -> bool:
+        return run(["ping", "-c1", "-W1", NODE_IP], netns=self.peer, check=False).returncode == 0
+
+    def ofctl(self, *args: str) -> str:
+        return subprocess.run(["ovs-ofctl", *args], env=self.env, capture_output=True,
+                              text=True, check=True).stdout
+
+    def vsctl(self, *args: str) -> str:
+        return subprocess.run(["ovs-vsctl", f"--db=unix:{self.run_dir}/db.sock", *args],
+                              env=self.env, capture_output=True, text=True, check=True).stdout
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop()
+        for ns in (self.ns, self.peer):
+            run(["ip", "netns", "del", ns], check=False)
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = Node(tmp_path)
+    yield n
+    n.close()
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_takes_the_underlay_forwards_and_gives_it_back(node):
+    node.started()
+    assert NODE_IP in node.addresses("br-phy") and NODE_IP not in node.addresses("eth0")
+    assert node.reachable(), "the node's address answers through br-phy"
+    code, text = node.ready()
+    assert "ovn-remote" in text, text         # ovn-controller runs, told nothing yet
+    pids = [node.pid(d) for d in ("ovsdb-server", "ovs-vswitchd", "ovn-controller")]
+    assert all(alive(p) for p in pids), pids
+    assert node.stop() == 0
+    assert NODE_IP in node.addresses("eth0"), "the address went back to the interface"
+    assert node.reachable()
+    assert not any(alive(p) for p in pids), "no daemon outlives pacific-vswitch"
+
+
+def test_a_restart_replays_the_saved_flows_before_forwarding(node):
+    node.started()
+    node.ofctl("add-flow", "br-phy", f"{MARK},actions=drop")
+    assert node.stop() == 0
+    node.started()
+    assert "cookie=0x5a11" in node.ofctl("dump-flows", "br-phy"), \
+        "the flow the previous ovs-vswitchd had is back"
+    assert "flow-restore-wait" not in node.vsctl("get", "open_vswitch", ".", "other_config"), \
+        "flow-restore-wait cleared"
+    assert node.vsctl("get", "open_vswitch", ".",
+                      "external_ids:ovn-ofctrl-wait-before-clear").strip().strip('"') == "3000"
+    assert node.reachable()
+    assert not os.listdir(os.path.join(node.run_dir, "pacific-vswitch-flows")), \
+        "the saved tables are replayed once"
+
+
+def test_a_crashed_ovs_vswitchd_is_restarted_with_the_underlay(node):
+    node.started()
+    old = node.pid("ovs-vswitchd")
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: node.pid("ovs-vswitchd") not in (None, old)
+               and alive(node.pid("ovs-vswitchd")), 30, what="a new ovs-vswitchd")
+    wait_until(lambda: NODE_IP in node.addresses("br-phy"), 30, what="the address on br-phy")
+    wait_until(node.reachable, 30, what="the node reachable again")
+    wait_until(lambda: node.ready()[0] == 200, 30, what="ready again")
+
+
+def test_a_killed_supervisor_takes_its_daemons_along(node):
+    node.started()
+    pids = [node.pid(d) for d in ("ovsdb-server", "ovs-vswitchd", "ovn-controller")]
+    node.stop(signal.SIGKILL)
+    wait_until(lambda: not any(alive(p) for p in pids), 10, what="the daemons to exit")
+
+
+def test_an_interface_that_does_not_exist_is_refused_by_name(node):
+    node.start("--underlay-interface=nosuch0")
+    assert node.proc.wait(60) == 1
+    with open(node.log) as f:
+        text = f.read()
+    assert "underlay interface nosuch0 does not exist" in text, text
+    assert not any(alive(node.pid(d)) for d in ("ovsdb-server", "ovs-vswitchd")), \
+        "nothing left running"
+    assert NODE_IP in node.addresses("eth0"), "the node's own address untouched"
