@@ -95,9 +95,12 @@ class _SetSSL(ovsdbapp_cmd.BaseCommand):
     def run_idl(self, txn):
         root = next(iter(self.api.tables["Open_vSwitch"].rows.values()))
         ssl = root.ssl[0] if root.ssl else None
-        if ssl is None:
+        if ssl is None:     # a new row's columns cannot be read before they are set
             ssl = txn.insert(self.api.tables["SSL"])
             root.ssl = [ssl]
+            for k, v in self.cols.items():
+                setattr(ssl, k, v)
+            return
         for k, v in self.cols.items():
             if getattr(ssl, k) != v:
                 setattr(ssl, k, v)

@@ -54,6 +54,22 @@ def test_bootstrap_external_ids_and_bridge(ovs):
     assert ovs.list_br().execute(check_error=True) == [BR]
 
 
+def test_set_ssl_creates_the_row_then_updates_it(ovs):
+    """A fresh node's database has no SSL row (pacific-vswitch's, nothing else
+    ran set-ssl): the first call makes it, later ones change it in place."""
+    files = ("/etc/pacific/ovn-tls/tls.key", "/etc/pacific/ovn-tls/tls.crt",
+             "/etc/pacific/ovn-tls/ca.crt")
+    ovs.commit(ovs.set_ssl(*files))
+
+    def row():
+        (ssl,) = ovs.tables["SSL"].rows.values()
+        return ssl.private_key, ssl.certificate, ssl.ca_cert
+    assert row() == files
+    renewed = (files[0], "/etc/pacific/ovn-tls/new.crt", files[2])
+    ovs.commit(ovs.set_ssl(*renewed))
+    assert row() == renewed
+
+
 def test_interface_port_create_update_find_delete(ovs):
     ovs.commit(ovs.add_br(BR, datapath_type="netdev"))
     ext = {names.OVS_IFACE_ID: "web-0.default", names.OVS_POD: "default/web-0"}
