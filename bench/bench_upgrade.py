@@ -5,18 +5,21 @@ the manifests to the first pod Running (issue 29).
     .venv/bin/python bench/bench_upgrade.py            # about 6 minutes
     .venv/bin/python bench/bench_upgrade.py --rounds 2 --keep
 
-1. apply -> first pod: a fresh sandbox of kubelet nodes (`--central-pods`: no
-   OVN, no OVS-facing Pacific process of the sandbox's own) has its control
+1. apply -> first pod: a fresh sandbox of kubelet nodes (`--ovs-pods`: no OVN,
+   no Open vSwitch, no Pacific process of the sandbox's own) has its control
    plane and kubelets up; then the clock starts and the sandbox does what an
    administrator does (label three nodes, `pacific tls init`, apply
-   deploy/central.yaml, then the controller and node daemons from deploy/),
-   and a pod is created: time until OVN central is Ready, until Pacific is
-   Ready, until the pod is Running.
-2. per component (pacific-central, pacific-node, pacific-controller), a
-   rolling update to a new image tag while pod p1 (node1) pings pod p2 (node2)
-   every 20 ms and streams TCP to it: pings lost (by sequence number), whether
-   the connection held, its longest stall, and how long the rollout took.
-   Goal: no loss and no stall beyond the stream's 10 ms pace for all three.
+   deploy/central.yaml and vswitch.yaml, then the controller and node daemons
+   from deploy/), and a pod is created: time until OVN central and Open vSwitch
+   are Ready, until Pacific is Ready, until the pod is Running.
+2. per component (pacific-central, pacific-vswitch, pacific-node,
+   pacific-controller), a rolling update to a new image tag while pod p1
+   (node1) pings pod p2 (node2) every 20 ms and streams TCP to it: pings lost
+   (by sequence number), whether the connection held, its longest stall, and
+   how long the rollout took.  Goal: no loss and no stall beyond the stream's
+   10 ms pace.  Then pacific-vswitch once more replacing its daemons, as a new
+   Open vSwitch version makes it (`PACIFIC_VSWITCH_REPLACE_DAEMONS=1`): goal
+   at most 1 s of pings lost on each of the two nodes.
 
 Needs `make image` (the archive) and root.  Nothing else should run meanwhile.
 """
@@ -38,8 +41,9 @@ from pacific.sandbox.k8s import sandbox as k8s  # noqa: E402
 from pacific.sandbox.proc import wait_for  # noqa: E402
 
 NS = "upg"
-COMPONENTS = (("DaemonSet", "pacific-central"), ("DaemonSet", "pacific-node"),
-              ("Deployment", "pacific-controller"))
+COMPONENTS = (("DaemonSet", "pacific-central", None), ("DaemonSet", "pacific-vswitch", None),
+              ("DaemonSet", "pacific-node", None), ("Deployment", "pacific-controller", None),
+              ("DaemonSet", "pacific-vswitch", {"PACIFIC_VSWITCH_REPLACE_DAEMONS": "1"}))
 # what runs before the clock starts: the cluster without its network
 BEFORE = (services.kube_control_plane, services.pacific_credentials, services.cluster_dns,
           services.pod_runners)
@@ -69,7 +73,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the sandbox up")
     args = ap.parse_args()
 
-    sb = Sandbox(args.name, nodes=3, central_pods=True)
+    sb = Sandbox(args.name, nodes=3, ovs_pods=True)
     try:
         print(f"bringing up sandbox {args.name}: network, control plane, kubelets", flush=True)
         sb.up(services=BEFORE, timeout=120)
@@ -85,7 +89,7 @@ def main() -> int:
         wait_for(lambda: running(api, "p1"), 120, "p1 Running")
         t_pod = time.monotonic() - t0
         print("\n| apply -> | seconds |\n|---|---|")
-        print(f"| OVN central Ready (3 members) | {t_central:.1f} |")
+        print(f"| OVN central Ready (3 members), Open vSwitch Ready (3 nodes) | {t_central:.1f} |")
         print(f"| Pacific Ready (controller, node daemons, Nodes) | {t_pacific:.1f} |")
         print(f"| first pod Running | {t_pod:.1f} |", flush=True)
 
@@ -95,13 +99,15 @@ def main() -> int:
         print("\n| component | rollout | pings lost | TCP stream | longest stall |\n"
               "|---|---|---|---|---|", flush=True)
         for _ in range(args.rounds):
-            for kind, name in COMPONENTS:
+            for kind, name, env in COMPONENTS:
                 probe = traffic.Probe(sb, p1, p2).start()
                 try:
-                    took = rollout.upgrade(sb, api, kind, name)
+                    took = rollout.upgrade(sb, api, kind, name, env=env)
                 finally:
                     res = probe.stop()
-                print(f"| {name} | {took:.1f} s | {res.lost} of {res.sent} | "
+                what = f"{name} (daemons replaced)" if env else name
+                print(f"| {what} | {took:.1f} s | {res.lost} of {res.sent} "
+                      f"({res.lost * traffic.PING_INTERVAL:.2f} s) | "
                       f"{'broken: ' + res.broken if res.broken else 'held'} | "
                       f"{res.stall * 1000:.0f} ms |", flush=True)
     finally:

@@ -47,6 +47,10 @@ def register(sub):
                    help="a new sandbox runs Pacific and OVN central as pods from its image "
                    "(`make image` first) and deploy/: pacific-central on three labelled nodes "
                    "(as `pacific sandbox up --central-pods`)")
+    p.add_argument("--ovs-pods", action="store_true",
+                   help="as --central-pods, and Open vSwitch and ovn-controller as "
+                   "pacific-vswitch pods too: nodes with only a kubelet and containerd "
+                   "(as `pacific sandbox up --ovs-pods`)")
     p.set_defaults(func=run)
 
 
@@ -183,7 +187,8 @@ def _kubelet_hints(sb) -> str:
   kubectl exec -n demo-blue deploy/web -- ping -c1 <a demo-blue pod's IP>
 """ + ("""  kubectl get pods -n pacific-system -o wide -L pacific.io/ovn-nb-leader   # OVN central as pods
   kubectl logs -n pacific-system -l app.kubernetes.io/name=pacific-central
-""" if sb.central_pods else "")
+""" if sb.central_pods else "") + ("""  kubectl logs -n pacific-system -l app.kubernetes.io/name=pacific-vswitch   # Open vSwitch as pods
+""" if sb.ovs_pods else "")
 
 
 @errors_to_exit
@@ -198,7 +203,8 @@ def run(args) -> int:
     # a new demo sandbox has real nodes (containerd + kubelet) unless --pod-runner
     sb = Sandbox(args.name, nodes=None if exists else args.nodes,
                  kubelet=None if exists else not args.pod_runner,
-                 central_pods=None if exists else args.central_pods)
+                 central_pods=None if exists else args.central_pods,
+                 ovs_pods=None if exists else args.ovs_pods)
     print(f"sandbox {sb.name}: bringing up what is not running ({len(sb.nodes)} nodes) ...",
           flush=True)
     sb.up()     # idempotent: keeps a healthy network, starts only missing services

@@ -30,10 +30,10 @@ Needs root."""
 
 
 def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None, ovs_prefix=None,
-             central_pods=None):
+             central_pods=None, ovs_pods=None):
     from pacific.sandbox.cluster import Sandbox
     return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet, deploy=deploy,
-                   ovs_prefix=ovs_prefix, central_pods=central_pods)
+                   ovs_prefix=ovs_prefix, central_pods=central_pods, ovs_pods=ovs_pods)
 
 
 def errors_to_exit(fn):
@@ -53,7 +53,7 @@ def errors_to_exit(fn):
 def cmd_up(args) -> int:
     sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet,
                   deploy=args.deploy or None, ovs_prefix=args.ovs_prefix,
-                  central_pods=args.central_pods or None)
+                  central_pods=args.central_pods or None, ovs_pods=args.ovs_pods or None)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -156,6 +156,11 @@ def register(sub):
                     help="with --deploy, OVN central too: deploy/central.yaml's pacific-central "
                     "pods on the first three nodes (labelled pacific.io/role=central), NB and "
                     "SB as RAFT clusters over TLS (certificates from `pacific tls init`)")
+    up.add_argument("--ovs-pods", action="store_true",
+                    help="with --central-pods, Open vSwitch and ovn-controller too: "
+                    "deploy/vswitch.yaml's pacific-vswitch pods; the nodes run only a kubelet "
+                    "and containerd, the whole network comes from the image and deploy/ "
+                    "(implies --central-pods)")
     # neither: an existing sandbox keeps its mode, a new one follows
     # $PACIFIC_SANDBOX_PODS (kubelet or runner, default names.SANDBOX_PODS_DEFAULT)
     up.add_argument("--ovs-prefix", metavar="DIR",

@@ -95,6 +95,14 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
 
     d = node.rundir
     os.makedirs(d, exist_ok=True)
+    if sb.ovs_pods:   # the address on eth0: pacific-vswitch's pod moves it to br-phy
+        run(["ip", "addr", "add", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev",
+             "eth0"], netns=ns)
+        run(["ip", "route", "add", "default", "via", sb.external_ip], netns=ns)
+        netns.tx_offload_off(ns, "eth0")
+        log.info("%s up: netns %s, underlay %s on eth0 (Open vSwitch: pacific-vswitch pods)",
+                 node.name, ns, node.underlay_ip)
+        return
     db = os.path.join(d, "conf.db")
     daemons.create_db(db, sb.ovs.schema("vswitch"))
     st = daemons.ovsdb_server("ovsdb-server", db, [f"punix:{node.db_sock}"], ns, d)
@@ -136,6 +144,9 @@ def restart_node_daemon(sb: "Sandbox", node: "SandboxNode", daemon: str,
     starters = {"ovs-vswitchd": daemons.ovs_vswitchd, "ovn-controller": daemons.ovn_controller}
     if daemon not in starters:
         raise ValueError(f"cannot restart {daemon!r}: one of {', '.join(starters)}")
+    if sb.ovs_pods:
+        raise SandboxError(f"{node.name}'s {daemon} runs in a pacific-vswitch pod: delete "
+                           "the pod or roll the DaemonSet (pacific.sandbox.k8s.rollout)")
     tag = f"{node.name}/{daemon}"
     sb.stop(tag)
     wrap = []
@@ -162,6 +173,8 @@ def guard_tag(node: "SandboxNode") -> str:
 def start_guards(sb: "Sandbox") -> None:
     """One pacific.sandbox.nodeguard per node (idempotent)."""
     import sys
+    if sb.ovs_pods:      # pacific-vswitch restores it after each ovs-vswitchd start
+        return
     for node in sb.nodes:
         if sb.daemon_pid(guard_tag(node)) is None:
             # in the node's namespace: whatever cleans the sandbox up finds it there

@@ -57,7 +57,8 @@ class Sandbox:
     def __init__(self, name: str = names.SANDBOX_DEFAULT_NAME, nodes: int | None = None,
                  underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None,
                  kubelet: bool | None = None, deploy: bool | None = None,
-                 ovs_prefix: str | None = None, central_pods: bool | None = None):
+                 ovs_prefix: str | None = None, central_pods: bool | None = None,
+                 ovs_pods: bool | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -79,8 +80,11 @@ class Sandbox:
         # (pacific.sandbox.k8s.deploy) instead of as sandbox processes
         # --central-pods: OVN central too, as deploy/central.yaml's pods on the
         # first three nodes (pacific.sandbox.k8s.central); implies --deploy
+        # --ovs-pods: Open vSwitch and ovn-controller too, as deploy/vswitch.yaml's
+        # pods: the nodes run only a kubelet and containerd; implies --central-pods
+        self.ovs_pods = bool(saved.get("ovs_pods")) if ovs_pods is None else ovs_pods
         self.central_pods = (bool(saved.get("central_pods")) if central_pods is None
-                             else central_pods)
+                             else central_pods) or self.ovs_pods
         if self.central_pods and self.ha:
             raise SandboxError("--central-pods and --ha are two ways to run OVN central: "
                                "choose one")
@@ -176,6 +180,7 @@ class Sandbox:
                                        or bool(saved.get("kubelet")) != self.kubelet
                                        or bool(saved.get("deploy")) != self.deploy
                                        or bool(saved.get("central_pods")) != self.central_pods
+                                       or bool(saved.get("ovs_pods")) != self.ovs_pods
                                        or saved.get("ovs_prefix") != self.ovs.prefix):
                 log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
                          saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
@@ -191,7 +196,7 @@ class Sandbox:
         with self.state.update() as st:
             st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
                       kubelet=self.kubelet, deploy=self.deploy, ovs_prefix=self.ovs.prefix,
-                      central_pods=self.central_pods, ready=False)
+                      central_pods=self.central_pods, ovs_pods=self.ovs_pods, ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
@@ -235,6 +240,7 @@ class Sandbox:
                 or bool(st.get("ha")) != self.ha or bool(st.get("kubelet")) != self.kubelet \
                 or bool(st.get("deploy")) != self.deploy \
                 or bool(st.get("central_pods")) != self.central_pods \
+                or bool(st.get("ovs_pods")) != self.ovs_pods \
                 or st.get("ovs_prefix") != self.ovs.prefix:
             return False
         return (all(alive(d["pid"], d["start"]) or self.adopt_restarted(tag)

@@ -62,6 +62,7 @@ def deploy_host_dirs(node) -> dict[str, str]:
     p = paths(node)
     return {CENTRAL_DB_DIR: os.path.join(node.rundir, "central-db"),
             "/run/openvswitch": node.rundir, "/run/ovn": node.rundir,
+            "/etc/openvswitch": node.rundir, "/var/log/openvswitch": node.rundir,
             "/run/pacific": os.path.dirname(p.socket), "/etc/cni/net.d": p.conf_dir,
             "/opt/cni/bin": p.bin_dir, names.OVN_TLS_DIR: os.path.join(node.rundir, "ovn-tls"),
             os.path.dirname(names.OVN_CONTROLLER_LOG): node.rundir,

@@ -56,7 +56,8 @@ def cluster_dns(sb: "Sandbox") -> None:
 
 def ovn_central(sb: "Sandbox") -> None:
     """With --central-pods: OVN central from deploy/central.yaml on the first
-    nodes, then every node's ovn-controller (pacific.sandbox.k8s.central)."""
+    nodes, then every node's ovn-controller (pacific.sandbox.k8s.central); with
+    --ovs-pods, Open vSwitch and ovn-controller from deploy/vswitch.yaml."""
     if sb.central_pods:
         from pacific.sandbox.k8s import central
         central.start(sb)
@@ -73,6 +74,10 @@ def node_daemons(sb: "Sandbox") -> None:
     if sb.deploy:          # Pacific from its image and deploy/, under the kubelets
         from pacific.sandbox.k8s import deploy
         deploy.start(sb)
+        if sb.ovs_pods:    # chassis from pacific-node's settings, then the sandbox's tunnels
+            from pacific.sandbox import bringup
+            bringup.wait_ready(sb, 120)
+            bringup.warm_tunnels(sb, 60)
         return
     from pacific.sandbox import nodedaemons as node_launch
     kubeconfig = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG_UNDERLAY)

@@ -54,6 +54,8 @@ def collect(sb: "Sandbox") -> dict:
         "deploy": sb.deploy,
         # OVN central as deploy/central.yaml's pods on the first nodes (--central-pods)
         "central_pods": sb.central_pods,
+        # Open vSwitch and ovn-controller as deploy/vswitch.yaml's pods (--ovs-pods)
+        "ovs_pods": sb.ovs_pods,
         "nb_remote": sb.nb_remote,
         "sb_remote": sb.sb_remote,
         "nb_tcp_remote": sb.nb_tcp_remote,

@@ -1,13 +1,16 @@
 """`pacific-vswitch`: one node's Open vSwitch and ovn-controller, from Pacific's image.
 
 Runs ovsdb-server (the node's conf.db, kept on the host), ovs-vswitchd and
-ovn-controller as its children, restarting any that exits.  With
-`--underlay-interface` (the userspace datapath) it makes the bridge `br-phy`
-with that interface as its port and moves the node's addresses onto it, and
-back when it stops.  A stop saves the OpenFlow tables and the next start
-replays them before forwarding (`flow-restore-wait`), so an upgrade costs the
-gap between the two pods, not a recomputation (decision 0049).  Pacific's
-node daemon configures the rest (chassis name, OVN remote, TLS files).
+ovn-controller detached, with OVS's own crash monitor, outside the pod's
+cgroups: they keep forwarding while the pod is restarted or upgraded, and the
+next pacific-vswitch adopts them if they are its version.  Else it replaces
+them one at a time, ovs-vswitchd with its OpenFlow tables saved and replayed
+before it forwards (`flow-restore-wait`), so an upgrade of Open vSwitch costs
+the restart of one process, not the gap between two pods (decision 0049).
+With `--underlay-interface` (the userspace datapath) it makes the bridge
+`br-phy` with that interface as its port and moves the node's addresses onto
+it (`--stop` gives them back).  Pacific's node daemon configures the rest
+(chassis name, OVN remote, TLS files).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import time
 from pacific import daemonlog, names, ovsinstall
 from pacific.metrics import MetricsServer, parse_address
 from pacific.vswitch import flows, underlay
-from pacific.vswitch.supervised import Supervised
+from pacific.vswitch.daemon import Daemon
 
 LOG = logging.getLogger("pacific.vswitch")
 OFCTRL_WAIT_MS = 3000     # ovn-controller keeps restored flows this long at most
@@ -38,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pacific-vswitch",
         description="Open vSwitch (ovsdb-server, ovs-vswitchd) and ovn-controller of this "
-                    "node, restarted when they exit, their flows kept across an upgrade; "
+                    "node: started, or adopted from the previous pacific-vswitch, or replaced "
+                    "with their flows kept when this image has another version; "
                     "/healthz and /readyz report them.  Flags have an environment "
                     "variable (in brackets).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -61,6 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--underlay-bridge", default=names.UNDERLAY_BRIDGE)
     p.add_argument("--no-ovn-controller", action="store_true",
                    help="run Open vSwitch only (ovn-controller runs elsewhere)")
+    p.add_argument("--replace-daemons", action="store_true",
+                   default=_env("PACIFIC_VSWITCH_REPLACE_DAEMONS") == "1",
+                   help="replace running daemons even of this image's version (ovs-vswitchd "
+                        "with its flows kept), as an upgrade does "
+                        "[PACIFIC_VSWITCH_REPLACE_DAEMONS=1]")
+    p.add_argument("--stop-daemons-on-exit", action="store_true",
+                   help="stop the daemons (and give the underlay interface its addresses "
+                        "back) when pacific-vswitch stops; by default they keep forwarding "
+                        "for the next pacific-vswitch, which adopts them")
+    p.add_argument("--host-cgroup", default=_env("PACIFIC_VSWITCH_HOST_CGROUP",
+                                                 "/host/sys/fs/cgroup"),
+                   help="the host's /sys/fs/cgroup as mounted in the pod: the daemons move "
+                        "there, out of the pod's cgroups, to outlive it "
+                        "[PACIFIC_VSWITCH_HOST_CGROUP]")
+    p.add_argument("--stop", action="store_true",
+                   help="stop the node's daemons, give the underlay interface its addresses "
+                        "back, and exit (before removing pacific-vswitch from a node)")
     p.add_argument("--health-address", default=_env("PACIFIC_VSWITCH_HEALTH_ADDRESS",
                                                     f"127.0.0.1:{names.VSWITCH_HEALTH_PORT}"),
                    help="host:port of /healthz and /readyz ('' for none) "
@@ -68,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-file", help="log here instead of stderr")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
+
+
+def parse_neighbours(text: str) -> dict[str, tuple[str, str]]:
+    """`ovs-appctl tnl/neigh/show` -> {ip: (mac, bridge)}."""
+    out = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 3 and f[1].count(":") == 5:
+            out[f[0]] = (f[1], f[2])
+    return out
 
 
 class VSwitch:
@@ -81,32 +112,36 @@ class VSwitch:
                     "OVS_LOGDIR": args.log_dir, "OVN_RUNDIR": args.ovn_run_dir,
                     "OVN_LOGDIR": args.ovn_log_dir}
         self.db = os.path.join(args.db_dir, "conf.db")
-        self.sock = os.path.join(args.run_dir, "db.sock")
-        self.remote = f"unix:{self.sock}"
-        self.vswitchd_ctl = os.path.join(args.run_dir, "ovs-vswitchd.ctl")
-        self.saved = flows.Saved(os.path.join(args.run_dir, "pacific-vswitch-flows"),
-                                 install.program("ovs-save") if os.path.exists(
-                                     install.program("ovs-save")) else os.path.join(
-                                     install.prefix, "share", "openvswitch", "scripts",
-                                     "ovs-save"))
+        self.remote = f"unix:{os.path.join(args.run_dir, 'db.sock')}"
+        appctl = install.program("ovs-appctl")
+        self.ovsdb = Daemon("ovsdb-server", install.program("ovsdb-server"), [
+            f"--remote=punix:{os.path.join(args.run_dir, 'db.sock')}",
+            "--remote=db:Open_vSwitch,Open_vSwitch,manager_options", self.db],
+            args.run_dir, args.log_dir, self.env, appctl,
+            ctl=os.path.join(args.run_dir, "ovsdb-server.ctl"), host_cgroup=args.host_cgroup)
+        self.vswitchd = Daemon("ovs-vswitchd", install.program("ovs-vswitchd"), [self.remote],
+                               args.run_dir, args.log_dir, self.env, appctl,
+                               ctl=os.path.join(args.run_dir, "ovs-vswitchd.ctl"),
+                               host_cgroup=args.host_cgroup)
+        self.controller = None if args.no_ovn_controller else Daemon(
+            "ovn-controller", install.program("ovn-controller"), [self.remote],
+            args.ovn_run_dir, args.ovn_log_dir, self.env, appctl, host_cgroup=args.host_cgroup)
+        self.daemons = [d for d in (self.ovsdb, self.vswitchd, self.controller) if d]
+        ovs_save = install.program("ovs-save")
+        if not os.path.exists(ovs_save):
+            ovs_save = os.path.join(install.prefix, "share", "openvswitch", "scripts", "ovs-save")
+        self.saved = flows.Saved(os.path.join(args.run_dir, "pacific-vswitch-flows"), ovs_save)
         self.underlay_file = os.path.join(args.run_dir, UNDERLAY_FILE)
-        self.ovsdb = self.vswitchd = self.controller = None
+        self.stopped_mark = os.path.join(args.run_dir, "pacific-vswitch.stopped")
         self.restored: list[str] = []
+        self.vswitchd_pid: int | None = None      # the one whose underlay is done
+        self.neighbours: dict[str, tuple[str, str]] = {}   # a replaced one's tunnel neighbours
 
     # -------------------------------------------------------------- commands
     def vsctl(self, *argv: str, timeout: float = 10) -> subprocess.CompletedProcess:
         return subprocess.run([self.install.program("ovs-vsctl"), f"--db={self.remote}",
                                f"--timeout={int(timeout)}", *argv], env=self.env,
                               capture_output=True, text=True, timeout=timeout + 5)
-
-    def appctl(self, target: str, *argv: str, timeout: float = 5) -> subprocess.CompletedProcess:
-        return subprocess.run([self.install.program("ovs-appctl"), "-t", target,
-                               f"--timeout={int(timeout)}", *argv], env=self.env,
-                              capture_output=True, text=True, timeout=timeout + 5)
-
-    def controller_ctl(self) -> str | None:
-        pid = self.controller.pid if self.controller else None
-        return os.path.join(self.args.ovn_run_dir, f"ovn-controller.{pid}.ctl") if pid else None
 
     # -------------------------------------------------------------- start
     def prepare_db(self) -> None:
@@ -120,50 +155,71 @@ class VSwitch:
             subprocess.run([tool, "convert", self.db, schema], check=True, capture_output=True)
             LOG.info("converted %s to the schema of this Open vSwitch", self.db)
 
+    def outdated(self, d: Daemon) -> str | None:
+        """Why the running `d` must be replaced (None: adopt it)."""
+        if self.args.replace_daemons:
+            return "--replace-daemons"
+        running, own = d.version(), d.own_version()
+        if running != own:
+            return f"it is {running or 'not answering'}, this image has {own}"
+        return None
+
     def start(self) -> None:
+        """Adopt the daemons a previous pacific-vswitch left running when they
+        are this image's version; else replace them one by one (ovs-vswitchd
+        with its flows kept); start those that do not run."""
         t0 = time.monotonic()
+        how = {}
+        for d in self.daemons:
+            pid = d.pid()
+            why = self.outdated(d) if pid else None
+            if pid and why is None:
+                how[d.name] = f"adopted (pid {pid})"
+                if d is self.vswitchd:
+                    self.vswitchd_pid = pid
+                continue
+            if pid:
+                LOG.info("replacing %s (pid %d): %s", d.name, pid, why)
+            getattr(self, f"_start_{d.name.replace('-', '_')}")(replacing=bool(pid))
+            how[d.name] = "replaced" if pid else "started"
+        self.watch()               # the underlay of an adopted ovs-vswitchd, once
+        LOG.info("Open vSwitch up in %.2f s: %s%s", time.monotonic() - t0,
+                 ", ".join(f"{k} {v}" for k, v in how.items()),
+                 f"; saved flows of {', '.join(self.restored)} restored" if self.restored
+                 else "")
+
+    def _start_ovsdb_server(self, replacing: bool) -> None:
+        if replacing:
+            self.ovsdb.stop()
         self.prepare_db()
-        a = self.args
-        self.ovsdb = Supervised("ovsdb-server", [
-            self.install.program("ovsdb-server"), "--no-chdir", "-vconsole:warn",
-            "-vsyslog:off", f"--remote=punix:{self.sock}",
-            "--remote=db:Open_vSwitch,Open_vSwitch,manager_options",
-            f"--unixctl={os.path.join(a.run_dir, 'ovsdb-server.ctl')}",
-            f"--pidfile={os.path.join(a.run_dir, 'ovsdb-server.pid')}",
-            f"--log-file={os.path.join(a.log_dir, 'ovsdb-server.log')}", self.db],
-            env=self.env, ready=lambda: self.vsctl("--no-wait", "init", timeout=2).returncode == 0)
         self.ovsdb.start()
+        p = self.vsctl("--no-wait", "init")
+        if p.returncode != 0:
+            raise RuntimeError(f"ovsdb-server does not answer: {p.stderr.strip()}")
+
+    def _start_ovs_vswitchd(self, replacing: bool) -> None:
+        if replacing:
+            self.saved.save(self.bridges(), self.env)
         restoring = self.saved.present() and bool(self.bridges())
-        if restoring:
+        if restoring:       # the new one neither forwards nor flushes until told
             self.vsctl("--no-wait", "set", "open_vswitch", ".",
                        "other_config:flow-restore-wait=true")
         else:
             self.saved.discard()
-        self.vswitchd = Supervised("ovs-vswitchd", [
-            self.install.program("ovs-vswitchd"), "--no-chdir", "-vconsole:warn",
-            "-vsyslog:off", f"--unixctl={self.vswitchd_ctl}",
-            f"--pidfile={os.path.join(a.run_dir, 'ovs-vswitchd.pid')}",
-            f"--log-file={os.path.join(a.log_dir, 'ovs-vswitchd.log')}", self.remote],
-            env=self.env, ready=lambda: self.appctl(self.vswitchd_ctl, "version",
-                                                    timeout=2).returncode == 0,
-            on_ready=self.vswitchd_ready)
-        self.vswitchd.start()
-        if not a.no_ovn_controller:
-            self.vsctl("--no-wait", *(["set", "open_vswitch", ".",
-                                       f"external_ids:ovn-ofctrl-wait-before-clear={OFCTRL_WAIT_MS}"]
-                                      if restoring else
-                                      ["remove", "open_vswitch", ".", "external_ids",
-                                       "ovn-ofctrl-wait-before-clear"]))
-            self.controller = Supervised("ovn-controller", [
-                self.install.program("ovn-controller"), "--no-chdir", "-vconsole:warn",
-                "-vsyslog:off", f"--pidfile={os.path.join(a.ovn_run_dir, 'ovn-controller.pid')}",
-                f"--log-file={os.path.join(a.ovn_log_dir, 'ovn-controller.log')}", self.remote],
-                env=self.env, ready=lambda: bool(self.controller_ctl()) and os.path.exists(
-                    self.controller_ctl()))
-            self.controller.start()
-        LOG.info("Open vSwitch%s up in %.2f s%s", "" if a.no_ovn_controller else
-                 " and ovn-controller", time.monotonic() - t0,
-                 f" (saved flows of {', '.join(self.restored)} restored)" if self.restored else "")
+        if replacing:       # its tunnel neighbours too: the new one starts with none
+            self.neighbours = parse_neighbours(self.vswitchd.appctl("tnl/neigh/show").stdout)
+            self.vswitchd.stop()
+        self.vswitchd_pid = self.vswitchd.start()
+        self.vswitchd_ready()
+
+    def _start_ovn_controller(self, replacing: bool) -> None:
+        if replacing:       # --restart: the chassis, its ports and flows stay
+            self.controller.stop("--restart")
+        # keep the flows there are (restored, or the previous ovn-controller's)
+        # until the new one has computed its own
+        self.vsctl("--no-wait", "set", "open_vswitch", ".",
+                   f"external_ids:ovn-ofctrl-wait-before-clear={OFCTRL_WAIT_MS}")
+        self.controller.start()
 
     def bridges(self) -> list[str]:
         p = self.vsctl("--no-wait", "list-br")
@@ -175,17 +231,37 @@ class VSwitch:
         # a change it must apply: returns once it has its bridges and ports (an
         # unchanged add-br would not wait, and br-phy's tap outlives it)
         p = self.vsctl("set", "open_vswitch", ".",
-                       f"external_ids:pacific-vswitchd-pid={self.vswitchd.pid}")
+                       f"external_ids:pacific-vswitchd-pid={self.vswitchd.pid()}")
         if p.returncode != 0:
             raise RuntimeError(f"ovs-vswitchd did not apply its configuration: {p.stderr.strip()}")
         if self.args.underlay_interface:
             self.underlay_up()
+        for ip, (mac, bridge) in self.neighbours.items():
+            self.vswitchd.appctl("tnl/neigh/set", bridge, ip, mac)
         self.restored = self.saved.restore(self.env)
         self.vsctl("--no-wait", "remove", "open_vswitch", ".", "other_config",
                    "flow-restore-wait")
         if self.args.underlay_interface:
             self.tunnel_neighbours()
 
+    def watch(self) -> None:
+        """Every second: a daemon that no longer runs (its monitor gone too) is
+        started again; an ovs-vswitchd its monitor restarted after a crash gets
+        the underlay back."""
+        for d in self.daemons:
+            if d.pid() is None:
+                LOG.warning("%s is not running: starting it", d.name)
+                getattr(self, f"_start_{d.name.replace('-', '_')}")(replacing=False)
+        pid = self.vswitchd.pid()
+        if pid != self.vswitchd_pid:
+            LOG.warning("ovs-vswitchd is a new process (pid %s, was %s): restoring the underlay",
+                        pid, self.vswitchd_pid)
+            self.vswitchd_pid = pid
+            self.vswitchd_ready()
+        elif self.args.underlay_interface:
+            u = underlay.Underlay.load(self.underlay_file)
+            if u is None or not underlay.has_addresses(self.args.underlay_bridge, u):
+                self.vswitchd_ready()
     def underlay_up(self) -> None:
         a = self.args
         u = underlay.Underlay.load(self.underlay_file) or underlay.capture(a.underlay_interface)
@@ -216,11 +292,13 @@ class VSwitch:
                        "type=geneve")
         remotes = sorted({w.split("=", 1)[1].strip('"') for w in p.stdout.replace(",", " ").split()
                           if w.startswith("remote_ip=")})
+        remotes = [ip for ip in remotes if ip not in self.neighbours]
+        self.neighbours = {}
         if not remotes:
             return
         found = underlay.resolve(self.args.underlay_bridge, remotes)
         for ip, mac in found.items():
-            self.appctl(self.vswitchd_ctl, "tnl/neigh/set", self.args.underlay_bridge, ip, mac)
+            self.vswitchd.appctl("tnl/neigh/set", self.args.underlay_bridge, ip, mac)
         missing = [ip for ip in remotes if ip not in found]
         if missing:
             LOG.warning("tunnel endpoints %s did not answer ARP: ovs-vswitchd learns "
@@ -229,49 +307,44 @@ class VSwitch:
 
     # -------------------------------------------------------------- stop
     def stop(self) -> None:
+        """Stop every daemon (uninstall, or a failed start) and give the
+        underlay interface its addresses back."""
         t0 = time.monotonic()
-        if self.vswitchd is not None and self.vswitchd.running():
-            self.saved.save(self.bridges(), self.env)
         if self.controller is not None:
-            ctl = self.controller_ctl()
-            # --restart: the chassis, its ports and flows stay for the next one
-            self.controller.stop(lambda: self.appctl(ctl, "exit", "--restart") if ctl else None)
-        if self.vswitchd is not None:
-            self.vswitchd.stop(lambda: self.appctl(self.vswitchd_ctl, "exit"))
+            self.controller.stop()
+        self.vswitchd.stop()
         u = underlay.Underlay.load(self.underlay_file)
         if u is not None:
             try:
                 underlay.move(u, self.args.underlay_bridge, u.interface)
+                os.unlink(self.underlay_file)
             except Exception as exc:  # noqa: BLE001 - said; the node may be cut off
                 LOG.error("could not give %s its addresses back: %s", u.interface, exc)
-        if self.ovsdb is not None:
-            self.ovsdb.stop(lambda: self.appctl(os.path.join(self.args.run_dir,
-                                                             "ovsdb-server.ctl"), "exit"))
-        LOG.info("stopped in %.2f s", time.monotonic() - t0)
+        self.ovsdb.stop()
+        LOG.info("Open vSwitch stopped in %.2f s", time.monotonic() - t0)
 
     # -------------------------------------------------------------- health
     def liveness(self) -> tuple[bool, str]:
-        for d in (self.ovsdb, self.vswitchd):
-            if d is not None and not d.running() and d.restarts > 5:
-                return False, f"{d.name} keeps exiting ({d.restarts} restarts)"
-        return True, "ovsdb-server and ovs-vswitchd run or are being restarted"
+        down = [d.name for d in (self.ovsdb, self.vswitchd) if d.pid() is None]
+        if down:
+            return False, f"{', '.join(down)} not running"
+        return True, "ovsdb-server and ovs-vswitchd run"
 
     def readiness(self) -> tuple[bool, str]:
-        if self.appctl(self.vswitchd_ctl, "version", timeout=2).returncode != 0:
+        if not self.vswitchd.version():
             return False, "ovs-vswitchd does not answer"
         u = underlay.Underlay.load(self.underlay_file) if self.args.underlay_interface else None
         if u is not None and not underlay.has_addresses(self.args.underlay_bridge, u):
             return False, f"{self.args.underlay_bridge} does not have the node's addresses"
         if self.controller is None:
             return True, "ovs-vswitchd answers"
-        ctl = self.controller_ctl()
-        if ctl is None:
+        if self.controller.pid() is None:
             return False, "ovn-controller is not running"
         remote = self.vsctl("--no-wait", "get", "open_vswitch", ".", "external_ids:ovn-remote",
                             timeout=2)
         if remote.returncode != 0:
             return True, "ovn-controller waits for external_ids:ovn-remote (pacific-node sets it)"
-        status = self.appctl(ctl, "connection-status", timeout=2).stdout.strip()
+        status = self.controller.appctl("connection-status", timeout=2).stdout.strip()
         if status != "connected":
             return False, f"ovn-controller is {status or 'not answering'} to the OVN SB database"
         return True, "ovs-vswitchd answers, ovn-controller is connected"
@@ -286,19 +359,45 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     vs = VSwitch(args, install)
+    if args.stop:          # the running pacific-vswitch sees the mark and lets them be
+        with open(vs.stopped_mark, "w") as f:
+            f.write(f"stopped by pacific-vswitch --stop at {time.ctime()}\n")
+        vs.stop()
+        return 0
+    if os.path.exists(vs.stopped_mark):
+        os.unlink(vs.stopped_mark)
     health = None
     try:
         vs.start()
         if args.health_address:
             health = MetricsServer(parse_address(args.health_address), liveness=vs.liveness,
                                    readiness=vs.readiness).start()
-        stop.wait()
+        said_stopped = False
+        while not stop.wait(1.0):
+            if os.path.exists(vs.stopped_mark):
+                if not said_stopped:
+                    LOG.warning("Open vSwitch was stopped (pacific-vswitch --stop): not "
+                                "starting it again")
+                    said_stopped = True
+                continue      # `--stop`ped for removal: nothing restarted
+            try:
+                vs.watch()
+            except Exception as exc:  # noqa: BLE001 - said; next second again
+                LOG.error("%s", exc)
         LOG.info("stopping")
     except Exception as exc:  # noqa: BLE001 - said, and everything stopped
         LOG.error("cannot run Open vSwitch: %s", exc)
         vs.stop()
         return 1
-    vs.stop()
+    stuck = [d.name for d in vs.daemons if not d.outlives_pod]
+    if stuck:
+        LOG.warning("%s would stop with this pod (not moved out of its cgroups): stopping "
+                    "Open vSwitch cleanly instead", ", ".join(stuck))
+    if args.stop_daemons_on_exit or stuck:
+        vs.stop()
+    else:
+        LOG.info("leaving %s running for the next pacific-vswitch",
+                 ", ".join(f"{d.name} (pid {d.pid()})" for d in vs.daemons))
     if health is not None:
         health.stop()
     return 0

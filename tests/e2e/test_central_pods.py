@@ -1,10 +1,13 @@
-"""`pacific sandbox up --central-pods`: the whole network from Pacific's image
-and deploy/: OVN central as deploy/central.yaml's pacific-central pods on three
-labelled nodes (NB and SB RAFT clusters over TLS, certificates from `pacific
-tls init`), the controller and node daemons as in --deploy.  Then what users
-of such installs report losing (kube-ovn #6815, #7110): the leading member
-killed, a member's database deleted, another's corrupted, a node relabelled out
-and in; each recovered by the pods themselves while pods' traffic flows."""
+"""`pacific sandbox up --ovs-pods`: the whole network from Pacific's image and
+deploy/ on nodes that run only a kubelet and containerd: OVN central as
+deploy/central.yaml's pacific-central pods on three labelled nodes (NB and SB
+RAFT clusters over TLS, certificates from `pacific tls init`), Open vSwitch and
+ovn-controller as deploy/vswitch.yaml's pacific-vswitch pods, the controller
+and node daemons as in --deploy.  Then what users of such installs report
+losing (kube-ovn #6815, #7110, #1420): the leading member killed, a member's
+database deleted, another's corrupted, a node relabelled out and in, every
+component upgraded; each recovered by the pods themselves while pods' traffic
+flows."""
 from __future__ import annotations
 
 import glob
@@ -54,7 +57,7 @@ def cen(sandbox_factory):
     except Exception as e:
         pytest.skip(str(e))
     # four nodes: the first three are central's, the fourth joins when relabelled
-    sb = sandbox_factory(nodes=4, services=None, central_pods=True)
+    sb = sandbox_factory(nodes=4, services=None, ovs_pods=True)
     api = client.load(k8s.kubeconfig_path(sb))
     kubectl(sb, "create", "namespace", NS)
     for i, node in ((1, "node1"), (2, "node2")):
@@ -125,6 +128,13 @@ def test_the_network_comes_up_from_the_manifests(cen):
     # no OVSDB server of the sandbox's own: the members' sockets are the pods'
     assert not [t for t in sb.state.read()["daemons"] if t.startswith("central/")]
     assert _whole(sb)
+    # nor an Open vSwitch: each node's is its pacific-vswitch pod's
+    nodes = {n.name for n in sb.nodes}
+    assert not [t for t in sb.state.read()["daemons"] if t.split("/")[0] in nodes]
+    vswitch = r.list_(api, r.PODS, names.PACIFIC_NAMESPACE,
+                      label_selector=f"app.kubernetes.io/name={central.VSWITCH}")[0]
+    assert sorted(p["spec"]["nodeName"] for p in vswitch if deploy.pod_ready(p)) \
+        == [n.name for n in sb.nodes]
     # each database's leader labels its pod; the leader Services select it
     for db in ("nb", "sb"):
         lead = central.leader(sb, db)
@@ -281,10 +291,13 @@ def test_certificates_renewed(cen):
 
 @pytest.mark.parametrize("kind,name", [("DaemonSet", "pacific-central"),
                                        ("DaemonSet", "pacific-node"),
-                                       ("Deployment", "pacific-controller")])
+                                       ("Deployment", "pacific-controller"),
+                                       ("DaemonSet", "pacific-vswitch")])
 def test_a_rolling_upgrade_keeps_pods_talking(cen, kind, name):
     """A new image for one component, rolled out pod by pod, while p1 pings p2
-    and streams TCP to it across nodes: no ping lost, the connection holds."""
+    and streams TCP to it across nodes: no ping lost, the connection holds
+    (pacific-vswitch: the new pods adopt the daemons of their version, which
+    forward throughout)."""
     sb, api = cen
     wait_until(lambda: _whole(sb), 60, what="whole clusters")
     pods = {p["metadata"]["name"]: p for p in running(api, NS, "app=ping")}
@@ -300,6 +313,32 @@ def test_a_rolling_upgrade_keeps_pods_talking(cen, kind, name):
     assert res.stall < 1.0, str(res)
     if name == "pacific-central":
         assert _whole(sb)
+
+
+def test_an_open_vswitch_upgrade_costs_under_a_second_per_node(cen):
+    """pacific-vswitch rolled out replacing its daemons, as a new Open vSwitch
+    version makes it (PACIFIC_VSWITCH_REPLACE_DAEMONS=1): on each node
+    ovs-vswitchd restarts with its saved flows and tunnel neighbours replayed
+    under flow-restore-wait.  The userspace datapath is that process, so
+    packets are lost while it restarts: under a second on each of p1's and
+    p2's nodes, and the TCP connection holds."""
+    sb, api = cen
+    pods = {p["metadata"]["name"]: p for p in running(api, NS, "app=ping")}
+    before = {n.name: open(os.path.join(n.rundir, "ovs-vswitchd.pid")).read() for n in sb.nodes}
+    probe = traffic.Probe(sb, pods["p1"], pods["p2"]).start()
+    try:
+        took = rollout.upgrade(sb, api, "DaemonSet", central.VSWITCH,
+                               env={"PACIFIC_VSWITCH_REPLACE_DAEMONS": "1"})
+    finally:
+        res = probe.stop()
+    print(f"Open vSwitch replaced on every node ({took:.1f} s): {res}, about "
+          f"{res.lost * traffic.PING_INTERVAL:.2f} s of pings lost")
+    after = {n.name: open(os.path.join(n.rundir, "ovs-vswitchd.pid")).read() for n in sb.nodes}
+    assert all(after[n] != before[n] for n in after), "every node's ovs-vswitchd replaced"
+    assert res.broken is None, str(res)
+    assert res.lost * traffic.PING_INTERVAL <= 2 * 1.0, str(res)
+    assert {p["status"]["podIP"] for p in running(api, NS, "app=ping")} \
+        == {p["status"]["podIP"] for p in pods.values()}, "the pods keep their addresses"
 
 
 def test_the_renewed_certificates_are_in_use(cen):

@@ -1,9 +1,10 @@
 """pacific-vswitch with real ovsdb-server, ovs-vswitchd and ovn-controller in a
 network namespace of its own (a node) wired to another (its underlay
 neighbour): it takes the node's underlay address onto br-phy and forwards,
-gives the address back when it stops, replays the saved OpenFlow tables when
-it starts again, restarts a crashed ovs-vswitchd with the address back, refuses
-an interface that does not exist, and leaves no daemon behind (decision 0049)."""
+leaves the daemons running when it stops and a new one adopts them, replaces
+them replaying the saved OpenFlow tables, restarts a crashed ovs-vswitchd with
+the address back, gives the address back on --stop, refuses an interface that
+does not exist, and leaves no daemon behind (decision 0049)."""
 from __future__ import annotations
 
 import os
@@ -75,6 +76,9 @@ class Node:
     def pid(self, daemon: str) -> int | None:
         return read_pidfile(os.path.join(self.run_dir, f"{daemon}.pid"))
 
+    def pids(self) -> list[int | None]:
+        return [self.pid(d) for d in ("ovsdb-server", "ovs-vswitchd", "ovn-controller")]
+
     def addresses(self, dev: str) -> str:
         return run(["ip", "-o", "-4", "addr", "show", "dev", dev], netns=self.ns,
                    check=False).stdout
@@ -93,6 +97,8 @@ class Node:
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.stop()
+        self.start("--stop")           # the daemons outlive pacific-vswitch
+        self.proc.wait(60)
         for ns in (self.ns, self.peer):
             run(["ip", "netns", "del", ns], check=False)
 
@@ -114,25 +120,55 @@ def alive(pid: int | None) -> bool:
         return False
 
 
-def test_takes_the_underlay_forwards_and_gives_it_back(node):
+def test_takes_the_underlay_forwards_and_stop_gives_it_back(node):
     node.started()
     assert NODE_IP in node.addresses("br-phy") and NODE_IP not in node.addresses("eth0")
     assert node.reachable(), "the node's address answers through br-phy"
     code, text = node.ready()
     assert "ovn-remote" in text, text         # ovn-controller runs, told nothing yet
-    pids = [node.pid(d) for d in ("ovsdb-server", "ovs-vswitchd", "ovn-controller")]
+    pids = node.pids()
     assert all(alive(p) for p in pids), pids
     assert node.stop() == 0
+    assert all(alive(p) for p in pids), "the daemons outlive pacific-vswitch"
+    assert node.reachable()
+    node.started()                     # a running one lets `--stop` stop them
+    running = node.proc
+    stopper = node.start("--stop")
+    assert stopper.wait(60) == 0
+    node.proc = running
     assert NODE_IP in node.addresses("eth0"), "the address went back to the interface"
     assert node.reachable()
-    assert not any(alive(p) for p in pids), "no daemon outlives pacific-vswitch"
+    assert not any(alive(p) for p in pids), "--stop stops every daemon"
+    wait_until(lambda: "not starting it again" in open(node.log).read(), 10,
+               what="the running pacific-vswitch to see the stop")
+    code, text = node.ready()
+    assert code != 200 and not any(alive(node.pid(d)) for d in ("ovsdb-server", "ovs-vswitchd")), \
+        "the running pacific-vswitch did not start them again"
 
 
-def test_a_restart_replays_the_saved_flows_before_forwarding(node):
+def test_a_new_pacific_vswitch_adopts_the_running_daemons(node):
+    """A restart of the pod (same image): nothing is restarted, nothing lost."""
     node.started()
+    pids = node.pids()
     node.ofctl("add-flow", "br-phy", f"{MARK},actions=drop")
     assert node.stop() == 0
     node.started()
+    assert node.pids() == pids
+    assert "cookie=0x5a11" in node.ofctl("dump-flows", "br-phy")
+    with open(node.log) as f:
+        assert "ovs-vswitchd adopted" in f.read()
+
+
+def test_replaced_daemons_replay_the_saved_flows_before_forwarding(node):
+    """An upgrade (another version, or --replace-daemons): each daemon replaced,
+    ovs-vswitchd's flows saved and replayed under flow-restore-wait."""
+    node.started()
+    old = node.pids()
+    node.ofctl("add-flow", "br-phy", f"{MARK},actions=drop")
+    assert node.stop() == 0
+    node.started("--replace-daemons")
+    assert not set(node.pids()) & set(old), "every daemon is a new process"
+    assert not any(alive(p) for p in old)
     assert "cookie=0x5a11" in node.ofctl("dump-flows", "br-phy"), \
         "the flow the previous ovs-vswitchd had is back"
     assert "flow-restore-wait" not in node.vsctl("get", "open_vswitch", ".", "other_config"), \
@@ -153,13 +189,6 @@ def test_a_crashed_ovs_vswitchd_is_restarted_with_the_underlay(node):
     wait_until(lambda: NODE_IP in node.addresses("br-phy"), 30, what="the address on br-phy")
     wait_until(node.reachable, 30, what="the node reachable again")
     wait_until(lambda: node.ready()[0] == 200, 30, what="ready again")
-
-
-def test_a_killed_supervisor_takes_its_daemons_along(node):
-    node.started()
-    pids = [node.pid(d) for d in ("ovsdb-server", "ovs-vswitchd", "ovn-controller")]
-    node.stop(signal.SIGKILL)
-    wait_until(lambda: not any(alive(p) for p in pids), 10, what="the daemons to exit")
 
 
 def test_an_interface_that_does_not_exist_is_refused_by_name(node):

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WORKLOAD = "pacific-central"
+VSWITCH = "pacific-vswitch"          # deploy/vswitch.yaml's, with --ovs-pods
 DB_DIR = nodedaemons.CENTRAL_DB_DIR       # deploy/central.yaml's host paths
 RUN_DIR = "/run/pacific/central"
 
@@ -143,17 +144,17 @@ def certificates(api, sb: "Sandbox", renew: bool = False) -> None:
             os.chmod(dst, 0o600 if name == "tls.key" else 0o644)
 
 
-def _docs() -> list[dict]:
+def _docs(manifest: str = "central.yaml") -> list[dict]:
     from pacific.sandbox.k8s import deploy
-    with open(os.path.join(deploy.REPO, "deploy", "central.yaml")) as f:
+    with open(os.path.join(deploy.REPO, "deploy", manifest)) as f:
         return [d for d in yaml.safe_load_all(f) if d and d["kind"] in ("Service", "DaemonSet")]
 
 
-def _ready_members(api) -> list[dict]:
+def _ready_pods(api, workload: str = WORKLOAD) -> list[dict]:
     from pacific.kube import resources as r
     from pacific.sandbox.k8s import deploy
     pods = r.list_(api, r.PODS, names.PACIFIC_NAMESPACE,
-                   label_selector=f"app.kubernetes.io/name={WORKLOAD}")[0]
+                   label_selector=f"app.kubernetes.io/name={workload}")[0]
     return [p for p in pods if deploy.pod_ready(p)]
 
 
@@ -182,12 +183,12 @@ def start(sb: "Sandbox", timeout: float = 180.0) -> None:
     certificates(api, sb)
     image = deploy.image_name()
     kubelet.import_image(sb, deploy.archive(), image)
-    for doc in _docs():
+    for doc in _docs() + (_docs("vswitch.yaml") if sb.ovs_pods else []):
         deploy.apply_doc(api, deploy.with_image(doc, image) if doc["kind"] == "DaemonSet"
                          else doc)
     want = len(members(sb))
     try:
-        wait_for(lambda: len(_ready_members(api)) == want, timeout,
+        wait_for(lambda: len(_ready_pods(api)) == want, timeout,
                  f"{want} {WORKLOAD} pods Ready")
     except SandboxError as e:
         raise SandboxError(f"{e}; kubectl -n {names.PACIFIC_NAMESPACE} logs -l "
@@ -195,6 +196,13 @@ def start(sb: "Sandbox", timeout: float = 180.0) -> None:
                            f"{', '.join(host_dirs(n)[RUN_DIR] for n in members(sb))}") from e
     sb.nbctl("init")
     log.info("OVN central: %d pacific-central pods Ready (NB %s)", want, sb.nb_tcp_remote)
+    if sb.ovs_pods:
+        # chassis and tunnels once pacific-node has configured them (services.node_daemons)
+        wait_for(lambda: len(_ready_pods(api, VSWITCH)) == len(sb.nodes), timeout,
+                 f"{len(sb.nodes)} {VSWITCH} pods Ready (kubectl -n {names.PACIFIC_NAMESPACE} "
+                 f"logs -l app.kubernetes.io/name={VSWITCH})")
+        log.info("Open vSwitch: %d %s pods Ready", len(sb.nodes), VSWITCH)
+        return
     start_controllers(sb)
     bringup.wait_ready(sb, timeout)
     bringup.warm_tunnels(sb, timeout)

@@ -112,6 +112,8 @@ def configure(api, sb: "Sandbox") -> None:
         # pacific-central's pods speak TLS: deploy/config.yaml's files, made by
         # `pacific tls init` (pacific.sandbox.k8s.central)
         **({} if sb.central_pods else {"ovn-ssl-key": "", "ovn-ssl-cert": "", "ovn-ssl-ca": ""}),
+        # --ovs-pods: pacific-vswitch moves the node's address from eth0 to br-phy
+        "underlay-interface": "eth0" if sb.ovs_pods else "",
         "external-ip-cidrs": names.SANDBOX_EXTERNAL_IP_CIDRS,
         "egress-ip-cidrs": names.SANDBOX_EGRESS_IP_CIDRS,
         "infrastructure-ips": f"{sb.central_ip},{sb.external_ip}"}},

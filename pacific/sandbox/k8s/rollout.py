@@ -51,9 +51,12 @@ def rolled(obj: dict) -> bool:
             and st.get("replicas", 0) == want)
 
 
-def upgrade(sb: "Sandbox", api, kind: str, name: str, timeout: float = 300.0) -> float:
-    """Set the workload's Pacific container to a new tag of the same image and
-    wait until the rollout is done; returns its duration in seconds."""
+def upgrade(sb: "Sandbox", api, kind: str, name: str, timeout: float = 300.0,
+            env: dict[str, str] | None = None) -> float:
+    """Set the workload's Pacific container to a new tag of the same image (and
+    `env` set in it: pacific-vswitch's PACIFIC_VSWITCH_REPLACE_DAEMONS=1 makes
+    it replace its daemons as a new Open vSwitch version would) and wait until
+    the rollout is done; returns its duration in seconds."""
     from pacific.kube import resources as r
     res = _res(kind)
     obj = r.get(api, res, name, names.PACIFIC_NAMESPACE)
@@ -66,8 +69,12 @@ def upgrade(sb: "Sandbox", api, kind: str, name: str, timeout: float = 300.0) ->
     new = f"{base}:{tag.split('-upgrade')[0]}-upgrade{step}"
     tag_image(sb, image, new)
     t0 = time.monotonic()
+    def with_env(c: dict) -> dict:
+        kept = [e for e in c.get("env") or [] if e["name"] not in (env or {})]
+        return {**c, "image": new,
+                "env": kept + [{"name": k, "value": v} for k, v in (env or {}).items()]}
     r.patch_merge(api, res, name, {"spec": {"template": {"spec": {"containers": [
-        {**c, "image": new} for c in containers]}}}}, namespace=names.PACIFIC_NAMESPACE)
+        with_env(c) for c in containers]}}}}, namespace=names.PACIFIC_NAMESPACE)
     while True:
         obj = r.get(api, res, name, names.PACIFIC_NAMESPACE)
         if rolled(obj):
