@@ -85,6 +85,9 @@ def main() -> int:
         services.node_daemons(sb)
         t_pacific = time.monotonic() - t0
         r.create(api, r.NAMESPACES, {"metadata": {"name": NS}})
+        # ServiceAccount admission refuses pods until the default account has its token
+        wait_for(lambda: (r.get(api, r.SERVICEACCOUNTS, "default", NS) or {}).get("secrets"),
+                 60, f"ServiceAccount {NS}/default and its token")
         r.create(api, r.PODS, pod("p1", "node1"), namespace=NS)
         wait_for(lambda: running(api, "p1"), 120, "p1 Running")
         t_pod = time.monotonic() - t0

@@ -29,7 +29,7 @@ def alive(pid: int | None) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):     # gone, even while being read (ESRCH)
         return False
 
 
@@ -37,7 +37,7 @@ def parent(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (FileNotFoundError, IndexError, ValueError):
+    except (OSError, IndexError, ValueError):
         return None
 
 

@@ -33,10 +33,6 @@ OFCTRL_WAIT_MS = 3000     # ovn-controller keeps restored flows this long at mos
 UNDERLAY_FILE = "pacific-vswitch-underlay.json"
 
 
-def _env(name: str, default=None):
-    return os.environ.get(name, default)
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pacific-vswitch",
@@ -46,19 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
                     "/healthz and /readyz report them.  Flags have an environment "
                     "variable (in brackets).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--run-dir", default=_env("OVS_RUNDIR", "/run/openvswitch"),
+    p.add_argument("--run-dir", default=os.environ.get("OVS_RUNDIR", "/run/openvswitch"),
                    help="Open vSwitch's sockets and pidfiles (db.sock, ovs-vswitchd.ctl) "
                         "[OVS_RUNDIR]")
-    p.add_argument("--ovn-run-dir", default=_env("OVN_RUNDIR", "/run/ovn"),
+    p.add_argument("--ovn-run-dir", default=os.environ.get("OVN_RUNDIR", "/run/ovn"),
                    help="ovn-controller's pidfile and control socket [OVN_RUNDIR]")
-    p.add_argument("--db-dir", default=_env("OVS_DBDIR", "/etc/openvswitch"),
+    p.add_argument("--db-dir", default=os.environ.get("OVS_DBDIR", "/etc/openvswitch"),
                    help="the node's conf.db (kept on the host: bridges, ports, settings) "
                         "[OVS_DBDIR]")
-    p.add_argument("--log-dir", default=_env("OVS_LOGDIR", "/var/log/openvswitch"),
+    p.add_argument("--log-dir", default=os.environ.get("OVS_LOGDIR", "/var/log/openvswitch"),
                    help="ovsdb-server's and ovs-vswitchd's logs [OVS_LOGDIR]")
-    p.add_argument("--ovn-log-dir", default=_env("OVN_LOGDIR", os.path.dirname(
+    p.add_argument("--ovn-log-dir", default=os.environ.get("OVN_LOGDIR", os.path.dirname(
         names.OVN_CONTROLLER_LOG)), help="ovn-controller's log [OVN_LOGDIR]")
-    p.add_argument("--underlay-interface", default=_env("PACIFIC_UNDERLAY_INTERFACE"),
+    p.add_argument("--underlay-interface", default=os.environ.get("PACIFIC_UNDERLAY_INTERFACE"),
                    help="userspace datapath: this interface becomes a port of "
                         f"--underlay-bridge, which takes over its addresses and routes "
                         "(given back when pacific-vswitch stops) [PACIFIC_UNDERLAY_INTERFACE]")
@@ -66,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ovn-controller", action="store_true",
                    help="run Open vSwitch only (ovn-controller runs elsewhere)")
     p.add_argument("--replace-daemons", action="store_true",
-                   default=_env("PACIFIC_VSWITCH_REPLACE_DAEMONS") == "1",
+                   default=os.environ.get("PACIFIC_VSWITCH_REPLACE_DAEMONS") == "1",
                    help="replace running daemons even of this image's version (ovs-vswitchd "
                         "with its flows kept), as an upgrade does "
                         "[PACIFIC_VSWITCH_REPLACE_DAEMONS=1]")
@@ -74,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop the daemons (and give the underlay interface its addresses "
                         "back) when pacific-vswitch stops; by default they keep forwarding "
                         "for the next pacific-vswitch, which adopts them")
-    p.add_argument("--host-cgroup", default=_env("PACIFIC_VSWITCH_HOST_CGROUP",
+    p.add_argument("--host-cgroup", default=os.environ.get("PACIFIC_VSWITCH_HOST_CGROUP",
                                                  "/host/sys/fs/cgroup"),
                    help="the host's /sys/fs/cgroup as mounted in the pod: the daemons move "
                         "there, out of the pod's cgroups, to outlive it "
@@ -82,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", action="store_true",
                    help="stop the node's daemons, give the underlay interface its addresses "
                         "back, and exit (before removing pacific-vswitch from a node)")
-    p.add_argument("--health-address", default=_env("PACIFIC_VSWITCH_HEALTH_ADDRESS",
+    p.add_argument("--health-address", default=os.environ.get("PACIFIC_VSWITCH_HEALTH_ADDRESS",
                                                     f"127.0.0.1:{names.VSWITCH_HEALTH_PORT}"),
                    help="host:port of /healthz and /readyz ('' for none) "
                         "[PACIFIC_VSWITCH_HEALTH_ADDRESS]")

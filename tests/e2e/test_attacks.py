@@ -325,6 +325,36 @@ def test_tools_a_tenant_learns_no_ovn_remote_or_certificate_through_the_cluster(
     assert sb.central_ip not in msg and "tcp:" not in msg and "ssl:" not in msg
 
 
+def test_vswitch_a_tenant_can_neither_take_open_vswitch_off_a_node_nor_restart_it(env):
+    """Open vSwitch as pacific-vswitch pods (decision 0049): what would cut a
+    node's pods off is an administrator's: the node labels that take
+    Open vSwitch or OVN central off a node, the DaemonSet (a changed template
+    replaces every node's daemons), exec into its pods (`pacific-vswitch
+    --stop`).  A tenant with edit gets none of them."""
+    from pacific.sandbox.k8s import rollout
+    sb, admin, atk = env
+    for label in (names.HOST_OVS_LABEL, names.CENTRAL_ROLE_LABEL):
+        with pytest.raises(kerr.ApiError) as e:
+            r.patch_merge(atk, r.NODES, "node1", {"metadata": {"labels": {label: "true"}}})
+        assert e.value.status == 403, label
+    assert names.HOST_OVS_LABEL not in (r.get(admin, r.NODES, "node1")["metadata"].get("labels")
+                                        or {})
+    ds = r.Resource(*rollout.KINDS["DaemonSet"])
+    for act in (lambda: r.get(atk, ds, "pacific-vswitch", names.PACIFIC_NAMESPACE),
+                lambda: r.patch_merge(atk, ds, "pacific-vswitch", {"spec": {"template": {
+                    "metadata": {"annotations": {"x": "1"}}}}}, namespace=names.PACIFIC_NAMESPACE)):
+        with pytest.raises(kerr.ApiError) as e:
+            act()
+        assert e.value.status == 403
+    from pacific.sandbox.k8s import bins
+    from pacific.sandbox.k8s import sandbox as k8s
+    cp = subprocess.run([bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}",
+                         f"--as=system:serviceaccount:{ATK}:{af.SA}", "-n",
+                         names.PACIFIC_NAMESPACE, "exec", "pacific-vswitch-any", "--",
+                         "pacific-vswitch", "--stop"], capture_output=True, text=True)
+    assert cp.returncode != 0 and "forbidden" in cp.stderr.lower(), cp.stderr
+
+
 def test_ovsdb_a_tenant_pod_cannot_talk_to_nb_or_sb(env):
     from pacific import names
     sb, admin, atk = env

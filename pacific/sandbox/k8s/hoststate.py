@@ -153,6 +153,8 @@ def remove_mountpoints(base: str) -> None:
     for d in made:
         try:
             os.rmdir(d)
+        except FileNotFoundError:
+            pass                  # listed twice (two sandboxes made it), gone already
         except OSError as e:
             log.warning("%s not removed: %s", d, e.strerror)
     os.unlink(path)
