@@ -50,17 +50,17 @@ class Node:
             run(["ethtool", "-K", dev, "tx", "off"], netns=ns)
         run(["ip", "route", "add", "default", "via", PEER_IP], netns=self.ns)
 
-    def start(self, *extra: str) -> subprocess.Popen:
+    def start(self, *extra: str, env: dict | None = None) -> subprocess.Popen:
         argv = ["ip", "netns", "exec", self.ns, sys.executable, "-m", "pacific.vswitch.main",
                 f"--run-dir={self.run_dir}", f"--ovn-run-dir={self.run_dir}",
                 f"--db-dir={os.path.join(self.dir, 'db')}", f"--log-dir={self.dir}",
                 f"--ovn-log-dir={self.dir}", f"--health-address=127.0.0.1:{HEALTH_PORT}",
                 f"--log-file={self.log}", *extra]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env)
         return self.proc
 
-    def started(self, *extra: str) -> None:
-        self.start("--underlay-interface=eth0", *extra)
+    def started(self, *extra: str, env: dict | None = None) -> None:
+        self.start("--underlay-interface=eth0", *extra, env=env)
         wait_until(lambda: self.ready()[0] == 200, 30, what=f"/readyz (see {self.log})")
 
     def ready(self) -> tuple[int, str]:
@@ -178,6 +178,36 @@ def test_replaced_daemons_replay_the_saved_flows_before_forwarding(node):
     assert node.reachable()
     assert not os.listdir(os.path.join(node.run_dir, "pacific-vswitch-flows")), \
         "the saved tables are replayed once"
+
+
+def test_an_open_vswitch_of_another_version_is_upgraded_in_place(node):
+    """Daemons of Debian's Open vSwitch 3.1 running, a pacific-vswitch of the
+    4.0 build starts: it sees the other version, converts conf.db to its
+    schema, and replaces each daemon, ovs-vswitchd with its flows."""
+    new = ovsinstall.Install(os.environ[ovsinstall.PREFIX_ENV])
+    if new.prefix == ovsinstall.SYSTEM_PREFIX or not os.path.exists("/usr/sbin/ovs-vswitchd"):
+        pytest.skip("needs Debian's Open vSwitch beside the build")
+    old_env = {**os.environ, ovsinstall.PREFIX_ENV: ovsinstall.SYSTEM_PREFIX,
+               "PATH": os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep)
+                                       if d not in new.dirs)}
+    node.started("--no-ovn-controller", env=old_env)
+    assert "3.1" in subprocess.run(["ovs-appctl", "-t", f"{node.run_dir}/ovs-vswitchd.ctl",
+                                    "version"], env=node.env, capture_output=True,
+                                   text=True).stdout
+    node.ofctl("add-flow", "br-phy", f"{MARK},actions=drop")
+    assert node.stop() == 0
+    node.started("--no-ovn-controller")
+    with open(node.log) as f:
+        text = f.read()
+    assert "replacing ovs-vswitchd" in text and "3.1.0, this image has" in text, text
+    version = subprocess.run(["ovs-appctl", "-t", f"{node.run_dir}/ovs-vswitchd.ctl",
+                              "version"], env=node.env, capture_output=True, text=True).stdout
+    assert "3.1" not in version and version, version
+    assert subprocess.run([new.program("ovsdb-tool"), "needs-conversion",
+                           os.path.join(node.dir, "db", "conf.db"), new.schema("vswitch")],
+                          capture_output=True, text=True).stdout.strip() == "no"
+    assert "cookie=0x5a11" in node.ofctl("dump-flows", "br-phy")
+    assert node.reachable()
 
 
 def test_a_crashed_ovs_vswitchd_is_restarted_with_the_underlay(node):
