@@ -97,6 +97,10 @@ def parse_neighbours(text: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+class ForeignOpenvSwitch(RuntimeError):
+    pass
+
+
 class VSwitch:
     """The three daemons of one node, in the order they need each other."""
 
@@ -129,6 +133,7 @@ class VSwitch:
         self.saved = flows.Saved(os.path.join(args.run_dir, "pacific-vswitch-flows"), ovs_save)
         self.underlay_file = os.path.join(args.run_dir, UNDERLAY_FILE)
         self.stopped_mark = os.path.join(args.run_dir, "pacific-vswitch.stopped")
+        self.owner_mark = os.path.join(args.run_dir, "pacific-vswitch.owner")
         self.restored: list[str] = []
         self.vswitchd_pid: int | None = None      # the one whose underlay is done
         self.neighbours: dict[str, tuple[str, str]] = {}   # a replaced one's tunnel neighbours
@@ -165,6 +170,9 @@ class VSwitch:
         are this image's version; else replace them one by one (ovs-vswitchd
         with its flows kept); start those that do not run."""
         t0 = time.monotonic()
+        self.check_owned()
+        with open(self.owner_mark, "w") as f:      # whatever runs from now on is ours
+            f.write(f"pacific-vswitch {os.environ.get('HOSTNAME', '')} {time.ctime()}\n")
         how = {}
         for d in self.daemons:
             pid = d.pid()
@@ -183,6 +191,17 @@ class VSwitch:
                  ", ".join(f"{k} {v}" for k, v in how.items()),
                  f"; saved flows of {', '.join(self.restored)} restored" if self.restored
                  else "")
+
+    def check_owned(self) -> None:
+        """Daemons running that no pacific-vswitch started (a host's own Open
+        vSwitch, under systemd) are not ours to adopt, replace or stop."""
+        running = [f"{d.name} (pid {d.pid()})" for d in self.daemons if d.pid()]
+        if running and not os.path.exists(self.owner_mark):
+            raise ForeignOpenvSwitch(
+                f"{', '.join(running)} run on this node but no pacific-vswitch started them "
+                f"(no {self.owner_mark}): the host's own Open vSwitch?  Label the node "
+                f"{names.HOST_OVS_LABEL}=true to keep it (this pod then goes away), or "
+                "stop it on the host and delete this pod")
 
     def _start_ovsdb_server(self, replacing: bool) -> None:
         if replacing:
@@ -317,6 +336,8 @@ class VSwitch:
             except Exception as exc:  # noqa: BLE001 - said; the node may be cut off
                 LOG.error("could not give %s its addresses back: %s", u.interface, exc)
         self.ovsdb.stop()
+        if os.path.exists(self.owner_mark):
+            os.unlink(self.owner_mark)
         LOG.info("Open vSwitch stopped in %.2f s", time.monotonic() - t0)
 
     # -------------------------------------------------------------- health
@@ -356,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     vs = VSwitch(args, install)
     if args.stop:          # the running pacific-vswitch sees the mark and lets them be
+        try:
+            vs.check_owned()
+        except ForeignOpenvSwitch as exc:
+            LOG.error("not stopping: %s", exc)
+            return 1
         with open(vs.stopped_mark, "w") as f:
             f.write(f"stopped by pacific-vswitch --stop at {time.ctime()}\n")
         vs.stop()
@@ -381,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             except Exception as exc:  # noqa: BLE001 - said; next second again
                 LOG.error("%s", exc)
         LOG.info("stopping")
+    except ForeignOpenvSwitch as exc:
+        LOG.error("%s", exc)
+        return 1
     except Exception as exc:  # noqa: BLE001 - said, and everything stopped
         LOG.error("cannot run Open vSwitch: %s", exc)
         vs.stop()

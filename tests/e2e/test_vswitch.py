@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from controller_fixtures import wait_until
-from pacific import metrics, ovsinstall
+from pacific import metrics, names, ovsinstall
 from pacific.sandbox import daemons
 from pacific.sandbox.proc import read_pidfile, run
 
@@ -208,6 +208,27 @@ def test_an_open_vswitch_of_another_version_is_upgraded_in_place(node):
                           capture_output=True, text=True).stdout.strip() == "no"
     assert "cookie=0x5a11" in node.ofctl("dump-flows", "br-phy")
     assert node.reachable()
+
+
+def test_a_hosts_own_open_vswitch_is_left_alone(node):
+    """Daemons no pacific-vswitch started (the host's, under systemd: here,
+    ours with the ownership mark taken away) are neither adopted, replaced nor
+    stopped: pacific-vswitch and `--stop` refuse, naming the label to set."""
+    node.started()
+    pids = node.pids()
+    assert node.stop() == 0
+    os.unlink(os.path.join(node.run_dir, "pacific-vswitch.owner"))
+    for extra in ((), ("--stop",)):
+        node.start("--underlay-interface=eth0", *extra)
+        assert node.proc.wait(60) == 1
+        with open(node.log) as f:
+            assert "no pacific-vswitch started them" in f.read()
+        assert node.pids() == pids and all(alive(p) for p in pids), extra
+        assert NODE_IP in node.addresses("br-phy")
+    with open(node.log) as f:
+        assert f"{names.HOST_OVS_LABEL}=true" in f.read()
+    with open(os.path.join(node.run_dir, "pacific-vswitch.owner"), "w") as f:
+        f.write("given back for the fixture's --stop\n")
 
 
 def test_a_crashed_ovs_vswitchd_is_restarted_with_the_underlay(node):
