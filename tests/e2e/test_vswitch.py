@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from controller_fixtures import wait_until
-from pacific import metrics, names, ovsinstall
+from pacific import names, ovsinstall
 from pacific.sandbox import daemons
 from pacific.sandbox.proc import read_pidfile, run
 
