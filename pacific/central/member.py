@@ -17,16 +17,17 @@ member leads, server ids that a re-joined member left behind are kicked
 """
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import logging
 import os
+import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 
 from pacific.central import dbfile, raft
-from pacific.childproc import die_with_parent, terminate
 
 LOG = logging.getLogger(__name__)
 POLL = 1.0
@@ -83,6 +84,24 @@ def address_key(address: str) -> tuple:
         return (ip.version, int(ip), "")
     except ValueError:
         return (99, 0, address)
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when pacific-central dies, however it
+    dies (no ovsdb-server outlives it holding the member's ports and file)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
+def terminate(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
+    """SIGTERM a child, SIGKILL it if it has not exited within `timeout`."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 class DbMember:

@@ -7,8 +7,7 @@ import os
 import subprocess
 import threading
 
-from pacific.central.member import DbSpec, Settings
-from pacific.childproc import die_with_parent, terminate
+from pacific.central.member import DbSpec, Settings, die_with_parent, terminate
 
 LOG = logging.getLogger(__name__)
 

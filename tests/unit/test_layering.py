@@ -28,7 +28,7 @@ ALLOWED = {
 }
 TOP_LEVEL = {"names", "daemonlog", "metrics", "contract", "exposure", "servicesnat", "remotes",
              "selectors", "egressip", "egressfirewall", "multicast", "clusterpolicy",
-             "tenancy", "ovsinstall", "heap", "audit", "tailfile", "pki", "childproc"}
+             "tenancy", "ovsinstall", "heap", "audit", "tailfile", "pki"}
 
 
 def _imports(path: pathlib.Path) -> list[str]:
