@@ -50,10 +50,6 @@ def target(path: str) -> str:
     return f"{root.rstrip('/')}/{NAME}"
 
 
-def in_pod() -> bool:
-    return any("/kubepods" in path for path in _own().values())
-
-
 def escape(pids: list[int], host: str = HOST_CGROUP) -> bool:
     """Move `pids` out of the pod's cgroups (into every hierarchy's
     `target`); False (said) if any hierarchy could not be reached or written:

@@ -23,22 +23,23 @@ from pacific.vswitch import cgroups
 LOG = logging.getLogger(__name__)
 
 
-def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name: [state, ppid, ...]; [] if gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):     # gone, even while being read (ESRCH)
-        return False
+        return []
+
+
+def alive(pid: int | None) -> bool:
+    st = _stat(pid) if pid else []
+    return bool(st) and st[0] not in ("Z", "X")
 
 
 def parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    st = _stat(pid)
+    return int(st[1]) if len(st) > 1 else None
 
 
 class Daemon:

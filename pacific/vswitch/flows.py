@@ -2,12 +2,12 @@
 
 On the userspace datapath ovs-vswitchd is the forwarding plane: a new one starts
 with no flows, and ovn-controller needs a while to compute and install them
-all.  As `ovs-ctl restart` does, the stopping pacific-vswitch saves every
-bridge's flows, groups and tunnel maps with `ovs-save save-flows` (into the
-host's run directory, which outlives the pod); the next one sets
-`other_config:flow-restore-wait=true` before ovs-vswitchd starts (it then
-neither forwards nor flushes until told), replays the saved tables, clears the
-flag, and only then starts ovn-controller, told by
+all.  As `ovs-ctl restart` does, pacific-vswitch replacing an ovs-vswitchd
+first saves every bridge's flows, groups and tunnel maps with `ovs-save
+save-flows` (into the run directory), sets
+`other_config:flow-restore-wait=true` so that the new one neither forwards nor
+flushes until told, replays the saved tables into it, clears the flag, and
+only then replaces ovn-controller, told by
 `external_ids:ovn-ofctrl-wait-before-clear` not to clear them before it has
 computed its own.
 """

@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--underlay-interface", default=os.environ.get("PACIFIC_UNDERLAY_INTERFACE"),
                    help="userspace datapath: this interface becomes a port of "
                         f"--underlay-bridge, which takes over its addresses and routes "
-                        "(given back when pacific-vswitch stops) [PACIFIC_UNDERLAY_INTERFACE]")
+                        "(given back by --stop) [PACIFIC_UNDERLAY_INTERFACE]")
     p.add_argument("--underlay-bridge", default=names.UNDERLAY_BRIDGE)
     p.add_argument("--no-ovn-controller", action="store_true",
                    help="run Open vSwitch only (ovn-controller runs elsewhere)")
@@ -112,10 +112,11 @@ class VSwitch:
                     "OVS_LOGDIR": args.log_dir, "OVN_RUNDIR": args.ovn_run_dir,
                     "OVN_LOGDIR": args.ovn_log_dir}
         self.db = os.path.join(args.db_dir, "conf.db")
-        self.remote = f"unix:{os.path.join(args.run_dir, 'db.sock')}"
+        sock = os.path.join(args.run_dir, "db.sock")
+        self.remote = f"unix:{sock}"
         appctl = install.program("ovs-appctl")
         self.ovsdb = Daemon("ovsdb-server", install.program("ovsdb-server"), [
-            f"--remote=punix:{os.path.join(args.run_dir, 'db.sock')}",
+            f"--remote=punix:{sock}",
             "--remote=db:Open_vSwitch,Open_vSwitch,manager_options", self.db],
             args.run_dir, args.log_dir, self.env, appctl,
             ctl=os.path.join(args.run_dir, "ovsdb-server.ctl"), host_cgroup=args.host_cgroup)
@@ -126,7 +127,12 @@ class VSwitch:
         self.controller = None if args.no_ovn_controller else Daemon(
             "ovn-controller", install.program("ovn-controller"), [self.remote],
             args.ovn_run_dir, args.ovn_log_dir, self.env, appctl, host_cgroup=args.host_cgroup)
-        self.daemons = [d for d in (self.ovsdb, self.vswitchd, self.controller) if d]
+        # in the order they need each other, each with how it is (re)started
+        self.starters = {self.ovsdb: self._start_ovsdb_server,
+                         self.vswitchd: self._start_ovs_vswitchd,
+                         **({self.controller: self._start_ovn_controller}
+                            if self.controller else {})}
+        self.daemons = list(self.starters)
         ovs_save = install.program("ovs-save")
         if not os.path.exists(ovs_save):
             ovs_save = os.path.join(install.prefix, "share", "openvswitch", "scripts", "ovs-save")
@@ -184,7 +190,7 @@ class VSwitch:
                 continue
             if pid:
                 LOG.info("replacing %s (pid %d): %s", d.name, pid, why)
-            getattr(self, f"_start_{d.name.replace('-', '_')}")(replacing=bool(pid))
+            self.starters[d](replacing=bool(pid))
             how[d.name] = "replaced" if pid else "started"
         self.watch()               # the underlay of an adopted ovs-vswitchd, once
         LOG.info("Open vSwitch up in %.2f s: %s%s", time.monotonic() - t0,
@@ -266,7 +272,7 @@ class VSwitch:
         for d in self.daemons:
             if d.pid() is None:
                 LOG.warning("%s is not running: starting it", d.name)
-                getattr(self, f"_start_{d.name.replace('-', '_')}")(replacing=False)
+                self.starters[d](replacing=False)
         pid = self.vswitchd.pid()
         if pid != self.vswitchd_pid:
             LOG.warning("ovs-vswitchd is a new process (pid %s, was %s): restoring the underlay",

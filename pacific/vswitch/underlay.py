@@ -3,10 +3,10 @@
 With the userspace (netdev) datapath, Geneve leaves through ovs-vswitchd, which
 routes and ARPs only through an OVS bridge that owns the node's address: the
 underlay interface (`eth0`) becomes a port of `br-phy` and its addresses and
-routes move to br-phy's tap device.  That tap belongs to ovs-vswitchd and goes
-with it, so the addresses move back to the interface whenever ovs-vswitchd
-stops (the node keeps reaching the API server while pacific-vswitch is being
-upgraded), and onto the new tap after every start.
+routes move to br-phy's tap device.  That tap belongs to ovs-vswitchd: the
+addresses go onto it again after every start of ovs-vswitchd (a crash, a
+replacement), and back to the interface when Open vSwitch is stopped for good
+(`pacific-vswitch --stop`, or a pod whose daemons would not outlive it).
 
 What was taken from the interface is kept in a file in the run directory, so a
 restarted pacific-vswitch knows it even while it is on neither device.  The
