@@ -96,9 +96,7 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
     d = node.rundir
     os.makedirs(d, exist_ok=True)
     if sb.ovs_pods:   # the address on eth0: pacific-vswitch's pod moves it to br-phy
-        run(["ip", "addr", "add", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev",
-             "eth0"], netns=ns)
-        run(["ip", "route", "add", "default", "via", sb.external_ip], netns=ns)
+        underlay_on(sb, node, "eth0")
         netns.tx_offload_off(ns, "eth0")
         log.info("%s up: netns %s, underlay %s on eth0 (Open vSwitch: pacific-vswitch pods)",
                  node.name, ns, node.underlay_ip)
@@ -123,15 +121,22 @@ def node_up(sb: "Sandbox", node: "SandboxNode") -> None:
                "--", "set", "open_vswitch", ".",
                *[f"external_ids:{k}={v}" for k, v in ext_ids.items()])
     wait_for(lambda: netns_has_link(ns, PHYS_BRIDGE), 10, f"{PHYS_BRIDGE} in {ns}")
-    run(["ip", "addr", "add", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev",
-         PHYS_BRIDGE], netns=ns)
-    run(["ip", "link", "set", "dev", PHYS_BRIDGE, "up"], netns=ns)
-    run(["ip", "route", "add", "default", "via", sb.external_ip], netns=ns)
+    underlay_on(sb, node, PHYS_BRIDGE)
     if not sb.central_pods:  # else in the node's host view, with its TLS files (k8s.central)
         st = daemons.ovn_controller(node.ovs_remote, ns, d)
         sb._record_daemon(f"{node.name}/ovn-controller", st, ns)
     log.info("%s up: netns %s, underlay %s, ovsdb %s", node.name, ns, node.underlay_ip,
              node.ovs_remote)
+
+
+def underlay_on(sb: "Sandbox", node: "SandboxNode", dev: str) -> None:
+    """The node's underlay address and default route on `dev` (up), whether it
+    had them or not: eth0 (--ovs-pods, until pacific-vswitch moves them), or
+    br-phy's tap, after every start of ovs-vswitchd."""
+    run(["ip", "addr", "replace", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev", dev],
+        netns=node.netns)
+    run(["ip", "link", "set", "dev", dev, "up"], netns=node.netns)
+    run(["ip", "route", "replace", "default", "via", sb.external_ip], netns=node.netns)
 
 
 def restart_node_daemon(sb: "Sandbox", node: "SandboxNode", daemon: str,
@@ -158,10 +163,7 @@ def restart_node_daemon(sb: "Sandbox", node: "SandboxNode", daemon: str,
     if daemon == "ovs-vswitchd":
         wait_for(lambda: netns_has_link(node.netns, PHYS_BRIDGE), timeout,
                  f"{PHYS_BRIDGE} in {node.netns}")
-        run(["ip", "addr", "replace", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev",
-             PHYS_BRIDGE], netns=node.netns)
-        run(["ip", "link", "set", "dev", PHYS_BRIDGE, "up"], netns=node.netns)
-        run(["ip", "route", "replace", "default", "via", sb.external_ip], netns=node.netns)
+        underlay_on(sb, node, PHYS_BRIDGE)
         warm_tunnels(sb, timeout)
     log.info("%s restarted (pid %d)", tag, st.pid)
 

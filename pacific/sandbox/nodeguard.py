@@ -36,10 +36,7 @@ def has_address(ns: str, dev: str, ip: str) -> bool | None:
 
 def restore(sb, node) -> None:
     from pacific.sandbox import bringup
-    run(["ip", "addr", "replace", f"{node.underlay_ip}/{node.underlay_prefixlen}", "dev",
-         bringup.PHYS_BRIDGE], netns=node.netns)
-    run(["ip", "link", "set", "dev", bringup.PHYS_BRIDGE, "up"], netns=node.netns)
-    run(["ip", "route", "replace", "default", "via", sb.external_ip], netns=node.netns)
+    bringup.underlay_on(sb, node, bringup.PHYS_BRIDGE)
     node.appctl("tnl/neigh/aging", "3600")
     for other in sb.nodes:
         if other is not node:
