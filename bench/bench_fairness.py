@@ -369,6 +369,15 @@ class Churn:
         wait_until(steady, timeout, "the churn's ramp-up", interval=0.2)
         return self.elapsed
 
+    def cpu_seconds(self) -> float:
+        """The churning client's own CPU time so far (user + system)."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, TypeError, IndexError, ValueError):
+            return float("nan")
+
     def stop(self) -> float:
         if self.proc.is_alive():
             self.stop_ev.set()
@@ -378,6 +387,7 @@ class Churn:
 
 
 def _churn_process(kc: str, held: list[str], args, stop, send) -> None:
+    os.nice(args.churner_nice)
     churn = ChurnThreads(kc, held, args)
     churn.start()
     while not stop.wait(0.1):
@@ -637,6 +647,10 @@ def main() -> int:
                     help="refused pods created per second")
     ap.add_argument("--refused-workers", type=int, default=4)
     ap.add_argument("--churn-policies", type=int, default=300)
+    ap.add_argument("--churner-nice", type=int, default=19, metavar="N",
+                    help="the churning client's niceness (default 19: on a real cluster "
+                         "another tenant's client runs on its own machine, not on the "
+                         "cluster's cores; 0 to let it compete with them)")
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--kubelet", action="store_true", help="kubelet nodes, not pod runners")
     ap.add_argument("--name", default=f"fair{os.getpid() % 100000}")
@@ -707,6 +721,7 @@ def main() -> int:
                   f"{supervisor.restarts - restarts0} times; {victim.timeouts} samples "
                   f"timed out so far", flush=True)
             if phase == "B":
+                client_cpu = churn.cpu_seconds()
                 churn_s = churn.stop()
                 c = churn.counts
                 present, refused = refused_state(api)
@@ -714,7 +729,8 @@ def main() -> int:
                       f"pods created ({c['refused_created'] / churn_s:.1f}/s), "
                       f"{c['refused_deleted']} deleted; {c['policies']} policies; "
                       f"{c['relabels']} relabels (every {churn_s / max(1, c['relabels']):.2f} s, "
-                      f"at most {churn.relabel_late:.1f} s behind schedule); {c['errors']} API errors",
+                      f"at most {churn.relabel_late:.1f} s behind schedule); {c['errors']} API errors; "
+                      f"the churning client used {client_cpu:.1f} s of CPU (nice {args.churner_nice})",
                       flush=True)
                 print(f"   at the end: {present} refused-address pods present, {refused} "
                       "carry the controller's refusal", flush=True)

@@ -76,10 +76,21 @@ class PodRecord:
     cidr: str         # the subnet's CIDR
     gateway: str | None
     subnet: str
+    # dual-stack: every family's address, CIDR and gateway, IPv4 first (the
+    # first is ip/cidr/gateway again); () for one family, and then not written
+    ips: tuple[str, ...] = ()
+    cidrs: tuple[str, ...] = ()
+    gateways: tuple[str | None, ...] = ()
 
     @property
     def ip_cidr(self) -> str:
         return f"{self.ip}/{ipaddress.ip_network(self.cidr).prefixlen}"
+
+    def families(self) -> list[tuple[str, str, str | None]]:
+        """(address/prefix, cidr, gateway) of each family, IPv4 first."""
+        ips, cidrs, gws = self.ips or (self.ip,), self.cidrs or (self.cidr,), \
+            self.gateways or (self.gateway,)
+        return [(f"{i}/{ipaddress.ip_network(c).prefixlen}", c, g) for i, c, g in zip(ips, cidrs, gws)]
 
     # -- writing (controller) ------------------------------------------------
     def annotations(self) -> dict:
@@ -90,7 +101,13 @@ class PodRecord:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        raw = asdict(self)
+        for k in _DUAL_FIELDS:
+            if not raw[k]:
+                del raw[k]
+            else:
+                raw[k] = list(raw[k])
+        return json.dumps(raw, sort_keys=True, separators=(",", ":"))
 
     # -- reading (node daemon, controller) ---------------------------------------
     @classmethod
@@ -98,7 +115,7 @@ class PodRecord:
         key = names.ANN_ALLOCATION
         raw = _json_object(text, key)
         fields = ("uid", "port", "ip", "mac", "cidr", "gateway", "subnet")
-        unknown = sorted(set(raw) - set(fields))
+        unknown = sorted(set(raw) - set(fields) - set(_DUAL_FIELDS))
         if unknown:
             raise ContractError(f"annotation {key} has unknown fields {unknown}")
         for f in fields:
@@ -122,10 +139,12 @@ class PodRecord:
                 raise ContractError(f"annotation {key}: gateway {gw!r} is not an address") from None
             if gw_ip not in net:
                 raise ContractError(f"annotation {key}: gateway {gw} is outside cidr {net}")
+        dual = _dual(raw, key, str(ip), str(net), gw) if any(k in raw for k in _DUAL_FIELDS) else {}
         # the address and port name are kept per pod by several features (and the
         # IP object, IPAM and NB replica): one interned copy for all
         return cls(uid=raw["uid"], port=sys.intern(raw["port"]), ip=sys.intern(str(ip)),
-                   mac=_mac(raw["mac"], key), cidr=str(net), gateway=gw, subnet=raw["subnet"])
+                   mac=_mac(raw["mac"], key), cidr=str(net), gateway=gw, subnet=raw["subnet"],
+                   **dual)
 
     @classmethod
     def of(cls, pod: dict) -> "PodRecord | None":
@@ -149,6 +168,34 @@ class PodRecord:
 
     def belongs_to(self, pod: dict) -> bool:
         return self.why_not_for(pod) is None
+
+
+_DUAL_FIELDS = ("ips", "cidrs", "gateways")
+
+
+def _dual(raw: dict, key: str, ip: str, cidr: str, gw: str | None) -> dict:
+    """A dual-stack record's lists, checked: one entry per family (two), IPv4
+    first, each address and gateway inside its family's CIDR, the first equal
+    to ip/cidr/gateway."""
+    lists = {k: raw.get(k) for k in _DUAL_FIELDS}
+    if not all(isinstance(v, list) and len(v) == 2 for v in lists.values()):
+        raise ContractError(f"annotation {key}: ips, cidrs and gateways must be lists of two "
+                            "(one per family)")
+    try:
+        ips = [ipaddress.ip_address(v) for v in lists["ips"]]
+        nets = [ipaddress.ip_network(v, strict=True) for v in lists["cidrs"]]
+        gws = [None if v is None else ipaddress.ip_address(v) for v in lists["gateways"]]
+    except (TypeError, ValueError) as e:
+        raise ContractError(f"annotation {key}: {e}") from None
+    if [n.version for n in nets] != [4, 6]:
+        raise ContractError(f"annotation {key}: cidrs must be one IPv4 and one IPv6, IPv4 first")
+    for i, n, g in zip(ips, nets, gws):
+        if i not in n or (g is not None and g not in n):
+            raise ContractError(f"annotation {key}: {i} or its gateway {g} is outside {n}")
+    if (str(ips[0]), str(nets[0]), None if gws[0] is None else str(gws[0])) != (ip, cidr, gw):
+        raise ContractError(f"annotation {key}: ips/cidrs/gateways do not start with ip/cidr/gateway")
+    return {"ips": tuple(sys.intern(str(i)) for i in ips), "cidrs": tuple(str(n) for n in nets),
+            "gateways": tuple(None if g is None else str(g) for g in gws)}
 
 
 def own_record(pod: dict) -> PodRecord | None:
@@ -235,16 +282,18 @@ def own_qos(pod: dict | None) -> QosRecord | None:
 # --- subnets ---------------------------------------------------------------------
 
 def subnet_cidr_in_effect(subnet: dict | None) -> str | None:
-    """The CIDR the controller applied for a Subnet (its status, which only the
-    controller writes): what nodes route into ovn0.  None if nothing is applied
-    (refused, not yet reconciled) or the value is malformed."""
+    """The IPv4 CIDR the controller applied for a Subnet (its status, which only
+    the controller writes, "a" or dual-stack "a,b"): what nodes route into ovn0.
+    None if nothing is applied (refused, not yet reconciled), the value is
+    malformed, or the Subnet has no IPv4 CIDR (nodes route IPv4 only yet)."""
     value = ((subnet or {}).get("status") or {}).get("cidrBlock")
     if not isinstance(value, str):
         return None
     try:
-        return str(ipaddress.ip_network(value, strict=True))
+        nets = [ipaddress.ip_network(v.strip(), strict=True) for v in value.split(",")]
     except ValueError:
         return None
+    return next((str(n) for n in nets if n.version == 4), None)
 
 
 # --- node ----------------------------------------------------------------------

@@ -74,6 +74,7 @@ OVS_ATTACHED_MAC = "attached-mac"          # the pod end's MAC (OVS/OVN conventi
 OVS_NETNS = "pacific.io/netns"             # CNI_NETNS path of the pod
 OVS_IP_ADDRESS = "pacific.io/ip_address"   # pod address with prefix, "10.16.0.5/16"
 OVS_GATEWAY = "pacific.io/gateway"
+OVS_MORE_ADDRESSES = "pacific.io/more_addresses"  # dual-stack: "fd00:17::5/64 fd00:17::1"
 
 OWNER_KIND_POD = "Pod"
 OWNER_KIND_NODE = "Node"

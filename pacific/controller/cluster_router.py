@@ -43,13 +43,13 @@ def join_ids(switch: str) -> dict:
     return {**cluster_ids(), names.EXT_SUBNET: switch}
 
 
-def router_link_builders(switch: str, gateway: str, prefixlen: int, ids: dict) -> list:
-    """Builders linking `switch` to the cluster router at gateway/prefixlen."""
+def router_link_builders(switch: str, gateway: str, networks: list[str], ids: dict) -> list:
+    """Builders linking `switch` to the cluster router at `networks` (each
+    family's gateway/prefix), with the MAC derived from `gateway`."""
     rp = names.router_port_name(switch)
     mac = model.router_mac(gateway)
     return [
-        lambda api: EnsureRouterPort(api, names.CLUSTER_ROUTER, rp, mac,
-                                            [f"{gateway}/{prefixlen}"], ids),
+        lambda api: EnsureRouterPort(api, names.CLUSTER_ROUTER, rp, mac, list(networks), ids),
         lambda api: EnsurePort(api, switch, names.switch_router_port_name(switch),
                                       ["router"], [], ids, type="router",
                                       options={"router-port": rp}),
@@ -78,7 +78,8 @@ def ensure(ctl) -> None:
         lambda api: EnsureSwitch(api, cfg.join_switch, ids),
         # Services reach the nodes through ovn0 on the join switch
         lambda api: AttachLoadBalancerGroup(api, cfg.join_switch, names.LB_GROUP),
-        *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_prefixlen, ids),
+        *router_link_builders(cfg.join_switch, cfg.join_gateway,
+                               [f"{cfg.join_gateway}/{cfg.join_prefixlen}"], ids),
         # where traffic leaves the cluster (node ports, gateways' localnets join it)
         lambda api: EnsurePortGroup(api, names.EFW_EXITS_GROUP, ids),
         lambda api: EnsureAddressSet(api, names.SERVICE_SOURCES_SET, ids),

@@ -29,6 +29,7 @@ class Config:
     nb_failure_exit: float = 60.0               # seconds of failing NB writes before giving up
     lag_probe_interval: float = 30.0            # NB -> chassis lag probe (lagprobe.py); 0: off
     isolation: bool = True                      # tenant isolation between namespaces
+    ipv6_subnets: bool = False                  # alpha: accept IPv6 and dual-stack Subnets
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
     multicast: bool = True                      # snooping, the gate, relay (controller/multicast.py)
     multicast_query_interval: int = names.MCAST_QUERY_INTERVAL

@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated namespaces that are global (reach and are reached by "
                    f"every tenant) unless labelled {names.LABEL_TENANT}=... "
                    "(default: %(default)s)")
+    g.add_argument("--ipv6-subnets", action="store_true",
+                   default=_env("PACIFIC_IPV6_SUBNETS", "false").lower() in ("true", "1", "yes"),
+                   help="alpha (issue 27, docs/dual-stack.md): accept IPv6 and dual-stack Subnets. "
+                   "Addresses, port security, tenant isolation and NetworkPolicy's isolation "
+                   "hold for IPv6; policies' allow rules, Services, egress and node access do "
+                   "not carry IPv6 yet (such traffic is dropped).  Default: refused with a "
+                   "reason [PACIFIC_IPV6_SUBNETS=true]")
     g = p.add_argument_group("multicast")
     g.add_argument("--no-multicast", dest="multicast", action="store_false",
                    default=_env("PACIFIC_MULTICAST", "true").lower() not in ("false", "0", "no"),
@@ -197,6 +204,7 @@ def config_from_args(args) -> Config:
                   batch_max=args.batch_max, batch_delay=args.batch_delay_ms / 1000.0,
                   gc_interval=args.gc_interval, lag_probe_interval=args.lag_probe_interval, isolation=args.isolation,
                   multicast=args.multicast, multicast_query_interval=args.multicast_query_interval,
+                  ipv6_subnets=args.ipv6_subnets,
                   audit_rate=args.audit_rate, audit_burst=args.audit_burst,
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
                   sb_remote=args.sb_remote, event_burst=args.event_burst,

@@ -266,20 +266,47 @@ class SubnetSpecError(ValueError):
 @dataclass(frozen=True)
 class SubnetSpec:
     name: str
-    cidr: str
+    cidr: str                             # the first family's (IPv4 when there is one)
     gateway: str
     exclude: tuple[str, ...] = field(default_factory=tuple)
     default: bool = False
     private: bool = False                 # only its own addresses, allow_subnets, nodes
     allow_subnets: tuple[str, ...] = ()   # CIDRs
+    cidrs: tuple[str, ...] = ()           # every family's, IPv4 first (() = (cidr,))
+    gateways: tuple[str, ...] = ()        # likewise
+
+    def __post_init__(self):
+        if not self.cidrs:
+            object.__setattr__(self, "cidrs", (self.cidr,))
+        if not self.gateways:
+            object.__setattr__(self, "gateways", (self.gateway,))
 
     @property
     def prefixlen(self) -> int:
         return ipaddress.ip_network(self.cidr).prefixlen
 
+    @property
+    def families(self) -> tuple[int, ...]:
+        return tuple(ipaddress.ip_network(c).version for c in self.cidrs)
 
-def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
-    """Validate a Subnet object's spec (CIDR, gateway, excludeIps)."""
+    @property
+    def cidr_block(self) -> str:
+        """Every family's CIDR as the Subnet spells it ("a" or "a,b"; IPAM's form)."""
+        return ",".join(self.cidrs)
+
+    @property
+    def gateway_list(self) -> str:
+        return ",".join(self.gateways)
+
+    def networks(self) -> list[str]:
+        """The router port's networks: each family's gateway/prefix."""
+        return [f"{g}/{ipaddress.ip_network(c).prefixlen}" for g, c in zip(self.gateways, self.cidrs)]
+
+
+def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = (), ipv6: bool = False) -> SubnetSpec:
+    """Validate a Subnet object's spec (CIDR, gateway, excludeIps).  IPv6 and
+    dual-stack CIDRs only with `ipv6` (the controller's alpha --ipv6-subnets):
+    until every feature holds for IPv6 (decision 0045) they are refused."""
     name = meta(obj).get("name", "")
     if name in reserved_names:
         raise SubnetSpecError(f"name {name!r} is reserved for Pacific's own switch")
@@ -288,15 +315,18 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
     if not raw or not isinstance(raw, str):
         raise SubnetSpecError("spec.cidrBlock is required (e.g. 10.17.0.0/16)")
     nets = _per_family(raw, "spec.cidrBlock", _parse_cidr, "CIDRs")
-    if 6 in nets:
+    if 6 in nets and not ipv6:
         # isolation, NetworkPolicy and private Subnets match IPv4 only: an IPv6
         # Subnet, or the IPv6 half of a dual-stack one, would have no isolation
         # at all (docs/security.md)
         raise SubnetSpecError(f"spec.cidrBlock {raw!r} is IPv6{' (dual-stack)' if 4 in nets else ''}"
-                              ", which Pacific does not isolate yet: only IPv4 Subnets are accepted")
-    net = nets[4]
-    if net.num_addresses < 4:
-        raise SubnetSpecError(f"spec.cidrBlock {raw!r} is too small (needs room for a gateway and pods)")
+                              ", which Pacific does not carry in every feature yet: only IPv4 Subnets are accepted "
+                              "(an administrator may accept IPv6 with the controller's alpha "
+                              "--ipv6-subnets)")
+    for version, net in nets.items():
+        if net.num_addresses < 4:
+            raise SubnetSpecError(f"spec.cidrBlock {str(net)!r} is too small (needs room for a "
+                                  "gateway and pods)")
     gw = spec.get("gateway")
     gws = _per_family(str(gw), "spec.gateway", _parse_address, "addresses") if gw else {}
     for version, gw_ip in gws.items():
@@ -307,7 +337,9 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
         unusable = {inside.network_address} | ({inside.broadcast_address} if version == 4 else set())
         if gw_ip not in inside or gw_ip in unusable:
             raise SubnetSpecError(f"spec.gateway {gw_ip} is not a usable address of {inside}")
-    gw_ip = gws.get(4) or net.network_address + 1
+    families = sorted(nets)
+    cidrs = tuple(str(nets[v]) for v in families)
+    gateways = tuple(str(gws.get(v) or nets[v].network_address + 1) for v in families)
     exclude = []
     for item in spec.get("excludeIps") or []:
         item = str(item).strip()
@@ -325,9 +357,9 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = ()) -> SubnetSpec:
             allow.append(str(ipaddress.ip_network(str(item).strip(), strict=False)))
         except ValueError:
             raise SubnetSpecError(f"spec.allowSubnets entry {item!r} is not a CIDR") from None
-    return SubnetSpec(name=name, cidr=str(net), gateway=str(gw_ip), exclude=tuple(exclude),
+    return SubnetSpec(name=name, cidr=cidrs[0], gateway=gateways[0], exclude=tuple(exclude),
                       default=bool(spec.get("default")), private=bool(spec.get("private")),
-                      allow_subnets=tuple(allow))
+                      allow_subnets=tuple(allow), cidrs=cidrs, gateways=gateways)
 
 
 def _parse_cidr(text: str, where: str):
@@ -387,15 +419,19 @@ def _canonical_mac(text: str) -> str:
 def allocation_fits(alloc, subnet: str, want_ip: str | None, want_mac: str | None) -> bool:
     """Does the held allocation (ip, mac, subnet) satisfy the pod's request?
     Compared in canonical form, so "fd00::0a" asks for "fd00::a" and
-    "0A-58-..." for "0a:58:..." (a textual difference is no new request)."""
+    "0A-58-..." for "0a:58:..." (a textual difference is no new request);
+    "a,b" asks for an address of each family, one of them for that one."""
     return (alloc.subnet == subnet
-            and (not want_ip or _canonical_ip(want_ip) == alloc.ip)
+            and (not want_ip or {_canonical_ip(t) for t in want_ip.split(",")} <= set(alloc.ips))
             and (not want_mac or _canonical_mac(want_mac) == alloc.mac))
 
 
 def ip_object(namespace: str, pod: str, subnet: str, ip: str, mac: str, node: str,
-              sts: str | None = None) -> dict:
-    """Body of the cluster-scoped IP object that records one allocation."""
+              sts: str | None = None, ips: tuple[str, ...] = ()) -> dict:
+    """Body of the cluster-scoped IP object that records one allocation
+    (`ips`: every family's address of a dual-stack one, IPv4 first: also in
+    spec.ipAddresses; spec.ipAddress is the first)."""
+    more = {"ipAddresses": list(ips)} if len(ips) > 1 else {}
     return {
         "apiVersion": names.API_VERSION,
         "kind": "IP",
@@ -405,7 +441,7 @@ def ip_object(namespace: str, pod: str, subnet: str, ip: str, mac: str, node: st
             "pod": pod, "namespace": namespace, "subnet": subnet,
             "ipAddress": ip, "macAddress": mac, "nodeName": node,
             "ownerKind": OWNER_KIND_STATEFULSET if sts else names.OWNER_KIND_POD,
-            "ownerName": sts or pod,
+            "ownerName": sts or pod, **more,
         },
     }
 

@@ -286,7 +286,7 @@ class PodFeature(Feature):
         lsp = names.pod_lsp_name(ns, name)
         node = pod["spec"]["nodeName"]
         sts = model.statefulset_of(pod)
-        addr = f"{alloc.mac} {alloc.ip}"
+        addr = " ".join((alloc.mac, *alloc.ips))
         ids = pod_ids(ns, name, alloc.subnet)
         # only the pod's node may bind the port (system-id = node name): the old
         # node of a re-created pod of the same name (a StatefulSet pod deleted
@@ -316,7 +316,9 @@ class PodFeature(Feature):
             ctl.writer.wait(port, f"pod port {lsp}")
         self._write_record(pod, contract.PodRecord(
             uid=model.meta(pod).get("uid"), port=lsp, ip=alloc.ip, mac=alloc.mac, cidr=alloc.cidr,
-            gateway=alloc.gateway, subnet=alloc.subnet), node)
+            gateway=alloc.gateway, subnet=alloc.subnet,
+            **({"ips": alloc.ips, "cidrs": alloc.cidrs, "gateways": alloc.gateways}
+               if alloc.more else {})), node)
         with self._lock:
             self._refused.pop(key, None)
 
@@ -366,7 +368,7 @@ class PodFeature(Feature):
 
     def _ensure_ip_object(self, ns: str, name: str, alloc, node: str, sts: str | None) -> None:
         ctl = self.ctl
-        body = model.ip_object(ns, name, alloc.subnet, alloc.ip, alloc.mac, node, sts)
+        body = model.ip_object(ns, name, alloc.subnet, alloc.ip, alloc.mac, node, sts, alloc.ips)
         obj_name = body["metadata"]["name"]
         cur = ctl.informer("ips").get(obj_name)
         if cur is None:

@@ -43,8 +43,10 @@ def restore_subnets(ctl) -> int:
             if model.meta(obj).get("name") == ctl.cfg.join_switch:
                 continue
             try:
-                spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,))
-                ctl.ipam.add_subnet(spec.name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
+                spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,),
+                                          ipv6=ctl.cfg.ipv6_subnets)
+                ctl.ipam.add_subnet(spec.name, spec.cidr_block, gateway=spec.gateway_list,
+                                    exclude=spec.exclude)
             except (model.SubnetSpecError, ipam_errors.IPAMError):
                 continue  # the subnet reconciler reports it
             n += 1  # "applied" only once the subnet reconciler made its switch
@@ -107,8 +109,10 @@ def restore_pod_addresses(ctl) -> dict:
                           "its address %s is not held", model.meta(ip).get("name"), spec.get("ipAddress"))
                 continue
             try:
+                ips = spec.get("ipAddresses")     # dual-stack: every family's
                 ctl.ipam.restore(spec.get("subnet"), model.object_key(spec.get("namespace"), spec.get("pod")),
-                                 spec.get("ipAddress"), spec.get("macAddress"))
+                                 ",".join(map(str, ips)) if isinstance(ips, (list, tuple)) and ips
+                                 else spec.get("ipAddress"), spec.get("macAddress"))
                 stats["ips"] += 1
             except ipam_errors.IPAMError as exc:
                 stats["conflicts"] += 1

@@ -41,6 +41,7 @@ def subnet_ids(name: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_SUBNET: name}
 
 
+MAX_COUNT = 2**53 - 1       # the largest count a status integer holds exactly
 _UNCHANGED = object()
 
 
@@ -71,11 +72,32 @@ def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
     same tier as tenant isolation, above NetworkPolicy."""
     if not spec.private:
         return []
-    allowed = ", ".join([spec.cidr, *spec.allow_subnets, join_cidr])
-    return [acl.AclSpec(direction="to-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
-                        match=f"ip4 && ip4.dst == {spec.cidr} && ip4.src != {{{allowed}}}",
-                        action="drop", name=f"private-subnet:{spec.name}"[:63],
-                        external_ids={**subnet_ids(spec.name), names.EXT_RULE: "private"})]
+    out = []
+    for cidr in spec.cidrs:
+        ip = f"ip{ipaddress.ip_network(cidr).version}"
+        allowed = ", ".join([c for c in (cidr, *spec.allow_subnets, join_cidr) if _same_family(c, cidr)])
+        out.append(acl.AclSpec(direction="to-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
+                               match=f"{ip} && {ip}.dst == {cidr} && {ip}.src != {{{allowed}}}",
+                               action="drop", name=f"private-subnet:{spec.name}"[:63],
+                               external_ids={**subnet_ids(spec.name), names.EXT_RULE: "private"}))
+    return out
+
+
+def ipv6_acls(spec: SubnetSpec) -> list:
+    """An IPv6 Subnet's switch drops router advertisements and redirects from
+    its ports: addresses and routes are static (pods run with accept_ra=0,
+    the cluster router sends none), so any is a pod's attempt to become
+    another pod's router."""
+    if 6 not in spec.families:
+        return []
+    return [acl.AclSpec(direction="from-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
+                        match="ip6 && icmp6.type == {134, 137}", action="drop",
+                        name=f"no-router-adverts:{spec.name}"[:63],
+                        external_ids={**subnet_ids(spec.name), names.EXT_RULE: "ipv6-ra"})]
+
+
+def _same_family(a: str, b: str) -> bool:
+    return ipaddress.ip_network(a, strict=False).version == ipaddress.ip_network(b).version
 
 
 class SubnetFeature(Feature):
@@ -186,45 +208,50 @@ class SubnetFeature(Feature):
             return
         self._ensure_finalizer(obj)
         try:
-            spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,))
+            spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,),
+                                          ipv6=ctl.cfg.ipv6_subnets)
         except SubnetSpecError as exc:
             self._refuse(obj, "InvalidSpec", str(exc))
             return
-        clash = infrastructure_clash(spec.cidr, self.ctl)
-        if clash:
-            # pods with a node's or OVN central's address would take it over,
-            # and every node would treat the underlay as pod traffic
-            self._refuse(obj, "InfrastructureOverlap", f"spec.cidrBlock {spec.cidr} contains "
-                         f"{clash}: a Subnet cannot hold the cluster's infrastructure addresses")
-            return
+        for cidr in spec.cidrs:
+            clash = infrastructure_clash(cidr, self.ctl)
+            if clash:
+                # pods with a node's or OVN central's address would take it over,
+                # and every node would treat the underlay as pod traffic
+                self._refuse(obj, "InfrastructureOverlap", f"spec.cidrBlock {cidr} contains "
+                             f"{clash}: a Subnet cannot hold the cluster's infrastructure addresses")
+                return
         with self._lock:
             old = self.applied.get(name)
-        if old is not None and (old.cidr, old.gateway) != (spec.cidr, spec.gateway):
+        if old is not None and (old.cidrs, old.gateways) != (spec.cidrs, spec.gateways):
             used, _ = self._usage(name)
             if used:
                 # running pods hold addresses (and a gateway) of the applied spec:
                 # it stays until they are gone (a release re-queues this Subnet)
                 self._refuse(obj, "SubnetInUse", (
-                    f"cidrBlock/gateway cannot change from {old.cidr} (gateway {old.gateway}) "
-                    f"to {spec.cidr} (gateway {spec.gateway}) while {used} address(es) are in "
+                    f"cidrBlock/gateway cannot change from {old.cidr_block} (gateway "
+                    f"{old.gateway_list}) to {spec.cidr_block} (gateway {spec.gateway_list}) "
+                    f"while {used} address(es) are in "
                     f"use, by {', '.join(self._holders(name))}; delete those pods first"))
                 return
         try:
             with ctl.ipam_lock:   # the pool may exist without `applied` (NB write failed)
                 if old != spec:
-                    ctl.ipam.ensure_subnet(name, spec.cidr, gateway=spec.gateway, exclude=spec.exclude)
+                    ctl.ipam.ensure_subnet(name, spec.cidr_block, gateway=spec.gateway_list,
+                                           exclude=spec.exclude)
         except ipam_errors.IPAMError as exc:
             self._refuse(obj, exc.reason, str(exc))
             return
         ids = subnet_ids(name)
-        acls = private_acls(spec, ctl.cfg.join_cidr)
+        acls = private_acls(spec, ctl.cfg.join_cidr) + ipv6_acls(spec)
         # IGMP snooping and a querier on every Subnet (none: --no-multicast)
+        # (IPv4's querier; an IPv6-only Subnet has no multicast yet)
         mcast = (multicast.switch_config(spec.gateway, model.router_mac(spec.gateway),
                                          ctl.cfg.multicast_query_interval)
-                 if ctl.cfg.multicast else {})
+                 if ctl.cfg.multicast and 4 in spec.families else {})
         ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids, other_config=mcast),
                         lambda api: lb.AttachLoadBalancerGroup(api, name, names.LB_GROUP),
-                        *cluster_router.router_link_builders(name, spec.gateway, spec.prefixlen, ids),
+                        *cluster_router.router_link_builders(name, spec.gateway, spec.networks(), ids),
                         lambda api: acl.EnsureACLs(api, name, acls, table=ensure.LS,
                                                    scope={names.EXT_OWNER_KIND: names.OWNER_KIND_SUBNET})],
                        what=f"subnet {name}")
@@ -233,10 +260,11 @@ class SubnetFeature(Feature):
             self._invalidate_binding()
             was_refused = self.refused.pop(name, None) is not None
         if old != spec:
-            LOG.info("subnet %s applied: %s gateway %s exclude %s", name, spec.cidr, spec.gateway,
-                     list(spec.exclude) or "-")
+            LOG.info("subnet %s applied: %s gateway %s exclude %s", name, spec.cidr_block,
+                     spec.gateway_list, list(spec.exclude) or "-")
         self._set_status(obj, True, "Applied", f"logical switch {name} on {names.CLUSTER_ROUTER}, "
-                         f"gateway {spec.gateway}", gateway=spec.gateway, cidr=spec.cidr)
+                         f"gateway {spec.gateway_list}", gateway=spec.gateway_list,
+                         cidr=spec.cidr_block)
         if old is None or was_refused:
             self.pods.requeue_refused()
 
@@ -247,6 +275,19 @@ class SubnetFeature(Feature):
                 return self.ctl.ipam.usage(name)
             except ipam_errors.IPAMError:
                 return 0, 0
+
+    def _family_counts(self, name: str) -> dict:
+        """A dual-stack or IPv6 Subnet's free addresses per family
+        (v4availableIPs/v6availableIPs, kube-ovn's names; numbers: a /64 holds
+        more than an integer field), {} for an IPv4 one."""
+        with self.ctl.ipam_lock:
+            try:
+                by = self.ctl.ipam.usage_by_family(name)
+            except ipam_errors.IPAMError:
+                return {}
+        if 6 not in by:
+            return {}
+        return {f"v{v}availableIPs": float(a) if a > MAX_COUNT else a for v, (_, a) in by.items()}
 
     def _refuse(self, obj: dict, reason: str, message: str) -> None:
         name = model.meta(obj)["name"]
@@ -271,10 +312,13 @@ class SubnetFeature(Feature):
         (contract.subnet_cidr_in_effect: nodes route only that; None removes it)."""
         name = model.meta(obj)["name"]
         used, available = self._usage(name)
+        available = min(available, MAX_COUNT)
+        families = self._family_counts(name)
         old = obj.get("status") or {}
         old_cond = next((c for c in old.get("conditions") or [] if c.get("type") == READY), {})
         want_status = "True" if ok else "False"
         if (old.get("usedIPs") == used and old.get("availableIPs") == available
+                and all(old.get(k) == v for k, v in families.items())
                 and old_cond.get("status") == want_status and old_cond.get("reason") == reason
                 and old_cond.get("message") == message
                 and (gateway is None or old.get("gateway") == gateway)
@@ -283,7 +327,8 @@ class SubnetFeature(Feature):
         cond = model.condition(READY, ok, reason, message, _now())
         if old_cond.get("status") == want_status and old_cond.get("lastTransitionTime"):
             cond["lastTransitionTime"] = old_cond["lastTransitionTime"]
-        patch = {"status": {"usedIPs": used, "availableIPs": available, "conditions": [cond]}}
+        patch = {"status": {"usedIPs": used, "availableIPs": available, "conditions": [cond],
+                            **families}}
         if gateway is not None:
             patch["status"]["gateway"] = gateway
         if cidr is not _UNCHANGED:

@@ -16,16 +16,20 @@ OVN form (rows grow with tenants, not pods):
 
 * port group `pacific_isolated`: the ports of every pod of a non-global
   namespace (OVN keeps the address set `$pacific_isolated_ip4` of it);
-* per tenant T, port group `pt_<hash of T>` with its pods' ports and TWO
+* per tenant T, port group `pt_<hash of T>` with its pods' ports and FOUR
   ACLs, to-lport, priority names.PRIO_ACL_ISOLATION_DROP (above every
   NetworkPolicy ACL: no policy admits traffic between tenants), both -> drop:
   - `outport == @pt_T && ip4 && ip4.src == $pacific_isolated_ip4 &&
     ip4.src != $pt_T_ip4`: IPv4, also routed from another Subnet's switch;
   - `outport == @pt_T && arp && arp.spa == $pacific_isolated_ip4 &&
     arp.spa != $pt_T_ip4`: ARP, broadcast or unicast, on the sender's switch.
+  - the same by ip6.src for IPv6 (dual-stack and IPv6 Subnets, alpha), and
+  - `outport == @pt_T && ip6 && ip6.src == {::, fe80::/10}`: IPv6 from a
+    source no set can place (link-local, unspecified).
   A pod's port security admits nothing else: ARP only with the pod's own MAC
-  and address (so arp.spa says who sent it, like ip4.src), no IPv6, no other
-  Ethernet type.  Not by `inport`: ovn-controller expands `inport == @group`
+  and address (so arp.spa says who sent it, like ip4.src), IPv6 only from its
+  own addresses (and the link-local one of its MAC, `::`), no other Ethernet
+  type.  Not by `inport`: ovn-controller expands `inport == @group`
   in a to-lport ACL to the ports of the receiving chassis only (a sender on
   another node never matched), and OVN matches no `!ip4`, `eth.type !=` or
   `inport != @group` (nominal fields are tested positively only; such an ACL
@@ -61,11 +65,22 @@ def tenant_ids(tenant: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME}
 
 
-def isolation_match(tenant: str) -> str:
-    """IPv4 from another isolated tenant, by source address (also routed)."""
-    pg = group_name(tenant)
-    return (f"outport == @{pg} && ip4 && ip4.src == ${names.PG_ISOLATED}_ip4 && "
-            f"ip4.src != ${pg}_ip4")
+def isolation_match(tenant: str, family: int = 4) -> str:
+    """IPv4 (or IPv6) from another isolated tenant, by source address (also
+    routed; OVN keeps each port group's `_ip4` and `_ip6` address sets)."""
+    pg, ip = group_name(tenant), f"ip{family}"
+    return (f"outport == @{pg} && {ip} && {ip}.src == ${names.PG_ISOLATED}_{ip} && "
+            f"{ip}.src != ${pg}_{ip}")
+
+
+def isolation_local_match(tenant: str) -> str:
+    """IPv6 from a link-local or the unspecified source, which no address set
+    says the tenant of: port security admits them from every pod (the
+    link-local address derived from its MAC, `::` for duplicate address
+    detection), so they reach a tenant's pods from nowhere else (pods'
+    neighbour discovery uses their global addresses; routers' answers come
+    from the gateway's)."""
+    return f"outport == @{group_name(tenant)} && ip6 && ip6.src == {{::, fe80::/10}}"
 
 
 def isolation_frame_match(tenant: str) -> str:
@@ -82,7 +97,8 @@ def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF) -> list[acl.AclSp
     ids = {**tenant_ids(tenant), names.EXT_RULE: "isolation"}
     return [audit.logged(acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
                                      name=f"tenant:{tenant}"[:63], external_ids=ids), mode)
-            for m in (isolation_match(tenant), isolation_frame_match(tenant))]
+            for m in (isolation_match(tenant), isolation_frame_match(tenant),
+                      isolation_match(tenant, 6), isolation_local_match(tenant))]
 
 
 def group_builders(tenant: str, mode: audit.Audit = audit.OFF) -> list:

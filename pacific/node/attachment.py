@@ -35,6 +35,11 @@ class PodAttachment:
     gateway: str | None
     mtu: int
     host: str = ""      # the OVS port's name when read from OVS (may predate host_ifname)
+    more: tuple = ()    # dual-stack: ((ip_cidr, gateway),) of the other family
+
+    def addresses(self) -> list[tuple[str, str | None]]:
+        """(address/prefix, gateway) of each family, IPv4 first."""
+        return [(self.ip_cidr, self.gateway), *self.more]
 
     @property
     def host_ifname(self) -> str:
@@ -53,8 +58,10 @@ class PodAttachment:
                     pod: str, mtu: int) -> "PodAttachment":
         """The attachment the controller's record asks for (contract.PodRecord,
         already validated and checked to belong to the pod)."""
+        fams = rec.families()
         return cls(container_id=container_id, ifname=ifname, netns=netns, pod=pod,
-                   lsp=rec.port, mac=rec.mac, ip_cidr=rec.ip_cidr, gateway=rec.gateway, mtu=mtu)
+                   lsp=rec.port, mac=rec.mac, ip_cidr=rec.ip_cidr, gateway=rec.gateway, mtu=mtu,
+                   more=tuple((a, g) for a, _, g in fams[1:]))
 
     def ovs_external_ids(self) -> dict[str, str]:
         ids = {names.OVS_IFACE_ID: self.lsp, names.OVS_IFACE_STATUS: "active",
@@ -63,6 +70,8 @@ class PodAttachment:
                names.OVS_NETNS: self.netns, names.OVS_IP_ADDRESS: self.ip_cidr}
         if self.gateway:
             ids[names.OVS_GATEWAY] = self.gateway
+        if self.more:
+            ids[names.OVS_MORE_ADDRESSES] = ",".join(f"{a} {g or ''}".strip() for a, g in self.more)
         return ids
 
     @classmethod
@@ -77,7 +86,8 @@ class PodAttachment:
                        lsp=external_ids.get(names.OVS_IFACE_ID, ""),
                        mac=external_ids.get(names.OVS_ATTACHED_MAC, ""),
                        ip_cidr=external_ids.get(names.OVS_IP_ADDRESS, ""),
-                       gateway=external_ids.get(names.OVS_GATEWAY), mtu=mtu, host=name)
+                       gateway=external_ids.get(names.OVS_GATEWAY), mtu=mtu, host=name,
+                       more=_more(external_ids.get(names.OVS_MORE_ADDRESSES, "")))
         except KeyError:
             return None
 
@@ -86,13 +96,21 @@ class PodAttachment:
         host = {"name": self.host_ifname}
         if host_mac:
             host["mac"] = host_mac
-        ip = {"address": self.ip_cidr, "interface": 1,
-              "version": "6" if ":" in self.ip_cidr else "4"}
-        routes = []
-        if self.gateway:
-            ip["gateway"] = self.gateway
-            routes.append({"dst": "::/0" if ":" in self.gateway else "0.0.0.0/0",
-                           "gw": self.gateway})
+        ips, routes = [], []
+        for address, gateway in self.addresses():
+            ip = {"address": address, "interface": 1, "version": "6" if ":" in address else "4"}
+            if gateway:
+                ip["gateway"] = gateway
+                routes.append({"dst": "::/0" if ":" in gateway else "0.0.0.0/0", "gw": gateway})
+            ips.append(ip)
         return {"interfaces": [host, {"name": self.ifname, "mac": self.mac,
                                       "sandbox": self.netns, "mtu": self.mtu}],
-                "ips": [ip], "routes": routes, "dns": {}}
+                "ips": ips, "routes": routes, "dns": {}}
+
+
+def _more(text: str) -> tuple:
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        address, _, gateway = item.partition(" ")
+        out.append((address, gateway or None))
+    return tuple(out)

@@ -274,14 +274,15 @@ class Plumber:
                 out.append(f"{att.ifname} is down")
             addrs = {f"{_attr(a, 'IFA_ADDRESS')}/{a['prefixlen']}"
                      for a in pr.addr("dump", index=found[0])}
-            if att.ip_cidr not in addrs:
-                out.append(f"{att.ifname} lacks address {att.ip_cidr} (has "
-                           f"{', '.join(sorted(addrs)) or 'none'})")
-            if att.gateway:
-                gws = {_attr(r, "RTA_GATEWAY") for r in pr.route("dump")
-                       if r["dst_len"] == 0 and _attr(r, "RTA_OIF") == found[0]}
-                if att.gateway not in gws:
-                    out.append(f"default route via {att.gateway} missing in {att.netns}")
+            gws = {_attr(r, "RTA_GATEWAY") for fam in (socket.AF_INET, socket.AF_INET6)
+                   for r in pr.route("dump", family=fam)
+                   if r["dst_len"] == 0 and _attr(r, "RTA_OIF") == found[0]}
+            for address, gateway in att.addresses():
+                if address not in addrs:
+                    out.append(f"{att.ifname} lacks address {address} (has "
+                               f"{', '.join(sorted(addrs)) or 'none'})")
+                if gateway and gateway not in gws:
+                    out.append(f"default route via {gateway} missing in {att.netns}")
             return out
 
     # ------------------------------------------------------------------ GC / view
@@ -355,12 +356,24 @@ def _configure_pod_side(att: PodAttachment) -> float:
         reqs.append(rtnl.link_up(socket.if_nametoindex("lo"), "lo"))
     except OSError:
         pass  # no loopback device: nothing to bring up
-    reqs += [rtnl.link_up(idx, att.ifname),
-             rtnl.add_address(idx, att.ifname, att.ip, att.prefixlen)]
-    if att.gateway:
-        reqs.append(rtnl.add_default_route(att.gateway, idx, att.ifname))
+    if any(":" in a for a, _ in att.addresses()):
+        # static addresses only: no router advertisement may add a route or address
+        _sysctl(f"net/ipv6/conf/{att.ifname}/accept_ra", "0")
+    reqs.append(rtnl.link_up(idx, att.ifname))
+    for address, gateway in att.addresses():
+        ip, _, prefix = address.partition("/")
+        reqs.append(rtnl.add_address(idx, att.ifname, ip, int(prefix)))
+        if gateway:
+            reqs.append(rtnl.add_default_route(gateway, idx, att.ifname))
     rtnl.check(reqs)
     return time.monotonic() - t0
+
+
+def _sysctl(path: str, value: str) -> None:
+    """Write a sysctl of this thread's network namespace (/proc/sys/net is the
+    opening thread's namespace's)."""
+    with open(f"/proc/sys/{path}", "w") as f:
+        f.write(value)
 
 
 def _link_exists(name: str) -> bool:

@@ -272,7 +272,7 @@ def test_4_an_ipv6_subnet_is_refused_until_isolation_covers_ipv6(env):
                 "conditions") or []
             return next((c["message"] for c in conds if c.get("status") == "False"), None)
         why = af.wait_until(refused, 30, what="the IPv6 Subnet refused")
-        assert "IPv6, which Pacific does not isolate yet" in why, why
+        assert "IPv6, which Pacific does not carry in every feature yet" in why, why
     finally:
         r.delete(admin, r.SUBNETS, "six")
 

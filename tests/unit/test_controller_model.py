@@ -141,11 +141,22 @@ def test_a_pod_may_ask_only_for_the_subnets_bound_to_its_namespace():
 
 
 def test_an_ipv6_subnet_is_refused_until_isolation_holds_for_it():
-    with pytest.raises(model.SubnetSpecError, match="IPv6, which Pacific does not isolate"):
+    with pytest.raises(model.SubnetSpecError, match="IPv6, which Pacific does not carry"):
         model.parse_subnet(subnet("v6", "fd00:10::/64"))
     # dual-stack (kube-ovn's "v4,v6") too: its IPv6 half would not be isolated
     with pytest.raises(model.SubnetSpecError, match=r"IPv6 \(dual-stack\), which Pacific does not"):
         model.parse_subnet(subnet("dual", "10.17.0.0/16, fd00:10::/64"))
+
+
+def test_a_dual_stack_subnet_with_the_alpha_switch_lists_each_family_ipv4_first():
+    spec = model.parse_subnet(subnet("dual", "fd00:10::/64, 10.17.0.0/16"), ipv6=True)
+    assert spec.cidrs == ("10.17.0.0/16", "fd00:10::/64")
+    assert spec.gateways == ("10.17.0.1", "fd00:10::1")
+    assert (spec.cidr, spec.gateway, spec.families) == ("10.17.0.0/16", "10.17.0.1", (4, 6))
+    assert spec.networks() == ["10.17.0.1/16", "fd00:10::1/64"]
+    assert spec.cidr_block == "10.17.0.0/16,fd00:10::/64"
+    v6 = model.parse_subnet(subnet("v6", "fd00:11::/64"), ipv6=True)
+    assert (v6.cidrs, v6.gateways, v6.families) == (("fd00:11::/64",), ("fd00:11::1",), (6,))
 
 
 @pytest.mark.parametrize("cidr,gateway,msg", [

@@ -118,7 +118,8 @@ def test_feature_writes_group_members_sets_and_acls_in_one_transaction():
     assert added[0].name == pg and added[0].members == [names.pod_lsp_name("x", "a")]
     (acls,) = [c for c in cmds if isinstance(c, acl.EnsureACLs)]
     rules = {s.external_ids[names.EXT_RULE]: s for s in acls.specs}
-    assert set(rules) == {"ingress/deny", "ingress/nodes", "ingress/0"}
+    assert set(rules) == {"ingress/deny", "ingress/deny/ip6", "ingress/nodes", "ingress/0"}
+    assert rules["ingress/deny/ip6"].match.endswith("&& ip6")
     assert rules["ingress/deny"].priority == names.PRIO_ACL_NP_DENY < rules["ingress/0"].priority
     assert rules["ingress/0"].action == "allow-related"
     assert rules["ingress/0"].external_ids[names.EXT_OWNER] == "x/only-b"

@@ -9,7 +9,8 @@ from controller_fakes import drain, make_controller
 from pacific import names
 from pacific.controller import model
 from pacific.controller.subnet import private_acls
-from pacific.controller.tenant import isolation_acls, isolation_frame_match, isolation_match
+from pacific.controller.tenant import (isolation_acls, isolation_frame_match,
+                                       isolation_local_match, isolation_match)
 from pacific.tenancy import GLOBAL, group_name, own_tenant, tenant_of
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
@@ -62,7 +63,11 @@ def test_isolation_drops_arp_of_another_isolated_tenant_by_its_sender_address():
     assert isolation_frame_match("team-a") == (
         f"outport == @{a} && arp && arp.spa == ${names.PG_ISOLATED}_ip4 && arp.spa != ${a}_ip4")
     specs = isolation_acls("team-a")
-    assert [s.match for s in specs] == [isolation_match("team-a"), isolation_frame_match("team-a")]
+    assert [s.match for s in specs] == [isolation_match("team-a"), isolation_frame_match("team-a"),
+                                        isolation_match("team-a", 6),
+                                        isolation_local_match("team-a")]
+    assert "ip6.src == $pacific_isolated_ip6 && ip6.src != $pt_" in specs[2].match
+    assert specs[3].match.endswith("ip6 && ip6.src == {::, fe80::/10}")
     assert {(s.direction, s.priority, s.action) for s in specs} == {
         ("to-lport", names.PRIO_ACL_ISOLATION_DROP, "drop")}
     # OVN installs no flow for `!ip4`, `eth.type !=` or `inport != @group`, and

@@ -1,0 +1,185 @@
+"""Dual-stack Subnets (issue 27, alpha: the controller's --ipv6-subnets) with
+real packets: pods get an address of each family and talk over both, across
+nodes and Subnets; tenant isolation and NetworkPolicy's isolation hold for
+IPv6, also for link-local sources; a refused family is named."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from controller_fixtures import wait_until
+from pacific import contract, names
+from pacific.kube import client
+from pacific.kube import resources as r
+from pacific.sandbox import cnipods as sandboxpods
+from pacific.sandbox.controllers import start_for_sandbox
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+SUBNETS = {"ds-a": ("10.78.0.0/24,fd00:78::/64", ["dsa"]),
+           "ds-b": ("10.79.0.0/24,fd00:79::/64", ["dsb"]),
+           # one switch, two tenants (and a global namespace): link-local reaches them
+           "ds-s": ("10.80.0.0/24,fd00:80::/64", ["dsc", "dsd", "dsg"])}
+PODS = [("dsa", "a1", "node1"), ("dsa", "a2", "node2"), ("dsa", "a3", "node1"),
+        ("dsb", "b1", "node2"), ("dsc", "c1", "node1"), ("dsd", "d1", "node1"),
+        ("dsg", "g1", "node1")]
+
+
+@pytest.fixture(scope="module")
+def env(sandbox_factory):
+    sb = sandbox_factory(nodes=2, services=None)
+    kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
+    for tag in ("controller1", "controller2"):
+        sb.stop(tag)
+    start_for_sandbox(sb, kc, extra_args=("--ipv6-subnets",))
+    api = client.load(kc)
+    r.create(api, r.NAMESPACES, {"metadata": {"name": "dsg",
+                                              "labels": {names.LABEL_TENANT: "global"}}})
+    for name, (cidr, nss) in SUBNETS.items():
+        r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                  "metadata": {"name": name},
+                                  "spec": {"cidrBlock": cidr, "namespaces": nss}})
+        wait_until(lambda n=name: _ready(api, n), 60, what=f"Subnet {name} Ready")
+    recs = {}
+    for ns, name, node in PODS:
+        sandboxpods.add_pod(sb, ns, name, node, api=api)
+        recs[name] = contract.own_record(r.get(api, r.PODS, name, ns))
+    yield sb, api, recs
+
+
+def _ready(api, name) -> bool:
+    st = (r.get(api, r.SUBNETS, name) or {}).get("status") or {}
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in st.get("conditions") or [])
+
+
+def ns_of(name: str) -> str:
+    return next(ns for ns, n, _ in PODS if n == name)
+
+
+def run(sb, pod: str, *argv):
+    return sandboxpods.exec_pod(sb, ns_of(pod), pod, list(argv), capture_output=True, text=True)
+
+
+def ping(sb, pod: str, ip: str, *extra) -> bool:
+    flag = "-6" if ":" in ip else "-4"
+    return run(sb, pod, "ping", flag, "-c1", "-W1", *extra, ip).returncode == 0
+
+
+def pings(sb, pod: str, ip: str) -> bool:
+    """Any of three echoes answered (the first may wait for neighbour discovery)."""
+    flag = "-6" if ":" in ip else "-4"
+    return run(sb, pod, "ping", flag, "-c3", "-i0.2", "-W1", ip).returncode == 0
+
+
+def v6(rec) -> str:
+    return rec.ips[1]
+
+
+def link_local(sb, pod: str) -> str:
+    out = run(sb, pod, "ip", "-6", "-o", "addr", "show", "dev", "eth0", "scope", "link").stdout
+    m = re.search(r"inet6 (fe80::[0-9a-f:]+)/64", out)
+    assert m, out
+    return m.group(1)
+
+
+def test_pods_get_an_address_of_each_family_and_talk_over_both(env):
+    sb, api, recs = env
+    a1, a2, a3 = recs["a1"], recs["a2"], recs["a3"]
+    assert a1.cidrs == ("10.78.0.0/24", "fd00:78::/64")
+    assert a1.gateways == ("10.78.0.1", "fd00:78::1")
+    assert a1.ip.startswith("10.78.0.") and v6(a1).startswith("fd00:78::")
+    addrs = run(sb, "a1", "ip", "-o", "addr", "show", "dev", "eth0").stdout
+    assert f"{v6(a1)}/64" in addrs and f"{a1.ip}/24" in addrs
+    assert "tentative" not in addrs      # usable at once: no duplicate address detection
+    routes = run(sb, "a1", "ip", "-6", "route", "show", "default").stdout
+    assert "via fd00:78::1 dev eth0" in routes, routes
+    ip_obj = r.get(api, r.IPS, "a1.dsa")
+    assert ip_obj["spec"]["ipAddresses"] == list(a1.ips)
+    st = r.get(api, r.SUBNETS, "ds-a")["status"]
+    assert st["cidrBlock"] == "10.78.0.0/24,fd00:78::/64"
+    assert st["v4availableIPs"] == 256 - 3 - 3 and st["v6availableIPs"] > 2**63
+    for dst in (a2, a3):                     # across nodes, on one node
+        assert pings(sb, "a1", v6(dst)), f"a1 -> {v6(dst)}"
+        assert ping(sb, "a1", dst.ip)
+    assert pings(sb, "a1", "fd00:78::1")      # the cluster router's port
+
+
+def test_a_pod_asks_for_an_address_of_each_family(env):
+    sb, api, _ = env
+    pod = sandboxpods.add_pod(sb, "dsa", "fixed", "node2", api=api, annotations={
+        names.ANN_IP_ADDRESS: "10.78.0.77,fd00:78::77"})
+    try:
+        rec = contract.own_record(r.get(api, r.PODS, "fixed", "dsa"))
+        assert rec.ips == ("10.78.0.77", "fd00:78::77")
+        assert pod is not None
+    finally:
+        sandboxpods.delete_pod(sb, "dsa", "fixed", api=api)
+
+
+def test_routed_ipv6_between_subnets_stops_at_the_tenant_boundary(env):
+    sb, api, recs = env
+    assert not ping(sb, "a1", v6(recs["b1"])) and not ping(sb, "b1", v6(recs["a1"]))
+    assert not ping(sb, "a1", recs["b1"].ip)
+    r.patch_merge(api, r.NAMESPACES, "dsb", {"metadata": {"labels": {names.LABEL_TENANT: "ab"}}})
+    r.patch_merge(api, r.NAMESPACES, "dsa", {"metadata": {"labels": {names.LABEL_TENANT: "ab"}}})
+    try:
+        wait_until(lambda: ping(sb, "a1", v6(recs["b1"])), 30, what="a1 -> b1 over IPv6 once joined")
+        assert pings(sb, "b1", v6(recs["a1"]))
+    finally:
+        for ns in ("dsa", "dsb"):
+            r.patch_merge(api, r.NAMESPACES, ns, {"metadata": {"labels": {names.LABEL_TENANT: None}}})
+    wait_until(lambda: not ping(sb, "a1", v6(recs["b1"])), 30, what="a1 -> b1 cut again")
+
+
+def test_link_local_ipv6_reaches_no_other_tenant_on_a_shared_switch(env):
+    sb, _, recs = env
+    assert not pings(sb, "c1", v6(recs["d1"]))                     # global address: isolation
+    assert not pings(sb, "c1", f"{link_local(sb, 'd1')}%eth0")      # link-local: the same
+    assert not pings(sb, "d1", f"{link_local(sb, 'c1')}%eth0")
+    # the path itself carries link-local: a global pod of the switch is reached
+    assert pings(sb, "c1", f"{link_local(sb, 'g1')}%eth0")
+    assert pings(sb, "c1", v6(recs["g1"]))
+
+
+def test_a_network_policy_isolates_both_families(env):
+    sb, api, recs = env
+    deny = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "deny-a2"},
+            "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
+    assert pings(sb, "a1", v6(recs["a2"]))
+    r.create(api, r.NETWORKPOLICIES, deny, namespace="dsa")
+    try:
+        wait_until(lambda: not ping(sb, "a1", v6(recs["a2"])), 30, what="IPv6 denied")
+        assert not ping(sb, "a1", recs["a2"].ip)
+    finally:
+        r.delete(api, r.NETWORKPOLICIES, "deny-a2", "dsa")
+    wait_until(lambda: ping(sb, "a1", v6(recs["a2"])), 30, what="IPv6 passes again")
+
+
+def test_an_ipv6_subnet_for_a_namespace_and_a_family_it_lacks(env):
+    sb, api, _ = env
+    r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                              "metadata": {"name": "ds-six"},
+                              "spec": {"cidrBlock": "fd00:81::/64", "namespaces": ["dsx"]}})
+    wait_until(lambda: _ready(api, "ds-six"), 60, what="Subnet ds-six Ready")
+    try:
+        sandboxpods.add_pod(sb, "dsx", "x1", "node1", api=api)
+        sandboxpods.add_pod(sb, "dsx", "x2", "node2", api=api)
+        x1 = contract.own_record(r.get(api, r.PODS, "x1", "dsx"))
+        x2 = contract.own_record(r.get(api, r.PODS, "x2", "dsx"))
+        assert x1.ip.startswith("fd00:81::") and x1.ips == ()
+        assert sandboxpods.exec_pod(sb, "dsx", "x1", ["ping", "-6", "-c3", "-i0.2", "-W1", x2.ip],
+                                    capture_output=True).returncode == 0
+        r.create(api, r.PODS, {"metadata": {"name": "x3", "annotations": {
+            names.ANN_IP_ADDRESS: "10.81.0.5"}}, "spec": {"nodeName": sb.node("node1").name,
+                                                          "containers": [{"name": "c", "image": "x"}]}},
+                 namespace="dsx")
+        wait_until(lambda: contract.allocation_error(r.get(api, r.PODS, "x3", "dsx")), 30,
+                   what="x3 refused")
+        why = contract.allocation_error(r.get(api, r.PODS, "x3", "dsx"))
+        assert "10.81.0.5 is IPv4, but subnet ds-six (fd00:81::/64) has no IPv4 CIDR" in why, why
+    finally:
+        for p in ("x1", "x2", "x3"):
+            sandboxpods.delete_pod(sb, "dsx", p, api=api)
