@@ -84,16 +84,17 @@ def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
 
 
 def ipv6_acls(spec: SubnetSpec) -> list:
-    """An IPv6 Subnet's switch drops router advertisements and redirects from
-    its ports: addresses and routes are static (pods run with accept_ra=0,
-    the cluster router sends none), so any is a pod's attempt to become
-    another pod's router."""
+    """An IPv6 Subnet's switch drops ICMPv6 redirects from its ports: routes
+    are static, so any is a pod's attempt to become another pod's router.
+    (Router advertisements cannot be dropped so: OVN exempts neighbour
+    discovery, router solicitations and advertisements and MLD from every
+    ACL.  Pods run with accept_ra=0 instead, docs/dual-stack.md.)"""
     if 6 not in spec.families:
         return []
     return [acl.AclSpec(direction="from-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
-                        match="ip6 && icmp6.type == {134, 137}", action="drop",
-                        name=f"no-router-adverts:{spec.name}"[:63],
-                        external_ids={**subnet_ids(spec.name), names.EXT_RULE: "ipv6-ra"})]
+                        match="ip6 && icmp6.type == 137", action="drop",
+                        name=f"no-redirects:{spec.name}"[:63],
+                        external_ids={**subnet_ids(spec.name), names.EXT_RULE: "ipv6-redirect"})]
 
 
 def _same_family(a: str, b: str) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -17,6 +19,7 @@ from pacific.sandbox import cnipods as sandboxpods
 from pacific.sandbox.controllers import start_for_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+ICMP6 = os.path.join(os.path.dirname(__file__), "icmp6check.py")
 SUBNETS = {"ds-a": ("10.78.0.0/24,fd00:78::/64", ["dsa"]),
            "ds-b": ("10.79.0.0/24,fd00:79::/64", ["dsb"]),
            # one switch, two tenants (and a global namespace): link-local reaches them
@@ -183,3 +186,66 @@ def test_an_ipv6_subnet_for_a_namespace_and_a_family_it_lacks(env):
     finally:
         for p in ("x1", "x2", "x3"):
             sandboxpods.delete_pod(sb, "dsx", p, api=api)
+
+
+def _heard(sb, sender: str, listener: str, kind: int) -> bool:
+    """Does `listener` receive the ICMPv6 message of `kind` that `sender` sends
+    to every node of the link (ff02::1)?"""
+    rec = sandboxpods.load(sb, ns_of(listener), listener)
+    p = subprocess.Popen(["ip", "netns", "exec", rec.netns, sys.executable, ICMP6, "listen",
+                          str(kind), "3"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        for _ in range(3):
+            run(sb, sender, sys.executable, ICMP6, "send", str(kind), "ff02::1", "eth0")
+        return p.stdout.readline().strip() == "got"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _routes_via(sb, pod: str, gateway: str) -> bool:
+    return f"via {gateway} " in run(sb, pod, "ip", "-6", "route", "show").stdout
+
+
+def _advertise(sb, sender: str) -> None:
+    for _ in range(3):
+        run(sb, sender, sys.executable, ICMP6, "send", "134", "ff02::1", "eth0")
+
+
+def test_a_pod_cannot_become_another_pods_router(env):
+    sb, _, _ = env
+    rogue = link_local(sb, "c1")
+    # the path carries c1's multicast to the global pod g1 of its switch...
+    assert _heard(sb, "c1", "g1", 128)
+    # ...but no redirect, to anyone
+    assert not _heard(sb, "c1", "g1", 137)
+    # a router advertisement crosses (OVN exempts neighbour discovery from
+    # every ACL), but the pods Pacific plumbs do not listen to one
+    assert run(sb, "g1", "cat", "/proc/sys/net/ipv6/conf/eth0/accept_ra").stdout.strip() == "0"
+    _advertise(sb, "c1")
+    assert not _routes_via(sb, "g1", rogue)
+    # (it is a valid advertisement: a pod that accepted them would take the route)
+    run(sb, "g1", "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/eth0/accept_ra")
+    try:
+        wait_until(lambda: _advertise(sb, "c1") or _routes_via(sb, "g1", rogue), 10,
+                   interval=0.5, what="g1 takes the advertised route")
+    finally:
+        run(sb, "g1", "sh", "-c", "echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_ra")
+        run(sb, "g1", "ip", "-6", "route", "del", "default", "via", rogue, "dev", "eth0")
+    assert not _routes_via(sb, "g1", rogue)
+
+
+def test_a_pod_cannot_send_from_an_ipv6_address_it_was_not_given(env):
+    sb, _, recs = env
+    spoofed = "fd00:78::99"
+    assert run(sb, "a1", "ip", "-6", "addr", "add", f"{spoofed}/64", "dev", "eth0",
+               "nodad").returncode == 0
+    try:
+        out = run(sb, "a1", "ping", "-6", "-c3", "-i0.2", "-W1", "-I", spoofed, v6(recs["a3"]))
+        assert out.returncode != 0, out.stdout
+        own = run(sb, "a1", "ping", "-6", "-c3", "-i0.2", "-W1", "-I", v6(recs["a1"]),
+                  v6(recs["a3"]))
+        assert own.returncode == 0, own.stdout           # from its own address: passes
+    finally:
+        run(sb, "a1", "ip", "-6", "addr", "del", f"{spoofed}/64", "dev", "eth0")
