@@ -145,6 +145,7 @@ QOS_MAX_MBPS = 32_000                # a tbf rate above ~34 Gbit/s does not fit 
 
 # --- Defaults -----------------------------------------------------------------
 DEFAULT_CIDR = "10.16.0.0/16"
+SANDBOX_DEFAULT_CIDR6 = "fd00:16::/64"       # the default Subnet's IPv6 half (sandbox --dual-stack)
 JOIN_CIDR = "100.64.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 CNI_SOCKET = "/run/pacific/cni.sock"

@@ -51,6 +51,10 @@ def register(sub):
                    help="as --central-pods, and Open vSwitch and ovn-controller as "
                    "pacific-vswitch pods too: nodes with only a kubelet and containerd "
                    "(as `pacific sandbox up --ovs-pods`)")
+    p.add_argument("--dual-stack", action="store_true",
+                   help="a new sandbox's controllers accept IPv6 Subnets (alpha) and its "
+                   "default Subnet is dual-stack: every pod gets an IPv4 and an IPv6 address "
+                   "(as `pacific sandbox up --dual-stack`; docs/dual-stack.md)")
     p.set_defaults(func=run)
 
 
@@ -204,7 +208,8 @@ def run(args) -> int:
     sb = Sandbox(args.name, nodes=None if exists else args.nodes,
                  kubelet=None if exists else not args.pod_runner,
                  central_pods=None if exists else args.central_pods,
-                 ovs_pods=None if exists else args.ovs_pods)
+                 ovs_pods=None if exists else args.ovs_pods,
+                 dual_stack=None if exists else args.dual_stack)
     print(f"sandbox {sb.name}: bringing up what is not running ({len(sb.nodes)} nodes) ...",
           flush=True)
     sb.up()     # idempotent: keeps a healthy network, starts only missing services

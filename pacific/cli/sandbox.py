@@ -30,10 +30,11 @@ Needs root."""
 
 
 def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None, ovs_prefix=None,
-             central_pods=None, ovs_pods=None):
+             central_pods=None, ovs_pods=None, dual_stack=None):
     from pacific.sandbox.cluster import Sandbox
     return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet, deploy=deploy,
-                   ovs_prefix=ovs_prefix, central_pods=central_pods, ovs_pods=ovs_pods)
+                   ovs_prefix=ovs_prefix, central_pods=central_pods, ovs_pods=ovs_pods,
+                   dual_stack=dual_stack)
 
 
 def errors_to_exit(fn):
@@ -53,7 +54,8 @@ def errors_to_exit(fn):
 def cmd_up(args) -> int:
     sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet,
                   deploy=args.deploy or None, ovs_prefix=args.ovs_prefix,
-                  central_pods=args.central_pods or None, ovs_pods=args.ovs_pods or None)
+                  central_pods=args.central_pods or None, ovs_pods=args.ovs_pods or None,
+                  dual_stack=args.dual_stack or None)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -161,6 +163,11 @@ def register(sub):
                     "deploy/vswitch.yaml's pacific-vswitch pods; the nodes run only a kubelet "
                     "and containerd, the whole network comes from the image and deploy/ "
                     "(implies --central-pods)")
+    up.add_argument("--dual-stack", action="store_true",
+                    help="the controllers accept IPv6 and dual-stack Subnets (alpha "
+                    "--ipv6-subnets) and the default Subnet is dual-stack "
+                    f"({names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}): every pod gets an "
+                    "address of each family (docs/dual-stack.md)")
     # neither: an existing sandbox keeps its mode, a new one follows
     # $PACIFIC_SANDBOX_PODS (kubelet or runner, default names.SANDBOX_PODS_DEFAULT)
     up.add_argument("--ovs-prefix", metavar="DIR",

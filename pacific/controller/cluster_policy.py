@@ -67,6 +67,13 @@ def node_addresses(node: dict) -> set[str]:
     return {a for a in out if _v4(a)}
 
 
+def _family(cidr: str) -> int:
+    try:
+        return ipaddress.ip_network(cidr, strict=False).version
+    except ValueError:
+        return 0
+
+
 def _v4(addr: str) -> bool:
     try:
         return ipaddress.ip_network(addr, strict=False).version == 4
@@ -213,60 +220,74 @@ class ClusterPolicyFeature(Feature):
                    if cp.selects_pod(pol.subject, nsl.get(p.namespace, {}), p.labels)]
         pg = group_name(key)
         specs, sets, notes, names_used = [], {}, [], set()
-        for rule in pol.rules:
-            ingress = rule.direction == "ingress"
-            addrs, cidrs, peer_pods = set(), [], []
-            for peer in rule.peers:
-                if peer.kind in ("namespaces", "pods"):
-                    found = [p for p in world.pods if cp.selects_pod(
-                        peer.selection, nsl.get(p.namespace, {}), p.labels)]
-                    peer_pods += found
-                    addrs |= {p.ip for p in found}
-                elif peer.kind == "nodes":
-                    addrs |= {a for n in self.ctl.informer("nodes").list()
-                              if selectors.matches(peer.selection.pod_selector or {},
-                                                   model.labels_of(n))
-                              for a in node_addresses(n)}
-                elif peer.kind == "networks":
-                    cidrs += [c for c in peer.values if _v4(c)]
-                else:     # domainNames (Accept only): their A records, kept resolved
-                    for dn in peer.values:
-                        if dn.startswith("*."):
-                            notes.append(f"{rule.direction}[{rule.index}]: {dn} matches nothing "
-                                         "(a wildcard cannot be resolved)")
-                            continue
-                        names_used.add(dn)
-                        answer = self.dns.answer(dn)
-                        if answer is None:
-                            notes.append(f"{rule.direction}[{rule.index}]: {dn} not resolved yet")
-                        elif answer[1]:
-                            notes.append(f"{rule.direction}[{rule.index}]: {answer[1]}")
-                        addrs |= set(answer[0]) if answer else set()
-            dests = subject if ingress else peer_pods
-            clauses = cp.port_clauses(rule.ports, {p.ip: p.named_ports for p in dests}, "ip4.dst")
-            field = "ip4.src" if ingress else "ip4.dst"
-            terms = []
-            if addrs:
-                name = set_name(key, rule.direction, rule.index)
-                sets[name] = addrs
-                terms.append(f"{field} == ${name}")
-            if cidrs:
-                terms.append(f"{field} == {{{', '.join(cidrs)}}}")
-            if not terms or clauses == []:
-                continue          # matches no traffic now (no peer, no port resolved)
-            match = (f"{'outport' if ingress else 'inport'} == @{pg} && ip4 && "
-                     f"({' || '.join(terms)})")
-            if clauses:
-                match += " && (" + " || ".join(f"({c})" for c in clauses) + ")"
-            specs.append(acl.AclSpec(
-                "to-lport" if ingress else "from-lport", pol.acl_priority(rule), match,
-                cp.ACTIONS[rule.action], name=f"cnp:{key}:{rule.direction}/{rule.index}"[:63],
-                external_ids=cnp_ids(key, **{names.EXT_RULE: f"{rule.direction}/{rule.index}"}),
-                tier=cp.OVN_TIER[pol.tier]))
-            if addrs and rule.action != "Deny":
-                specs.append(self._neighbours(key, pol, rule, pg))
+        for family in world.families:
+            for rule in pol.rules:
+                specs += self._compile_rule(key, pol, rule, family, world, subject, pg, sets,
+                                            notes, names_used)
         self.dns.use(key, names_used)
         return specs, sets, notes, subject
+
+    def _compile_rule(self, key: str, pol: cp.Policy, rule: cp.Rule, family: int, world,
+                      subject: list, pg: str, sets: dict, notes: list, names_used: set) -> list:
+        """One rule's ACLs in one family (IPv6: pod peers' IPv6 addresses and
+        IPv6 networks; nodes and domain names are IPv4 only); [] if it matches
+        no traffic now.  Its peers' set goes into `sets`."""
+        nsl, ip, out = world.namespace_labels, f"ip{family}", []
+        ingress = rule.direction == "ingress"
+        addrs, cidrs, peer_pods = set(), [], []
+        for peer in rule.peers:
+            if peer.kind in ("namespaces", "pods"):
+                found = [p for p in world.pods if cp.selects_pod(
+                    peer.selection, nsl.get(p.namespace, {}), p.labels)]
+                peer_pods += found
+                addrs |= {a for p in found if (a := p.address(family))}
+            elif peer.kind == "nodes":
+                if family == 6:
+                    continue      # nodes have no IPv6 on the pod network yet
+                addrs |= {a for n in self.ctl.informer("nodes").list()
+                          if selectors.matches(peer.selection.pod_selector or {},
+                                               model.labels_of(n))
+                          for a in node_addresses(n)}
+            elif peer.kind == "networks":
+                cidrs += [c for c in peer.values if _family(c) == family]
+            elif family == 4:     # domainNames (Accept only): their A records, kept resolved
+                for dn in peer.values:
+                    if dn.startswith("*."):
+                        notes.append(f"{rule.direction}[{rule.index}]: {dn} matches nothing "
+                                     "(a wildcard cannot be resolved)")
+                        continue
+                    names_used.add(dn)
+                    answer = self.dns.answer(dn)
+                    if answer is None:
+                        notes.append(f"{rule.direction}[{rule.index}]: {dn} not resolved yet")
+                    elif answer[1]:
+                        notes.append(f"{rule.direction}[{rule.index}]: {answer[1]}")
+                    addrs |= set(answer[0]) if answer else set()
+        dests = subject if ingress else peer_pods
+        clauses = cp.port_clauses(rule.ports, {a: p.named_ports for p in dests
+                                               if (a := p.address(family))}, f"{ip}.dst")
+        field = f"{ip}.src" if ingress else f"{ip}.dst"
+        terms = []
+        if addrs:
+            name = set_name(key, rule.direction, rule.index) + ("_6" if family == 6 else "")
+            sets[name] = addrs
+            terms.append(f"{field} == ${name}")
+        if cidrs:
+            terms.append(f"{field} == {{{', '.join(cidrs)}}}")
+        if not terms or clauses == []:
+            return []        # matches no traffic now (no peer, no port resolved)
+        match = (f"{'outport' if ingress else 'inport'} == @{pg} && {ip} && "
+                 f"({' || '.join(terms)})")
+        if clauses:
+            match += " && (" + " || ".join(f"({c})" for c in clauses) + ")"
+        rid = f"{rule.direction}/{rule.index}" + ("/ip6" if family == 6 else "")
+        out.append(acl.AclSpec(
+            "to-lport" if ingress else "from-lport", pol.acl_priority(rule), match,
+            cp.ACTIONS[rule.action], name=f"cnp:{key}:{rid}"[:63],
+            external_ids=cnp_ids(key, **{names.EXT_RULE: rid}), tier=cp.OVN_TIER[pol.tier]))
+        if addrs and rule.action != "Deny" and family == 4:
+            out.append(self._neighbours(key, pol, rule, pg))
+        return out
 
     @staticmethod
     def _neighbours(key: str, pol: cp.Policy, rule: cp.Rule, pg: str) -> acl.AclSpec:

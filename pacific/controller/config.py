@@ -7,6 +7,13 @@ from dataclasses import dataclass
 from pacific import exposure, names, remotes
 
 
+def _cidr(flag: str, value: str):
+    try:
+        return ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {value!r} is not a valid CIDR: {exc}") from None
+
+
 class ConfigError(ValueError):
     """A controller setting is invalid; the message names the flag."""
 
@@ -48,13 +55,17 @@ class Config:
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
 
     def validate(self) -> "Config":
-        for flag, value in (("--default-cidr", self.default_cidr), ("--join-cidr", self.join_cidr),
-                            ("--service-cidr", self.service_cidr)):
-            try:
-                ipaddress.ip_network(value, strict=True)
-            except ValueError as exc:
-                raise ConfigError(f"{flag} {value!r} is not a valid CIDR: {exc}") from None
-        if ipaddress.ip_network(self.default_cidr).overlaps(ipaddress.ip_network(self.join_cidr)):
+        for flag, value in (("--join-cidr", self.join_cidr), ("--service-cidr", self.service_cidr)):
+            _cidr(flag, value)
+        defaults = [_cidr("--default-cidr", v.strip()) for v in self.default_cidr.split(",")]
+        if len(defaults) > 2 or len({n.version for n in defaults}) != len(defaults):
+            raise ConfigError(f"--default-cidr {self.default_cidr!r}: one CIDR, or one IPv4 and "
+                              "one IPv6 (dual-stack)")
+        if any(n.version == 6 for n in defaults) and not self.ipv6_subnets:
+            raise ConfigError(f"--default-cidr {self.default_cidr!r} is IPv6 or dual-stack, which "
+                              "needs the alpha --ipv6-subnets")
+        join = ipaddress.ip_network(self.join_cidr)
+        if any(n.overlaps(join) for n in defaults if n.version == join.version):
             raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
         if not 1 <= self.audit_rate <= 100000 or not 1 <= self.audit_burst <= 100000:
             raise ConfigError(f"--audit-rate {self.audit_rate} / --audit-burst {self.audit_burst}: "

@@ -118,7 +118,7 @@ class EgressFeature(Feature):
     def _cluster(self) -> None:
         cfg = self.ctl.cfg
         cidrs = sorted({obj_cidr for s in self.ctl.informer("subnets").list()
-                        if (obj_cidr := ((s.get("status") or {}).get("cidrBlock")))}
+                        if (obj_cidr := contract.subnet_cidr_in_effect(s))}   # IPv4's
                        | {cfg.join_cidr})
         specs = [(names.PRIO_POLICY_NODE_LOCAL, f"ip4.dst == {{{', '.join(cidrs)}}}",
                   "allow", []),

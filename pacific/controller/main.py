@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--default-subnet", default=_env("PACIFIC_DEFAULT_SUBNET", names.DEFAULT_SUBNET),
                    help="name of the default Subnet (created if missing) [PACIFIC_DEFAULT_SUBNET]")
     g.add_argument("--default-cidr", default=_env("PACIFIC_DEFAULT_CIDR", names.DEFAULT_CIDR),
-                   help="CIDR of the default Subnet when it is created [PACIFIC_DEFAULT_CIDR]")
+                   help="CIDR of the default Subnet when it is created; dual-stack (with the "
+                   "alpha --ipv6-subnets): an IPv4 and an IPv6 one, 10.16.0.0/16,fd00:16::/64 "
+                   "[PACIFIC_DEFAULT_CIDR]")
     g.add_argument("--default-gateway", default=_env("PACIFIC_DEFAULT_GATEWAY"),
                    help="gateway of the default Subnet (default: its first address) "
                         "[PACIFIC_DEFAULT_GATEWAY]")

@@ -47,7 +47,8 @@ from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
-                                             canonical, compile_policy, peer_addresses, peer_moved,
+                                             base_set_name, canonical, compile_policy,
+                                             family_set_name, peer_addresses, peer_moved,
                                              merged, pod_matters, selector_matches)
 from pacific.controller.reports import Reports
 from pacific.kube import resources as r
@@ -138,8 +139,11 @@ def pod_info(pod: dict, rec=None) -> PodInfo | None:
     named = tuple((p.get("name"), p.get("containerPort"), p.get("protocol") or "TCP")
                   for c in (pod.get("spec") or {}).get("containers") or []
                   for p in c.get("ports") or [] if p.get("name"))
-    return PodInfo(m.get("namespace"), m.get("name"), m.get("labels") or NO_LABELS, rec.ip,
-                   rec.port, named)
+    ips = rec.ips or (rec.ip,)
+    ip4 = next((a for a in ips if ":" not in a), "")
+    ip6 = next((a for a in ips if ":" in a), "")
+    return PodInfo(m.get("namespace"), m.get("name"), m.get("labels") or NO_LABELS, ip4,
+                   rec.port, named, ip6)
 
 
 class PolicyFeature(Feature):
@@ -153,6 +157,9 @@ class PolicyFeature(Feature):
         self._lock = threading.Lock()
         self.reports = Reports()
         self.enforced = EnforcedTracker(self, self._report_enforced)
+        # (match, rule suffix) of the families a deny covers: IPv6 too once
+        # pods may have it (--ipv6-subnets); the World's families likewise
+        self._families = (("ip4", ""), ("ip6", "/ip6")) if ctl.cfg.ipv6_subnets else (("ip4", ""),)
         # the pods and namespace labels every policy is compiled against, kept
         # from the informers' events (namespace -> pod name -> PodInfo): a
         # change re-reads one pod, never all.  A snapshot (World) is taken after
@@ -262,7 +269,8 @@ class PolicyFeature(Feature):
                     self._lists.pop(ns, None)
                     self._pods.pop(ns, None)
             self._dirty.clear()
-            self._world_cache = World.indexed(dict(self._lists), dict(self._ns_labels))
+            self._world_cache = World.indexed(dict(self._lists), dict(self._ns_labels),
+                                              (4, 6) if self.ctl.cfg.ipv6_subnets else (4,))
             return self._world_cache
 
     # -- a new pod's port joins the groups selecting it ----------------------------------
@@ -365,9 +373,9 @@ class PolicyFeature(Feature):
         for t in types:
             port = "outport" if t == "ingress" else "inport"
             direction = "to-lport" if t == "ingress" else "from-lport"
-            # both families: a selected pod's IPv6 is isolated too (allow rules
-            # match IPv4 only yet: its IPv6 stays dropped; alpha, docs/dual-stack.md)
-            for ip, sfx in (("ip4", ""), ("ip6", "/ip6")):
+            # both families once --ipv6-subnets lets pods have IPv6: a selected
+            # pod's IPv6 is isolated too (its allow rules have IPv6 twins)
+            for ip, sfx in self._families:
                 out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_DENY, f"{port} == @{pg} && {ip}",
                                        "drop", name=f"np:{key}:{t}{sfx}"[:63],
                                        external_ids=policy_ids(key, **{names.EXT_RULE: f"{t}/deny{sfx}"})))
@@ -376,7 +384,7 @@ class PolicyFeature(Feature):
                 # replies pass the egress drop (OVN lets established replies by
                 # only for connections an allow-related ACL committed; the
                 # ingress side needs none: OVN commits from-lport traffic itself)
-                for ip, sfx in (("ip4", ""), ("ip6", "/ip6")):
+                for ip, sfx in self._families:
                     out.append(acl.AclSpec("to-lport", names.PRIO_ACL_NP_DENY - 1,
                                            f"outport == @{pg} && {ip}", "allow-related",
                                            name=f"np:{key}:egress-replies{sfx}"[:63],
@@ -394,11 +402,12 @@ class PolicyFeature(Feature):
         out = []
         for key, r_ in rules:
             port = "outport" if r_.direction == "ingress" else "inport"
-            match = f"{port} == @{pg} && ip4" + (f" && {r_.match}" if r_.match else "")
+            match = f"{port} == @{pg} && ip{r_.family}" + (f" && {r_.match}" if r_.match else "")
+            rule = f"{r_.direction}/{r_.index}" + ("/ip6" if r_.family == 6 else "")
             out.append(acl.AclSpec("to-lport" if r_.direction == "ingress" else "from-lport",
                                    names.PRIO_ACL_NP_ALLOW, match, "allow-related",
-                                   name=f"np:{key}:{r_.direction}/{r_.index}"[:63],
-                                   external_ids=policy_ids(key, **{names.EXT_RULE: f"{r_.direction}/{r_.index}"},
+                                   name=f"np:{key}:{rule}"[:63],
+                                   external_ids=policy_ids(key, **{names.EXT_RULE: rule},
                                                            **_also(r_))))
         return self._tiered(out)
 
@@ -413,11 +422,14 @@ class PolicyFeature(Feature):
         if found is None:
             return                   # no policy names it now: collected at "*"
         pns, peer = found
-        try:
-            ips = peer_addresses(peer, pns, self.world(), name)
-        except PolicyError:
-            return                   # its policies' groups report it
-        changes = self._set_builders(name, ips)
+        world = self.world()
+        changes = []
+        for family in world.families:
+            try:
+                ips = peer_addresses(peer, pns, world, name, family)
+            except PolicyError:
+                return               # its policies' groups report it
+            changes += self._set_builders(family_set_name(name, family), ips)
         if changes:
             self.ctl.writer.run(changes, what=f"NetworkPolicy peers {name}")
 
@@ -437,7 +449,8 @@ class PolicyFeature(Feature):
         used = self.index.set_names()
         cache = self.ctl.informer("policies")
         cmds = [lambda api, n=row.name: ensure.DeleteAddressSet(api, n)
-                for row in self.ctl.nb.rows_owned(ensure.AS, KIND_PEER) if row.name not in used]
+                for row in self.ctl.nb.rows_owned(ensure.AS, KIND_PEER)
+                if base_set_name(row.name) not in used]
         waiting = False
         for row in self.ctl.nb.rows_owned(ensure.PG, names.OWNER_KIND_POLICY):
             pol = cache.get(row.external_ids.get(names.EXT_OWNER, ""))

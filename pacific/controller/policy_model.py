@@ -46,9 +46,13 @@ class PodInfo:
     namespace: str
     name: str
     labels: Mapping
-    ip: str
+    ip: str                            # its IPv4 address ("" on an IPv6-only Subnet)
     port: str                          # its logical switch port
     named_ports: tuple = ()            # ((name, number, protocol), ...)
+    ip6: str = ""                      # its IPv6 address, if any (dual-stack, alpha)
+
+    def address(self, family: int) -> str:
+        return self.ip if family == 4 else self.ip6
 
 
 @dataclass
@@ -60,6 +64,9 @@ class World:
     # of one port group share their podSelector, and many policies name the same
     # peer; each is computed once per World, not once per policy
     memo: dict = field(init=False, repr=False, default_factory=dict)
+    # the families policies compile to: IPv6 too once the cluster may have
+    # IPv6 pods (the controller's --ipv6-subnets), else no IPv6 rule at all
+    families: tuple = (4,)
 
     def __post_init__(self):
         # selectors look at one namespace, or at namespaces chosen by labels:
@@ -70,13 +77,14 @@ class World:
 
     @classmethod
     def indexed(cls, by_namespace: dict[str, list[PodInfo]],
-                namespace_labels: dict[str, dict]) -> "World":
+                namespace_labels: dict[str, dict], families: tuple = (4,)) -> "World":
         """A World of pods already grouped by namespace (the lists are not changed
         afterwards: the policy feature keeps them, and replaces a namespace's list
         when one of its pods changes)."""
         world = cls.__new__(cls)
         world.namespace_labels, world.by_namespace = namespace_labels, by_namespace
         world.memo = {}
+        world.families = families
         world.pods = [p for pods in by_namespace.values() for p in pods]
         return world
 
@@ -92,10 +100,11 @@ class Rule:
     ports: str              # OVN match of its ports ("": any)
     address_sets: tuple = ()    # ((name, frozenset of IPs), ...) the match refers to
     also: tuple = ()        # merged(): the other ("ns/name", index) it stands for
+    family: int = 4         # the IP version its match is written in
 
     @property
     def match(self) -> str:
-        """The part after "outport == @pg && ip4" (or inport)."""
+        """The part after "outport == @pg && ip4" (or ip6; or inport)."""
         return " && ".join(p for p in (self.peers, self.ports) if p)
 
 
@@ -109,9 +118,9 @@ def merged(rules: list[tuple[str, Rule]]) -> list[tuple[str, Rule]]:
     (docs/benchmarks.md, "Tenant fairness with the CNI shim")."""
     groups: dict[tuple, list[tuple[str, Rule]]] = {}
     for owner, r in rules:
-        groups.setdefault((r.direction, r.peers), []).append((owner, r))
+        groups.setdefault((r.direction, r.family, r.peers), []).append((owner, r))
     out = []
-    for (direction, peers), pairs in groups.items():
+    for (direction, family, peers), pairs in groups.items():
         owner, first = pairs[0]
         if len(pairs) == 1:
             out.append((owner, first))
@@ -121,7 +130,7 @@ def merged(rules: list[tuple[str, Rule]]) -> list[tuple[str, Rule]]:
                                              "(" + " || ".join(ports) + ")")
         sets = tuple(dict.fromkeys(s for _, r in pairs for s in r.address_sets))
         also = tuple((k, r.index) for k, r in pairs[1:])
-        out.append((owner, Rule(direction, first.index, peers, ports_part, sets, also)))
+        out.append((owner, Rule(direction, first.index, peers, ports_part, sets, also, family)))
     return out
 
 
@@ -211,14 +220,28 @@ def peer_pods(peer: dict, namespace: str, world: World, name: str | None = None)
     return out
 
 
-def peer_addresses(peer: dict, namespace: str, world: World, name: str) -> frozenset:
-    """The addresses of peer_pods(), once per World: every policy naming the peer
-    names the same set (a namespace-wide peer: every pod of the cluster)."""
-    memo_key = ("addresses", name)
+def peer_addresses(peer: dict, namespace: str, world: World, name: str,
+                   family: int = 4) -> frozenset:
+    """The addresses of one family of peer_pods(), once per World: every policy
+    naming the peer names the same set (a namespace-wide peer: every pod of
+    the cluster)."""
+    memo_key = ("addresses", name, family)
     out = world.memo.get(memo_key)
     if out is None:
-        out = world.memo[memo_key] = frozenset(p.ip for p in peer_pods(peer, namespace, world, name))
+        out = world.memo[memo_key] = frozenset(
+            a for p in peer_pods(peer, namespace, world, name) if (a := p.address(family)))
     return out
+
+
+def family_set_name(name: str, family: int) -> str:
+    """The address set of a peer's addresses of one family: set_name() for
+    IPv4, with `_6` for IPv6 (OVN compares a set with one family's field)."""
+    return name if family == 4 else f"{name}_6"
+
+
+def base_set_name(name: str) -> str:
+    """set_name() of a family_set_name()."""
+    return name.removesuffix("_6")
 
 
 def _peer_pods_uncached(peer: dict, namespace: str, world: World) -> list[PodInfo]:
@@ -297,21 +320,22 @@ def has_named_ports(policy: dict) -> bool:
                for rule in spec.get(direction) or [])
 
 
-def _ip_block(block: dict, field_: str) -> str:
+def _ip_block(block: dict, field_: str, family: int = 4) -> str:
     try:
         net = ipaddress.ip_network(block.get("cidr", ""), strict=False)
         excepts = [ipaddress.ip_network(e, strict=False) for e in block.get("except") or []]
     except ValueError as e:
         raise PolicyError(f"ipBlock {block!r}: {e}") from None
-    if net.version != 4:
-        return ""      # IPv4 pod network: an IPv6 block matches nothing here
+    if net.version != family:
+        return ""      # a block of the other family matches nothing in this one
     part = f"{field_} == {net}"
     if excepts:
         part += f" && {field_} != {{{', '.join(str(e) for e in excepts)}}}"
     return f"({part})"
 
 
-def _port_clauses(ports: list[dict], destinations: list[PodInfo], dst_field: str) -> list[str] | None:
+def _port_clauses(ports: list[dict], destinations: list[PodInfo], dst_field: str,
+                  family: int = 4) -> list[str] | None:
     """OR-able clauses for a rule's ports; None = every port.  [] = nothing."""
     if not ports:
         return None
@@ -331,9 +355,11 @@ def _port_clauses(ports: list[dict], destinations: list[PodInfo], dst_field: str
         else:   # a named port: resolved on each destination pod
             by_number: dict[int, list[str]] = {}
             for d in destinations:
+                if not d.address(family):
+                    continue
                 for name, number, pproto in d.named_ports:
                     if name == port and PROTOCOLS.get(pproto.upper()) == proto:
-                        by_number.setdefault(number, []).append(d.ip)
+                        by_number.setdefault(number, []).append(d.address(family))
             for number, ips in sorted(by_number.items()):
                 out.append(f"{dst_field} == {{{', '.join(sorted(set(ips)))}}} && {proto}.dst == {number}")
     return out
@@ -346,35 +372,46 @@ def compile_policy(obj: dict, world: World) -> tuple[list[str], list[Rule], list
     types = policy_types(spec)
     pods = selected(spec, ns, world)
     rules: list[Rule] = []
-    for direction, key, peers_key, addr_field in (("ingress", "ingress", "from", "ip4.src"),
-                                                  ("egress", "egress", "to", "ip4.dst")):
-        if direction.capitalize() not in types:
-            continue
-        for i, rule in enumerate(spec.get(key) or []):
-            peers = rule.get(peers_key) or []
-            sources, sets, members_all, any_pod_peer = [], [], [], False
-            for peer in peers:
-                if "ipBlock" in peer:
-                    clause = _ip_block(peer["ipBlock"], addr_field)
-                    if clause:
-                        sources.append(clause)
-                    continue
-                any_pod_peer = True
-                name = set_name(ns, peer)
-                members_all += peer_pods(peer, ns, world, name)
-                sets.append((name, peer_addresses(peer, ns, world, name)))
-                sources.append(f"{addr_field} == ${name}")
-            if peers and not sources:
-                continue          # peers that can match nothing (IPv6 blocks only)
-            if direction == "ingress":
-                destinations = pods
-            else:
-                destinations = members_all if any_pod_peer else world.pods
-            ports = _port_clauses(rule.get("ports") or [], destinations,
-                                  "ip4.dst" if direction == "ingress" else addr_field)
-            if ports == []:
-                continue          # named ports resolving to nothing: match nothing
-            peers_part = "(" + " || ".join(sources) + ")" if sources else ""
-            ports_part = "(" + " || ".join(f"({c})" for c in ports) + ")" if ports else ""
-            rules.append(Rule(direction, i, peers_part, ports_part, tuple(sets)))
+    for family in world.families:
+        ip = f"ip{family}"
+        for direction, key, peers_key, addr_field in (("ingress", "ingress", "from", f"{ip}.src"),
+                                                      ("egress", "egress", "to", f"{ip}.dst")):
+            if direction.capitalize() not in types:
+                continue
+            for i, rule in enumerate(spec.get(key) or []):
+                r = _compile_rule(rule, direction, i, peers_key, addr_field, family, ns, pods, world)
+                if r is not None:
+                    rules.append(r)
     return [t.lower() for t in types], rules, sorted(p.port for p in pods)
+
+
+def _compile_rule(rule: dict, direction: str, i: int, peers_key: str, addr_field: str,
+                  family: int, ns: str, pods: list[PodInfo], world: World) -> Rule | None:
+    """One ingress/egress rule in one family; None if it matches nothing."""
+    peers = rule.get(peers_key) or []
+    sources, sets, members_all, any_pod_peer = [], [], [], False
+    for peer in peers:
+        if "ipBlock" in peer:
+            clause = _ip_block(peer["ipBlock"], addr_field, family)
+            if clause:
+                sources.append(clause)
+            continue
+        any_pod_peer = True
+        name = set_name(ns, peer)
+        members_all += peer_pods(peer, ns, world, name)
+        fname = family_set_name(name, family)
+        sets.append((fname, peer_addresses(peer, ns, world, name, family)))
+        sources.append(f"{addr_field} == ${fname}")
+    if peers and not sources:
+        return None           # peers that can match nothing (blocks of the other family)
+    if direction == "ingress":
+        destinations = pods
+    else:
+        destinations = members_all if any_pod_peer else world.pods
+    ports = _port_clauses(rule.get("ports") or [], destinations,
+                          f"ip{family}.dst" if direction == "ingress" else addr_field, family)
+    if ports == []:
+        return None           # named ports resolving to nothing: match nothing
+    peers_part = "(" + " || ".join(sources) + ")" if sources else ""
+    ports_part = "(" + " || ".join(f"({c})" for c in ports) + ")" if ports else ""
+    return Rule(direction, i, peers_part, ports_part, tuple(sets), family=family)

@@ -16,14 +16,14 @@ OVN form (rows grow with tenants, not pods):
 
 * port group `pacific_isolated`: the ports of every pod of a non-global
   namespace (OVN keeps the address set `$pacific_isolated_ip4` of it);
-* per tenant T, port group `pt_<hash of T>` with its pods' ports and FOUR
-  ACLs, to-lport, priority names.PRIO_ACL_ISOLATION_DROP (above every
+* per tenant T, port group `pt_<hash of T>` with its pods' ports and two
+  ACLs (four with IPv6), to-lport, priority names.PRIO_ACL_ISOLATION_DROP (above every
   NetworkPolicy ACL: no policy admits traffic between tenants), both -> drop:
   - `outport == @pt_T && ip4 && ip4.src == $pacific_isolated_ip4 &&
     ip4.src != $pt_T_ip4`: IPv4, also routed from another Subnet's switch;
   - `outport == @pt_T && arp && arp.spa == $pacific_isolated_ip4 &&
     arp.spa != $pt_T_ip4`: ARP, broadcast or unicast, on the sender's switch.
-  - the same by ip6.src for IPv6 (dual-stack and IPv6 Subnets, alpha), and
+  - with the alpha --ipv6-subnets (pods may have IPv6), the same by ip6.src, and
   - `outport == @pt_T && ip6 && ip6.src == {::, fe80::/10}`: IPv6 from a
     source no set can place (link-local, unspecified).
   A pod's port security admits nothing else: ARP only with the pod's own MAC
@@ -91,19 +91,23 @@ def isolation_frame_match(tenant: str) -> str:
             f"arp.spa != ${pg}_ip4")
 
 
-def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF) -> list[acl.AclSpec]:
+def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF,
+                   ipv6: bool = False) -> list[acl.AclSpec]:
     """The drops; logged when an administrator asked (`pacific.io/audit: deny`
-    on a namespace of the tenant)."""
+    on a namespace of the tenant).  IPv6's only where pods may have IPv6 (the
+    controller's --ipv6-subnets): elsewhere port security admits none."""
     ids = {**tenant_ids(tenant), names.EXT_RULE: "isolation"}
+    matches = [isolation_match(tenant), isolation_frame_match(tenant)]
+    if ipv6:
+        matches += [isolation_match(tenant, 6), isolation_local_match(tenant)]
     return [audit.logged(acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
                                      name=f"tenant:{tenant}"[:63], external_ids=ids), mode)
-            for m in (isolation_match(tenant), isolation_frame_match(tenant),
-                      isolation_match(tenant, 6), isolation_local_match(tenant))]
+            for m in matches]
 
 
-def group_builders(tenant: str, mode: audit.Audit = audit.OFF) -> list:
+def group_builders(tenant: str, mode: audit.Audit = audit.OFF, ipv6: bool = False) -> list:
     """The tenant's port group and its isolation ACLs (idempotent)."""
-    pg, ids, specs = group_name(tenant), tenant_ids(tenant), isolation_acls(tenant, mode)
+    pg, ids, specs = group_name(tenant), tenant_ids(tenant), isolation_acls(tenant, mode, ipv6)
     return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
             lambda api: acl.EnsurePortGroupACLs(api, pg, specs)]
 
@@ -120,6 +124,7 @@ class TenantFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self.globals = frozenset(ctl.cfg.global_namespaces)
+        self.ipv6 = ctl.cfg.ipv6_subnets          # IPv6's drops too (alpha)
         self._warnings = OnceEvents(ctl, "InvalidTenantLabel", LOG)
         self._audit_warnings = OnceEvents(ctl, "InvalidAudit", LOG)
         self._lock = threading.Lock()
@@ -165,7 +170,7 @@ class TenantFeature(Feature):
         t = self.tenant(model.meta(pod)["namespace"])
         if t == GLOBAL:
             return []
-        return [*isolated_builders(), *group_builders(t, self.audit_of(t)),
+        return [*isolated_builders(), *group_builders(t, self.audit_of(t), self.ipv6),
                 lambda api: ensure.PortGroupAddPorts(api, names.PG_ISOLATED, [lsp]),
                 lambda api: ensure.PortGroupAddPorts(api, group_name(t), [lsp])]
 
@@ -206,7 +211,7 @@ class TenantFeature(Feature):
         setup = []   # a tenant's group exists once it has a pod (port_builders makes it too)
         if isolated_want and (ports or want in groups) and not (
                 self._has_isolated() and self._group_ok(want)):
-            setup = [*isolated_builders(), *group_builders(want, self.audit_of(want))]
+            setup = [*isolated_builders(), *group_builders(want, self.audit_of(want), self.ipv6)]
         if not setup and not changes:
             return
         # ONE transaction: the namespace is never in two tenants, or in none
@@ -217,7 +222,7 @@ class TenantFeature(Feature):
 
     def _group_ok(self, tenant: str) -> bool:
         return acl.acls_are(self.ctl.nb, group_name(tenant),
-                            isolation_acls(tenant, self.audit_of(tenant)))
+                            isolation_acls(tenant, self.audit_of(tenant), self.ipv6))
 
     def audit_of(self, tenant: str) -> audit.Audit:
         """What the tenant's namespaces ask of its isolation's drops: logged if

@@ -66,7 +66,7 @@ import socket
 import subprocess
 
 from pacific import names, remotes
-from pacific.contract import ContractError, NodeRecord
+from pacific.contract import ContractError, NodeRecord, subnet_cidr_in_effect
 from pacific.node import frontends
 from pacific.node.feature import NodeFeature
 
@@ -408,12 +408,8 @@ class HostFirewall(NodeFeature):
         infra = node_ips | set(self.central)
         pods, nat = set(), set()
         for s in self.subnets.list():
-            cidr = (s.get("status") or {}).get("cidrBlock")
-            try:
-                cidr = str(ipaddress.ip_network(cidr)) if cidr else None
-            except ValueError:
-                cidr = None          # not the controller's: ignored
-            if cidr is None or ipaddress.ip_network(cidr).version != 4:
+            cidr = subnet_cidr_in_effect(s)     # its IPv4 CIDR, if applied
+            if cidr is None:
                 continue
             if self._holds_infrastructure(cidr, infra):
                 continue             # never: the underlay would count as pod traffic

@@ -58,7 +58,7 @@ class Sandbox:
                  underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None,
                  kubelet: bool | None = None, deploy: bool | None = None,
                  ovs_prefix: str | None = None, central_pods: bool | None = None,
-                 ovs_pods: bool | None = None):
+                 ovs_pods: bool | None = None, dual_stack: bool | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -91,6 +91,12 @@ class Sandbox:
         self.deploy = (bool(saved.get("deploy")) if deploy is None else deploy) \
             or self.central_pods
         self.kubelet = bool(kubelet) or self.deploy
+        # --dual-stack: the controllers accept IPv6 Subnets (alpha) and the
+        # default Subnet has an IPv6 CIDR too (names.SANDBOX_DUAL_STACK_CIDR)
+        self.dual_stack = bool(saved.get("dual_stack")) if dual_stack is None else dual_stack
+        if self.dual_stack and self.deploy:
+            raise SandboxError("--dual-stack runs the sandbox's own controllers: not with "
+                               "--deploy yet")
         # which OVS/OVN runs the sandbox: the one it was built with, else the
         # default (hack/build-ovs-ovn.sh's, or Debian's); its programs go first on
         # PATH so every command and daemon started from here uses the same one
@@ -181,6 +187,7 @@ class Sandbox:
                                        or bool(saved.get("deploy")) != self.deploy
                                        or bool(saved.get("central_pods")) != self.central_pods
                                        or bool(saved.get("ovs_pods")) != self.ovs_pods
+                                       or bool(saved.get("dual_stack")) != self.dual_stack
                                        or saved.get("ovs_prefix") != self.ovs.prefix):
                 log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
                          saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
@@ -196,7 +203,8 @@ class Sandbox:
         with self.state.update() as st:
             st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
                       kubelet=self.kubelet, deploy=self.deploy, ovs_prefix=self.ovs.prefix,
-                      central_pods=self.central_pods, ovs_pods=self.ovs_pods, ready=False)
+                      central_pods=self.central_pods, ovs_pods=self.ovs_pods,
+                      dual_stack=self.dual_stack, ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
@@ -241,6 +249,7 @@ class Sandbox:
                 or bool(st.get("deploy")) != self.deploy \
                 or bool(st.get("central_pods")) != self.central_pods \
                 or bool(st.get("ovs_pods")) != self.ovs_pods \
+                or bool(st.get("dual_stack")) != self.dual_stack \
                 or st.get("ovs_prefix") != self.ovs.prefix:
             return False
         return (all(alive(d["pid"], d["start"]) or self.adopt_restarted(tag)

@@ -37,7 +37,16 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
             "--lag-probe-interval", "2", *exposure_args(sandbox),
             "--egress-ip-cidrs", names.SANDBOX_EGRESS_IP_CIDRS,
-            "--dns-servers", dns_server(sandbox), *trusted_args(sandbox), *extra]
+            "--dns-servers", dns_server(sandbox), *trusted_args(sandbox),
+            *dual_stack_args(sandbox), *extra]
+
+
+def dual_stack_args(sandbox) -> list[str]:
+    """A --dual-stack sandbox's controllers: IPv6 Subnets accepted (alpha), the
+    default Subnet of both families."""
+    if not getattr(sandbox, "dual_stack", False):
+        return []
+    return ["--ipv6-subnets", "--default-cidr", f"{names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}"]
 
 
 def trusted_args(sandbox) -> list[str]:

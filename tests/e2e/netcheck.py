@@ -1,4 +1,5 @@
-"""Reachability probes for e2e tests, run inside pod network namespaces.
+"""Reachability probes for e2e tests, run inside pod network namespaces
+(IPv4 and, where the namespace has it, IPv6).
 
     python3 netcheck.py serve PORT [NAME]    # TCP and UDP echo on PORT (until killed);
                                              # with NAME it answers "NAME <client ip>"
@@ -19,15 +20,36 @@ import sys
 import threading
 
 
-def serve(port: int, name: str | None = None) -> None:
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    udp.bind(("0.0.0.0", port))
-    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    tcp.bind(("0.0.0.0", port))
-    tcp.listen(64)
+def _family(ip: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in ip else socket.AF_INET
 
-    def udp_loop():
+
+def _any(family: socket.AddressFamily) -> str:
+    return "::" if family == socket.AF_INET6 else "0.0.0.0"
+
+
+def _listen(family: socket.AddressFamily, port: int):
+    """(udp, tcp) sockets of one family on `port`; IPv6 ones IPv6 only, so an
+    IPv4 client's address reads as IPv4 (the IPv4 sockets answer it)."""
+    udp = socket.socket(family, socket.SOCK_DGRAM)
+    tcp = socket.socket(family, socket.SOCK_STREAM)
+    for s in (udp, tcp):
+        if family == socket.AF_INET6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((_any(family), port))
+    tcp.listen(64)
+    return udp, tcp
+
+
+def serve(port: int, name: str | None = None) -> None:
+    pairs = [_listen(socket.AF_INET, port)]
+    try:
+        pairs.append(_listen(socket.AF_INET6, port))
+    except OSError:
+        pass           # no IPv6 in this namespace: IPv4 only
+
+    def udp_loop(udp):
         while True:
             try:
                 data, peer = udp.recvfrom(2048)
@@ -44,11 +66,16 @@ def serve(port: int, name: str | None = None) -> None:
             except OSError:
                 pass
 
-    threading.Thread(target=udp_loop, daemon=True).start()
+    def tcp_loop(tcp):
+        while True:
+            conn, peer = tcp.accept()
+            threading.Thread(target=handle, args=(conn, peer), daemon=True).start()
+
+    for udp, tcp in pairs:
+        threading.Thread(target=udp_loop, args=(udp,), daemon=True).start()
+        threading.Thread(target=tcp_loop, args=(tcp,), daemon=True).start()
     print("ready", flush=True)
-    while True:
-        conn, peer = tcp.accept()
-        threading.Thread(target=handle, args=(conn, peer), daemon=True).start()
+    threading.Event().wait()
 
 
 def probe(proto: str, ip: str, port: int, timeout: float) -> bool:
@@ -57,11 +84,11 @@ def probe(proto: str, ip: str, port: int, timeout: float) -> bool:
     dropping replies of a connection it marked blocked until it expires)."""
     msg = b"pacific-probe"
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
-    with socket.socket(socket.AF_INET, kind) as s:
+    with socket.socket(_family(ip), kind) as s:
         s.settimeout(timeout)
         for _ in range(20):
             try:
-                s.bind(("0.0.0.0", random.randint(20000, 60999)))
+                s.bind((_any(_family(ip)), random.randint(20000, 60999)))
                 break
             except OSError:
                 continue
@@ -78,10 +105,10 @@ def probe(proto: str, ip: str, port: int, timeout: float) -> bool:
 
 def ask(proto: str, ip: str, port: int, timeout: float, src_port: int = 0) -> int:
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
-    with socket.socket(socket.AF_INET, kind) as s:
+    with socket.socket(_family(ip), kind) as s:
         s.settimeout(timeout)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("0.0.0.0", src_port or random.randint(20000, 60999)))
+        s.bind((_any(_family(ip)), src_port or random.randint(20000, 60999)))
         try:
             if proto == "tcp":
                 s.connect((ip, port))

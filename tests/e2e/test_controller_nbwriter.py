@@ -44,7 +44,7 @@ def _switch_builders(name: str, gw: str, plen: int) -> list:
     ids = subnet_ids(name)
     return [lambda api: ensure.EnsureRouter(api, names.CLUSTER_ROUTER, cluster_router.cluster_ids()),
             lambda api: ensure.EnsureSwitch(api, name, ids),
-            *cluster_router.router_link_builders(name, gw, plen, ids)]
+            *cluster_router.router_link_builders(name, gw, [f"{gw}/{plen}"], ids)]
 
 
 def _port(i: int) -> tuple[str, str]:

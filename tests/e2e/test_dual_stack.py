@@ -1,5 +1,6 @@
-"""Dual-stack Subnets (issue 27, alpha: the controller's --ipv6-subnets) with
-real packets: pods get an address of each family and talk over both, across
+"""Dual-stack Subnets (issue 27, alpha: the controller's --ipv6-subnets, in a
+`--dual-stack` sandbox, whose default Subnet is dual-stack too) with real
+packets: pods get an address of each family and talk over both, across
 nodes and Subnets; tenant isolation and NetworkPolicy's isolation hold for
 IPv6, also for link-local sources; a refused family is named."""
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
-from pacific.sandbox.controllers import start_for_sandbox
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 ICMP6 = os.path.join(os.path.dirname(__file__), "icmp6check.py")
@@ -27,16 +27,13 @@ SUBNETS = {"ds-a": ("10.78.0.0/24,fd00:78::/64", ["dsa"]),
 PODS = [("dsa", "a1", "node1"), ("dsa", "a2", "node2"), ("dsa", "a3", "node1"),
         ("dsb", "b1", "node2"), ("dsc", "c1", "node1"), ("dsd", "d1", "node1"),
         ("dsg", "g1", "node1")]
+LABELS = {"a2": {"role": "server"}, "a3": {"role": "client"}}
 
 
 @pytest.fixture(scope="module")
 def env(sandbox_factory):
-    sb = sandbox_factory(nodes=2, services=None)
-    kc = os.path.join(sb.dir, names.SANDBOX_KUBECONFIG)
-    for tag in ("controller1", "controller2"):
-        sb.stop(tag)
-    start_for_sandbox(sb, kc, extra_args=("--ipv6-subnets",))
-    api = client.load(kc)
+    sb = sandbox_factory(nodes=2, services=None, dual_stack=True)
+    api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
     r.create(api, r.NAMESPACES, {"metadata": {"name": "dsg",
                                               "labels": {names.LABEL_TENANT: "global"}}})
     for name, (cidr, nss) in SUBNETS.items():
@@ -46,7 +43,7 @@ def env(sandbox_factory):
         wait_until(lambda n=name: _ready(api, n), 60, what=f"Subnet {name} Ready")
     recs = {}
     for ns, name, node in PODS:
-        sandboxpods.add_pod(sb, ns, name, node, api=api)
+        sandboxpods.add_pod(sb, ns, name, node, api=api, labels=LABELS.get(name))
         recs[name] = contract.own_record(r.get(api, r.PODS, name, ns))
     yield sb, api, recs
 
@@ -109,6 +106,22 @@ def test_pods_get_an_address_of_each_family_and_talk_over_both(env):
     assert pings(sb, "a1", "fd00:78::1")      # the cluster router's port
 
 
+def test_the_default_subnet_is_dual_stack_and_its_pods_talk_over_ipv6(env):
+    sb, api, recs = env
+    st = r.get(api, r.SUBNETS, names.DEFAULT_SUBNET)["status"]
+    assert st["cidrBlock"] == f"{names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}"
+    try:
+        for name, node in (("p1", "node1"), ("p2", "node2")):
+            sandboxpods.add_pod(sb, "dsdef", name, node, api=api)
+        p1, p2 = (contract.own_record(r.get(api, r.PODS, n, "dsdef")) for n in ("p1", "p2"))
+        assert p1.subnet == names.DEFAULT_SUBNET and p1.cidrs[1] == names.SANDBOX_DEFAULT_CIDR6
+        assert sandboxpods.exec_pod(sb, "dsdef", "p1", ["ping", "-6", "-c3", "-i0.2", "-W1",
+                                                        p2.ips[1]], capture_output=True).returncode == 0
+    finally:
+        for name in ("p1", "p2"):
+            sandboxpods.delete_pod(sb, "dsdef", name, api=api)
+
+
 def test_a_pod_asks_for_an_address_of_each_family(env):
     sb, api, _ = env
     pod = sandboxpods.add_pod(sb, "dsa", "fixed", "node2", api=api, annotations={
@@ -159,6 +172,46 @@ def test_a_network_policy_isolates_both_families(env):
     finally:
         r.delete(api, r.NETWORKPOLICIES, "deny-a2", "dsa")
     wait_until(lambda: ping(sb, "a1", v6(recs["a2"])), 30, what="IPv6 passes again")
+
+
+@pytest.mark.parametrize("peer", [
+    {"podSelector": {"matchLabels": {"role": "client"}}},
+    {"ipBlock": {"cidr": "fd00:78::/64", "except": ["A1/128"]}}], ids=["pods", "ipBlock"])
+def test_a_network_policy_allows_ipv6_from_its_peers_only(env, peer):
+    sb, api, recs = env
+    if "ipBlock" in peer:
+        peer = {"ipBlock": {"cidr": "fd00:78::/64", "except": [f"{v6(recs['a1'])}/128"]}}
+    pol = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": "clients-only"},
+           "spec": {"podSelector": {}, "ingress": [{"from": [peer]}]}}
+    r.create(api, r.NETWORKPOLICIES, pol, namespace="dsa")
+    try:
+        wait_until(lambda: not ping(sb, "a1", v6(recs["a2"])), 30, what="a1 denied over IPv6")
+        assert pings(sb, "a3", v6(recs["a2"]))              # the peer passes
+        assert not ping(sb, "a1", v6(recs["a2"]))
+    finally:
+        r.delete(api, r.NETWORKPOLICIES, "clients-only", "dsa")
+    wait_until(lambda: ping(sb, "a1", v6(recs["a2"])), 30, what="IPv6 passes again")
+
+
+def test_an_administrators_deny_holds_for_ipv6(env):
+    sb, api, recs = env
+    cnp = {"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
+           "metadata": {"name": "no-clients"},
+           "spec": {"tier": "Admin", "priority": 5,
+                    "subject": {"pods": {"namespaceSelector": {},
+                                         "podSelector": {"matchLabels": {"role": "server"}}}},
+                    "ingress": [{"name": "clients", "action": "Deny", "from": [{"pods": {
+                        "namespaceSelector": {}, "podSelector": {"matchLabels": {"role": "client"}}}}]}]}}
+    assert pings(sb, "a3", v6(recs["a2"]))
+    r.create(api, r.CLUSTERNETWORKPOLICIES, cnp)
+    try:
+        wait_until(lambda: not ping(sb, "a3", v6(recs["a2"])), 30, what="a3 denied over IPv6")
+        assert not ping(sb, "a3", recs["a2"].ip)
+        assert pings(sb, "a1", v6(recs["a2"]))              # not a client: passes
+    finally:
+        r.delete(api, r.CLUSTERNETWORKPOLICIES, "no-clients")
+    wait_until(lambda: ping(sb, "a3", v6(recs["a2"])), 30, what="IPv6 passes again")
 
 
 def test_an_ipv6_subnet_for_a_namespace_and_a_family_it_lacks(env):

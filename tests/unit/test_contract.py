@@ -107,3 +107,30 @@ def test_port_names_of_different_kinds_cannot_collide():
                 names.PORT_PREFIX_ROUTER_LINK)
     assert all(p.endswith(":") for p in prefixes) and len(set(prefixes)) == 4
     assert not any(a != b and a.startswith(b) for a in prefixes for b in prefixes)
+
+
+def dual(**kw) -> PodRecord:
+    return rec(ips=("10.16.0.5", "fd00:16::5"), cidrs=("10.16.0.0/16", "fd00:16::/64"),
+               gateways=("10.16.0.1", "fd00:16::1"), **kw)
+
+
+def test_a_dual_stack_record_lists_both_families_and_a_single_one_is_unchanged():
+    r = dual()
+    assert PodRecord.parse(r.to_json()) == r
+    assert r.families() == [("10.16.0.5/16", "10.16.0.0/16", "10.16.0.1"),
+                            ("fd00:16::5/64", "fd00:16::/64", "fd00:16::1")]
+    assert "ips" not in json.loads(rec().to_json())          # byte for byte as before
+    assert rec().families() == [("10.16.0.5/16", "10.16.0.0/16", "10.16.0.1")]
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"ips": ["10.16.0.5"]}, "lists of two"),
+    ({"cidrs": ["fd00:16::/64", "10.16.0.0/16"]}, "IPv4 first"),
+    ({"ips": ["10.16.0.5", "fd00:99::5"]}, "outside fd00:16::/64"),
+    ({"ips": ["10.16.0.6", "fd00:16::5"]}, "do not start with ip"),
+    ({"gateways": ["10.16.0.1", "banana"]}, "does not appear to be an IPv4 or IPv6"),
+])
+def test_malformed_dual_stack_lists_name_the_problem(change, words):
+    raw = {**json.loads(dual().to_json()), **change}
+    with pytest.raises(ContractError, match=words):
+        PodRecord.parse(json.dumps(raw))

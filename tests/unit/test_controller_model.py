@@ -107,6 +107,19 @@ def test_config_validation():
         Config(nb_remote="unix:/x", default_cidr="100.64.0.0/10").validate()
 
 
+def test_a_dual_stack_default_subnet_needs_the_alpha_switch_and_one_cidr_per_family():
+    dual = "10.16.0.0/16,fd00:16::/64"
+    assert Config(nb_remote="unix:/x", default_cidr=dual, ipv6_subnets=True).validate()
+    with pytest.raises(ConfigError, match="needs the alpha --ipv6-subnets"):
+        Config(nb_remote="unix:/x", default_cidr=dual).validate()
+    with pytest.raises(ConfigError, match="one IPv4 and one IPv6"):
+        Config(nb_remote="unix:/x", default_cidr="10.16.0.0/16,10.17.0.0/16",
+               ipv6_subnets=True).validate()
+    with pytest.raises(ConfigError, match="overlaps"):
+        Config(nb_remote="unix:/x", default_cidr="100.64.0.0/16,fd00::/64",
+               ipv6_subnets=True).validate()
+
+
 def test_ip_object_name_stays_a_valid_object_name_for_long_pod_names():
     ns = "n" * 63
     long_a, long_b = "a" * 240 + "x", "a" * 240 + "y"

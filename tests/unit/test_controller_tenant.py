@@ -63,6 +63,8 @@ def test_isolation_drops_arp_of_another_isolated_tenant_by_its_sender_address():
     assert isolation_frame_match("team-a") == (
         f"outport == @{a} && arp && arp.spa == ${names.PG_ISOLATED}_ip4 && arp.spa != ${a}_ip4")
     specs = isolation_acls("team-a")
+    assert [s.match for s in specs] == [isolation_match("team-a"), isolation_frame_match("team-a")]
+    specs = isolation_acls("team-a", ipv6=True)          # where pods may have IPv6
     assert [s.match for s in specs] == [isolation_match("team-a"), isolation_frame_match("team-a"),
                                         isolation_match("team-a", 6),
                                         isolation_local_match("team-a")]
