@@ -21,7 +21,8 @@ is after it) on every Subnet switch, matching only a connection's first packet
 `allow-related` for an allow and a drop alike (the connection's verdict is the
 enforcing stages') and `pass` for a Pass.  The observers of drops log:
 "would-deny".  An ingress rule's `outport == @group` becomes `ip4.dst ==
-$group_ip4` (the stage runs before the destination port is known).  What they
+$group_ip4` (`ip6.dst == $group_ip6` for its IPv6 twin; the stage runs before
+the destination port is known).  What they
 see: pod-originated connections as the pod addressed them: a connection to a
 Service's cluster IP is seen before its DNAT (its destination is the Service's
 address, not an endpoint); not traffic entering the cluster from nodes or
@@ -100,10 +101,11 @@ _OUTPORT = re.compile(r"^outport == @([A-Za-z0-9_]+)")
 
 def observer(spec, audit: Audit, owner: str, meter: str = names.METER_AUDIT):
     """The dry-run observer of an enforcing ACL (see the module doc); None for
-    an ACL that matches no IPv4 connection (ARP companions)."""
-    if "ip4" not in spec.match or spec.match.startswith("arp"):
+    an ACL that matches no IP connection (ARP companions)."""
+    ip = "ip6" if " ip6" in spec.match else "ip4"
+    if ip not in spec.match or spec.match.startswith("arp"):
         return None
-    match = _OUTPORT.sub(lambda m: f"ip4.dst == ${m.group(1)}_ip4", spec.match)
+    match = _OUTPORT.sub(lambda m: f"{ip}.dst == ${m.group(1)}_{ip}", spec.match)
     deny = spec.action in DENIES
     kind, _, rest = spec.name.partition(":")
     return dataclasses.replace(
@@ -125,7 +127,8 @@ _LINE = re.compile(
     r'^(?P<time>[0-9T:.\-]+Z)\|\d+\|acl_log\([^)]*\)\|\w+\|name="(?P<name>(?:[^"\\]|\\.)*)", '
     r"verdict=(?P<verdict>[\w-]+), severity=(?P<severity>\w+), "
     r"direction=(?P<direction>[\w-]+): (?P<flow>.*)$")
-PROTOCOLS = {"tcp": "TCP", "udp": "UDP", "sctp": "SCTP", "icmp": "ICMP"}
+PROTOCOLS = {"tcp": "TCP", "udp": "UDP", "sctp": "SCTP", "icmp": "ICMP",
+             "tcp6": "TCP", "udp6": "UDP", "sctp6": "SCTP", "icmp6": "ICMPv6"}
 
 
 def parse_line(line: str) -> dict | None:
@@ -137,11 +140,12 @@ def parse_line(line: str) -> dict | None:
     proto, _, rest = m["flow"].partition(",")
     flow = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
     arp = proto == "arp"      # who asks (or answers) for whom: its sender and target
+    src, dst = ("arp_spa", "arp_tpa") if arp else \
+        ("ipv6_src", "ipv6_dst") if "ipv6_src" in flow else ("nw_src", "nw_dst")
     return {"time": m["time"], "name": m["name"].replace('\\"', '"'), "verdict": m["verdict"],
             "severity": m["severity"], "direction": m["direction"],
             "protocol": PROTOCOLS.get(proto, proto.upper()),
-            "src": flow.get("arp_spa" if arp else "nw_src"),
-            "dst": flow.get("arp_tpa" if arp else "nw_dst"),
+            "src": flow.get(src), "dst": flow.get(dst),
             "sport": _int(flow.get("tp_src")), "dport": _int(flow.get("tp_dst")),
             "icmp_type": _int(flow.get("icmp_type"))}
 

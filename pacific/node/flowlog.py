@@ -39,7 +39,8 @@ def slim_ip(obj: dict) -> dict:
     m, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     return {"metadata": {"name": m.get("name"), "resourceVersion": m.get("resourceVersion")},
             "spec": {"ipAddress": spec.get("ipAddress"), "namespace": spec.get("namespace"),
-                     "pod": spec.get("pod")}}
+                     "pod": spec.get("pod"),
+                     **({"ipAddresses": spec["ipAddresses"]} if spec.get("ipAddresses") else {})}}
 
 
 IPS = InformerSpec(r.IPS, wait_synced=False, transform=slim_ip)       # "ips"
@@ -70,11 +71,12 @@ class FlowLog(NodeFeature):
     def _on_ip(self, old, new):
         with self._lock:
             if old is not None:
-                ip = (old.get("spec") or {}).get("ipAddress")
-                if self._pods.get(ip) == _pod(old):
-                    self._pods.pop(ip, None)
-            if new is not None and (new.get("spec") or {}).get("ipAddress"):
-                self._pods[new["spec"]["ipAddress"]] = _pod(new)
+                for ip in _addresses(old):
+                    if self._pods.get(ip) == _pod(old):
+                        self._pods.pop(ip, None)
+            if new is not None:
+                for ip in _addresses(new):
+                    self._pods[ip] = _pod(new)
 
     def pod_of(self, ip: str | None) -> str | None:
         with self._lock:
@@ -139,6 +141,14 @@ class FlowLog(NodeFeature):
         with open(tmp, "w") as f:
             f.write(f"{self._pos[0]} {self._pos[1]}\n")
         os.replace(tmp, self.dest + ".pos")
+
+
+def _addresses(ip_obj) -> list[str]:
+    """An IP object's addresses: spec.ipAddresses (dual-stack), else ipAddress."""
+    spec = ip_obj.get("spec") or {}
+    many = spec.get("ipAddresses")
+    return [str(a) for a in many] if isinstance(many, (list, tuple)) and many else \
+        ([spec["ipAddress"]] if spec.get("ipAddress") else [])
 
 
 def _pod(obj: dict) -> str | None:

@@ -5,6 +5,7 @@ nodes and Subnets; tenant isolation and NetworkPolicy's isolation hold for
 IPv6, also for link-local sources; a refused family is named."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
+from pacific.tools import flows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 ICMP6 = os.path.join(os.path.dirname(__file__), "icmp6check.py")
@@ -95,6 +97,8 @@ def test_pods_get_an_address_of_each_family_and_talk_over_both(env):
     assert "tentative" not in addrs      # usable at once: no duplicate address detection
     routes = run(sb, "a1", "ip", "-6", "route", "show", "default").stdout
     assert "via fd00:78::1 dev eth0" in routes, routes
+    st = r.get(api, r.PODS, "a1", "dsa")["status"]        # Kubernetes keeps both families
+    assert [p["ip"] for p in st["podIPs"]] == list(a1.ips) and st["podIP"] == a1.ip
     ip_obj = r.get(api, r.IPS, "a1.dsa")
     assert ip_obj["spec"]["ipAddresses"] == list(a1.ips)
     st = r.get(api, r.SUBNETS, "ds-a")["status"]
@@ -192,6 +196,32 @@ def test_a_network_policy_allows_ipv6_from_its_peers_only(env, peer):
     finally:
         r.delete(api, r.NETWORKPOLICIES, "clients-only", "dsa")
     wait_until(lambda: ping(sb, "a1", v6(recs["a2"])), 30, what="IPv6 passes again")
+
+
+def test_an_audited_policy_records_ipv6_connections_in_kubernetes_terms(env):
+    sb, api, recs = env
+    pol = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+           "metadata": {"name": "audited", "annotations": {names.ANN_AUDIT: "all"}},
+           "spec": {"podSelector": {"matchLabels": {"role": "server"}},
+                    "ingress": [{"from": [{"podSelector": {"matchLabels": {"role": "client"}}}]}]}}
+    r.create(api, r.NETWORKPOLICIES, pol, namespace="dsa")
+    try:
+        wait_until(lambda: not ping(sb, "a1", v6(recs["a2"])), 30, what="a1 denied over IPv6")
+
+        def recorded(src: str, verdict: str):
+            ping(sb, src, v6(recs["a2"]))      # OVN's logging is best effort: once more
+            paths = glob.glob(os.path.join(sb.dir, "node*", "flows",   # (a node's file comes
+                                           os.path.basename(names.FLOW_LOG)))  # with its first)
+            return flows.read(sorted(paths), {"pod": "dsa/a2", "verdict": verdict})
+        denied = wait_until(lambda: recorded("a1", "deny"), 20, interval=0.5, what="a deny record")
+        assert denied[-1]["src"] == {"ip": v6(recs["a1"]), "pod": "dsa/a1", "port": None}
+        assert denied[-1]["protocol"] == "ICMPv6"
+        assert denied[-1]["policy"]["rule"] == "ingress/ip6"
+        allowed = wait_until(lambda: recorded("a3", "allow"), 20, interval=0.5,
+                             what="an allow record")
+        assert allowed[-1]["src"]["pod"] == "dsa/a3" and allowed[-1]["policy"]["rule"] == "ingress/0/ip6"
+    finally:
+        r.delete(api, r.NETWORKPOLICIES, "audited", "dsa")
 
 
 def test_an_administrators_deny_holds_for_ipv6(env):

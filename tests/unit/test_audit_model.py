@@ -250,3 +250,18 @@ def test_a_bad_annotation_is_an_event_and_the_policy_is_enforced():
     drain(ctl)
     assert any("drop" == s.action for s in _group_acls(ctl))
     assert any(e.startswith("InvalidAudit") and "maybe" in e for e in events(ctl, "web", "a"))
+
+
+def test_ipv6_acls_have_observers_and_ipv6_log_lines_name_both_ends():
+    spec = AclSpec("to-lport", 1000, "outport == @g && ip6", "drop", name="np:a/b:ingress/ip6")
+    obs = audit.observer(spec, audit.Audit(dry_run=True), "np:a/b")
+    assert obs.match == "ct.new && ip6.dst == $g_ip6 && ip6" and obs.log
+    line = ('2026-11-28T05:37:51.530Z|00012|acl_log(ovn_pinctrl0)|INFO|'
+            'name="np:default/web:ingress/0/ip6", verdict=allow, severity=info, '
+            'direction=to-lport: tcp6,vlan_tci=0x0000,dl_src=0a:58:0a:10:00:03,'
+            'dl_dst=0a:58:0a:10:00:04,ipv6_src=fd00:16::3,ipv6_dst=fd00:16::4,'
+            'ipv6_label=0x00000,nw_tos=0,nw_ecn=0,nw_ttl=64,nw_frag=no,tp_src=36150,tp_dst=80,'
+            'tcp_flags=syn')
+    e = audit.parse_line(line)
+    assert (e["protocol"], e["src"], e["dst"], e["dport"]) == ("TCP", "fd00:16::3", "fd00:16::4", 80)
+    assert audit.policy_of(e["name"])["rule"] == "ingress/0/ip6"

@@ -104,7 +104,7 @@ class ControlPlane:
     def __init__(self, directory: str, spawner: Spawner, nodes: Sequence[str] = (),
                  server_hosts: Sequence[str] = (), controller_manager: bool = True,
                  scheduler: bool = True, crd_dirs: Sequence[str] | None = None,
-                 apiserver_args: Sequence[str] = ()):
+                 apiserver_args: Sequence[str] = (), kcm_args: Sequence[str] = ()):
         self.dir = directory
         self.spawner = spawner
         self.nodes = list(nodes)
@@ -113,6 +113,7 @@ class ControlPlane:
         self.with_scheduler = scheduler
         self.crd_dirs = list(crd_dirs) if crd_dirs is not None else [REPO_CRDS]
         self.apiserver_args = list(apiserver_args)
+        self.kcm_args = list(kcm_args)
         self.pki = Pki(os.path.join(directory, "pki"))
         self.admin_kubeconfig = os.path.join(directory, "admin.kubeconfig")
         os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -262,7 +263,7 @@ class ControlPlane:
                 f"--service-cluster-ip-range={names.SERVICE_CIDR}",
                 f"--cluster-signing-cert-file={k.ca_crt}", f"--cluster-signing-key-file={k.ca_key}",
                 "--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
-                *CLIENT_QPS, "--profiling=false", "--v=1"]
+                *CLIENT_QPS, "--profiling=false", "--v=1", *self.kcm_args]
 
     def _scheduler_argv(self, kubeconfig: str) -> list[str]:
         return [bins.path("kube-scheduler"), f"--kubeconfig={kubeconfig}",

@@ -161,6 +161,9 @@ def kubelet_config(sb: "Sandbox", node, p: Paths, ca: str) -> dict:
         "syncFrequency": "10s", "nodeStatusUpdateFrequency": "2s",
         "fileCheckFrequency": "20s", "httpCheckFrequency": "20s",
         "volumeStatsAggPeriod": "0s",
+        # --dual-stack: the kubelet reports both families of a pod (status.podIPs)
+        **({"featureGates": bins.dual_stack_gates()}
+           if getattr(sb, "dual_stack", False) and bins.dual_stack_gates() else {}),
     }
 
 
