@@ -10,7 +10,10 @@ the same run, on the same machine, measured the same way:
 
 - A, no churn: the churner's 3 running pods sit idle.
 - B, churn: the churner (its own process, as another tenant's client is:
-  its threads do not share the measuring process's interpreter) ramps up
+  its threads do not share the measuring process's interpreter; at nice 19,
+  `--churner-nice`, since another tenant's client runs on its own machine,
+  not on the cluster's two cores: the load it makes the cluster carry, API
+  server, controller, OVN, is the same) ramps up
   first (`--refused` pods created, every policy created; not measured), then,
   from the phase's first measurement to its last, the churner
   * keeps `--refused` (1,000) pods arriving that the controller must refuse:
