@@ -35,6 +35,7 @@ from pacific.controller import informers, model
 from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
+from pacific.controller.policy_model import family_set_name, rule_suffix
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
@@ -75,10 +76,7 @@ def _family(cidr: str) -> int:
 
 
 def _v4(addr: str) -> bool:
-    try:
-        return ipaddress.ip_network(addr, strict=False).version == 4
-    except ValueError:
-        return False
+    return _family(addr) == 4
 
 
 class ClusterPolicyFeature(Feature):
@@ -269,7 +267,7 @@ class ClusterPolicyFeature(Feature):
         field = f"{ip}.src" if ingress else f"{ip}.dst"
         terms = []
         if addrs:
-            name = set_name(key, rule.direction, rule.index) + ("_6" if family == 6 else "")
+            name = family_set_name(set_name(key, rule.direction, rule.index), family)
             sets[name] = addrs
             terms.append(f"{field} == ${name}")
         if cidrs:
@@ -280,7 +278,7 @@ class ClusterPolicyFeature(Feature):
                  f"({' || '.join(terms)})")
         if clauses:
             match += " && (" + " || ".join(f"({c})" for c in clauses) + ")"
-        rid = f"{rule.direction}/{rule.index}" + ("/ip6" if family == 6 else "")
+        rid = f"{rule.direction}/{rule.index}{rule_suffix(family)}"
         out.append(acl.AclSpec(
             "to-lport" if ingress else "from-lport", pol.acl_priority(rule), match,
             cp.ACTIONS[rule.action], name=f"cnp:{key}:{rid}"[:63],

@@ -54,6 +54,11 @@ class Config:
     event_burst: int = 20                       # Events per namespace at once (kube/budget.py)
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
 
+    @property
+    def families(self) -> tuple[int, ...]:
+        """The IP versions pods may have: IPv6 too with the alpha --ipv6-subnets."""
+        return (4, 6) if self.ipv6_subnets else (4,)
+
     def validate(self) -> "Config":
         for flag, value in (("--join-cidr", self.join_cidr), ("--service-cidr", self.service_cidr)):
             _cidr(flag, value)

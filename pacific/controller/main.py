@@ -108,8 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ipv6-subnets", action="store_true",
                    default=_env("PACIFIC_IPV6_SUBNETS", "false").lower() in ("true", "1", "yes"),
                    help="alpha (issue 27, docs/dual-stack.md): accept IPv6 and dual-stack Subnets. "
-                   "Addresses, port security, tenant isolation and NetworkPolicy's isolation "
-                   "hold for IPv6; policies' allow rules, Services, egress and node access do "
+                   "Addresses, port security, tenant isolation, NetworkPolicy and "
+                   "ClusterNetworkPolicy hold for IPv6; Services, egress and node access do "
                    "not carry IPv6 yet (such traffic is dropped).  Default: refused with a "
                    "reason [PACIFIC_IPV6_SUBNETS=true]")
     g = p.add_argument_group("multicast")

@@ -49,7 +49,7 @@ from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
                                              base_set_name, canonical, compile_policy,
                                              family_set_name, peer_addresses, peer_moved,
-                                             merged, pod_matters, selector_matches)
+                                             merged, pod_matters, rule_suffix, selector_matches)
 from pacific.controller.reports import Reports
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
@@ -157,9 +157,6 @@ class PolicyFeature(Feature):
         self._lock = threading.Lock()
         self.reports = Reports()
         self.enforced = EnforcedTracker(self, self._report_enforced)
-        # (match, rule suffix) of the families a deny covers: IPv6 too once
-        # pods may have it (--ipv6-subnets); the World's families likewise
-        self._families = (("ip4", ""), ("ip6", "/ip6")) if ctl.cfg.ipv6_subnets else (("ip4", ""),)
         # the pods and namespace labels every policy is compiled against, kept
         # from the informers' events (namespace -> pod name -> PodInfo): a
         # change re-reads one pod, never all.  A snapshot (World) is taken after
@@ -270,7 +267,7 @@ class PolicyFeature(Feature):
                     self._pods.pop(ns, None)
             self._dirty.clear()
             self._world_cache = World.indexed(dict(self._lists), dict(self._ns_labels),
-                                              (4, 6) if self.ctl.cfg.ipv6_subnets else (4,))
+                                              self.ctl.cfg.families)
             return self._world_cache
 
     # -- a new pod's port joins the groups selecting it ----------------------------------
@@ -375,7 +372,8 @@ class PolicyFeature(Feature):
             direction = "to-lport" if t == "ingress" else "from-lport"
             # both families once --ipv6-subnets lets pods have IPv6: a selected
             # pod's IPv6 is isolated too (its allow rules have IPv6 twins)
-            for ip, sfx in self._families:
+            for family in self.ctl.cfg.families:
+                ip, sfx = f"ip{family}", rule_suffix(family)
                 out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_DENY, f"{port} == @{pg} && {ip}",
                                        "drop", name=f"np:{key}:{t}{sfx}"[:63],
                                        external_ids=policy_ids(key, **{names.EXT_RULE: f"{t}/deny{sfx}"})))
@@ -384,7 +382,8 @@ class PolicyFeature(Feature):
                 # replies pass the egress drop (OVN lets established replies by
                 # only for connections an allow-related ACL committed; the
                 # ingress side needs none: OVN commits from-lport traffic itself)
-                for ip, sfx in self._families:
+                for family in self.ctl.cfg.families:
+                    ip, sfx = f"ip{family}", rule_suffix(family)
                     out.append(acl.AclSpec("to-lport", names.PRIO_ACL_NP_DENY - 1,
                                            f"outport == @{pg} && {ip}", "allow-related",
                                            name=f"np:{key}:egress-replies{sfx}"[:63],
@@ -403,7 +402,7 @@ class PolicyFeature(Feature):
         for key, r_ in rules:
             port = "outport" if r_.direction == "ingress" else "inport"
             match = f"{port} == @{pg} && ip{r_.family}" + (f" && {r_.match}" if r_.match else "")
-            rule = f"{r_.direction}/{r_.index}" + ("/ip6" if r_.family == 6 else "")
+            rule = f"{r_.direction}/{r_.index}{rule_suffix(r_.family)}"
             out.append(acl.AclSpec("to-lport" if r_.direction == "ingress" else "from-lport",
                                    names.PRIO_ACL_NP_ALLOW, match, "allow-related",
                                    name=f"np:{key}:{rule}"[:63],

@@ -239,6 +239,12 @@ def family_set_name(name: str, family: int) -> str:
     return name if family == 4 else f"{name}_6"
 
 
+def rule_suffix(family: int) -> str:
+    """What an ACL's rule name (external_ids, the ACL's name) gains in IPv6:
+    "ingress/0" -> "ingress/0/ip6"."""
+    return "" if family == 4 else "/ip6"
+
+
 def base_set_name(name: str) -> str:
     """set_name() of a family_set_name()."""
     return name.removesuffix("_6")
