@@ -281,19 +281,25 @@ def own_qos(pod: dict | None) -> QosRecord | None:
 
 # --- subnets ---------------------------------------------------------------------
 
-def subnet_cidr_in_effect(subnet: dict | None) -> str | None:
-    """The IPv4 CIDR the controller applied for a Subnet (its status, which only
-    the controller writes, "a" or dual-stack "a,b"): what nodes route into ovn0.
-    None if nothing is applied (refused, not yet reconciled), the value is
-    malformed, or the Subnet has no IPv4 CIDR (nodes route IPv4 only yet)."""
+def subnet_cidrs_in_effect(subnet: dict | None) -> list[str]:
+    """The CIDRs the controller applied for a Subnet (its status, which only
+    the controller writes, "a" or dual-stack "a,b"): what nodes route into
+    ovn0.  [] if nothing is applied (refused, not yet reconciled) or the value
+    is malformed."""
     value = ((subnet or {}).get("status") or {}).get("cidrBlock")
     if not isinstance(value, str):
-        return None
+        return []
     try:
-        nets = [ipaddress.ip_network(v.strip(), strict=True) for v in value.split(",")]
+        return [str(ipaddress.ip_network(v.strip(), strict=True)) for v in value.split(",")]
     except ValueError:
-        return None
-    return next((str(n) for n in nets if n.version == 4), None)
+        return []
+
+
+def subnet_cidr_in_effect(subnet: dict | None, version: int = 4) -> str | None:
+    """The applied CIDR of IP `version` of a Subnet (subnet_cidrs_in_effect),
+    None without one."""
+    return next((c for c in subnet_cidrs_in_effect(subnet)
+                 if ipaddress.ip_network(c).version == version), None)
 
 
 # --- node ----------------------------------------------------------------------
@@ -309,17 +315,33 @@ class NodeRecord:
     gateway: str
     port: str
     service_source: str = ""
+    ip6_cidr: str = ""    # a dual-stack join network: ovn0's IPv6 "fd00:64::2/64"
+    gateway6: str = ""    # ... and the cluster router's IPv6 there
 
     def annotations(self) -> dict:
         out = {names.ANN_NODE_JOIN_IP: self.ip_cidr, names.ANN_NODE_JOIN_MAC: self.mac,
                names.ANN_NODE_JOIN_GW: self.gateway, names.ANN_NODE_LSP: self.port}
         if self.service_source:
             out[names.ANN_NODE_SERVICE_SOURCE] = self.service_source
+        if self.ip6_cidr:
+            out[names.ANN_NODE_JOIN_IP6] = self.ip6_cidr
+            out[names.ANN_NODE_JOIN_GW6] = self.gateway6
         return out
 
     @property
     def ip(self) -> str:
         return self.ip_cidr.split("/")[0]
+
+    @property
+    def ip6(self) -> str:
+        """ovn0's IPv6 address, "" without one."""
+        return self.ip6_cidr.split("/")[0]
+
+    @property
+    def interfaces(self) -> list[tuple[str, str]]:
+        """(address/prefix, gateway) of ovn0 per family, IPv4 first."""
+        return [(self.ip_cidr, self.gateway)] + (
+            [(self.ip6_cidr, self.gateway6)] if self.ip6_cidr else [])
 
     @classmethod
     def of(cls, node: dict | None) -> "NodeRecord | None":
@@ -355,5 +377,22 @@ class NodeRecord:
             except ValueError:
                 raise ContractError(f"annotation {names.ANN_NODE_SERVICE_SOURCE}: {source!r} is "
                                     f"not an address in {iface.network}") from None
+        ip6, gw6 = ann.get(names.ANN_NODE_JOIN_IP6) or "", ann.get(names.ANN_NODE_JOIN_GW6) or ""
+        if ip6 or gw6:
+            try:
+                iface6 = ipaddress.ip_interface(ip6)
+                if "/" not in ip6 or iface6.version != 6:
+                    raise ValueError(ip6)
+            except ValueError:
+                raise ContractError(f"annotation {names.ANN_NODE_JOIN_IP6}: {ip6!r} is not an "
+                                    "IPv6 address with a prefix length") from None
+            try:
+                if ipaddress.ip_address(gw6) not in iface6.network:
+                    raise ValueError(gw6)
+            except ValueError:
+                raise ContractError(f"annotation {names.ANN_NODE_JOIN_GW6}: {gw6!r} is not an "
+                                    f"address in {iface6.network}") from None
+            ip6, gw6 = str(iface6), str(ipaddress.ip_address(gw6))
         return cls(ip_cidr=str(iface), mac=_mac(mac, names.ANN_NODE_JOIN_MAC),
-                   gateway=str(gateway), port=port, service_source=source)
+                   gateway=str(gateway), port=port, service_source=source,
+                   ip6_cidr=ip6, gateway6=gw6)

@@ -114,6 +114,19 @@ def _cluster_ip(svc: dict) -> str | None:
         return None      # headless, ExternalName, IPv6: nothing to send it to
 
 
+def _exposes_over_ipv6_only(svc: dict) -> bool:
+    """A proxied Service whose cluster IPs are all IPv6 and that asks for node
+    ports or external IPs."""
+    spec = svc.get("spec") or {}
+    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
+    try:
+        six = all(ipaddress.ip_address(ip).version == 6 for ip in ips)
+    except (TypeError, ValueError):
+        return False
+    return proxied(svc) and six and bool(spec.get("externalIPs") or spec.get("type") in (
+        "NodePort", "LoadBalancer"))
+
+
 def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
     try:
         addr = ipaddress.ip_address(ip)
@@ -140,6 +153,10 @@ def _candidates(svc: dict, networks, node_ips, allowed, port_range, problems: li
     spec = svc.get("spec") or {}
     cip = _cluster_ip(svc)
     if cip is None:
+        if _exposes_over_ipv6_only(svc):
+            problems.append("an IPv6-only Service's node ports and external IPs are not "
+                            "served yet: nodes serve them over IPv4 (a dual-stack Service's "
+                            "are)")
         return
     local = spec.get("externalTrafficPolicy") == "Local"
     good_ips = []
@@ -211,11 +228,28 @@ def exposures(services: list[dict], cluster_cidrs=(), node_ips=(), allowed=None,
     return sorted(granted.values()), refused
 
 
-def ready_backends(slices: list[dict], port_name: str, protocol: str) -> list[str]:
-    """"ip:port" of every ready, not terminating IPv4 endpoint for the port."""
+ADDRESS_TYPES = {4: "IPv4", 6: "IPv6"}      # an EndpointSlice's addressType per IP version
+
+
+def host_port(ip: str, port) -> str:
+    """"10.0.0.1:80", "[fd00::1]:80": an address and port as OVN's VIPs and
+    backends spell them."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def split_host_port(text: str) -> tuple[str, int]:
+    """The inverse of host_port."""
+    ip, _, port = text.rpartition(":")
+    return ip.strip("[]"), int(port)
+
+
+def ready_backends(slices: list[dict], port_name: str, protocol: str,
+                   version: int = 4) -> list[str]:
+    """host_port() of every ready, not terminating endpoint of IP `version`
+    (the slices of its addressType) for the port."""
     out = set()
     for s in slices:
-        if s.get("addressType", "IPv4") != "IPv4":
+        if s.get("addressType", "IPv4") != ADDRESS_TYPES[version]:
             continue
         ports = [p for p in s.get("ports") or []
                  if (p.get("name") or "") == port_name and (p.get("protocol") or "TCP") == protocol
@@ -228,7 +262,7 @@ def ready_backends(slices: list[dict], port_name: str, protocol: str) -> list[st
                 continue
             for addr in ep.get("addresses") or []:
                 for p in ports:
-                    out.add(f"{addr}:{p['port']}")
+                    out.add(host_port(addr, p["port"]))
     return sorted(out, key=_sort_key)
 
 
@@ -253,8 +287,8 @@ def confine(slices: list[dict], namespace: str, namespace_of) -> tuple[list[dict
 
 
 def _sort_key(backend: str):
-    ip, _, port = backend.rpartition(":")
-    return (ipaddress.ip_address(ip), int(port))
+    ip, port = split_host_port(backend)
+    return (ipaddress.ip_address(ip), port)
 
 
 def parse_port_range(text: str) -> tuple[int, int]:

@@ -45,6 +45,8 @@ LABEL_TENANT = "pacific.io/tenant"
 ANN_NODE_JOIN_IP = "pacific.io/join_ip"           # "100.64.0.2/16"
 ANN_NODE_JOIN_MAC = "pacific.io/join_mac"
 ANN_NODE_JOIN_GW = "pacific.io/join_gateway"
+ANN_NODE_JOIN_IP6 = "pacific.io/join_ipv6"           # a dual-stack join network's IPv6 half
+ANN_NODE_JOIN_GW6 = "pacific.io/join_gateway_ipv6"   # ... and its gateway
 ANN_NODE_LSP = "pacific.io/node_logical_switch_port"
 # the join address the node gives its connections into the service CIDR (not
 # on ovn0: OVN may send them back out to the node, answers come through OVN)
@@ -57,6 +59,7 @@ EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
 EXT_SUBNET = "pacific.io/subnet"
 EXT_POLICIES = "pacific.io/policies"       # a NetworkPolicy group's policies in force (names)
 EXT_RULE = "pacific.io/rule"               # which rule of its owner an ACL is (trace names it)
+RULE_SUFFIX_IP6 = "/ip6"     # a rule's IPv6 twin: EXT_RULE "ingress/0" -> "ingress/0/ip6"
 EXT_ALSO = "pacific.io/also"               # the other policies' rules one merged allow ACL
                                            # stands for: "ns/name:ingress/0,..."
 # OVS Interface external_ids used by the node daemon
@@ -147,7 +150,9 @@ QOS_MAX_MBPS = 32_000                # a tbf rate above ~34 Gbit/s does not fit 
 DEFAULT_CIDR = "10.16.0.0/16"
 SANDBOX_DEFAULT_CIDR6 = "fd00:16::/64"       # the default Subnet's IPv6 half (sandbox --dual-stack)
 JOIN_CIDR = "100.64.0.0/16"
+SANDBOX_JOIN_CIDR6 = "fd00:64::/64"          # the join network's IPv6 half (sandbox --dual-stack)
 SERVICE_CIDR = "10.96.0.0/12"
+SANDBOX_SERVICE_CIDR6 = "fd00:96::/108"      # the service CIDR's IPv6 half (sandbox --dual-stack)
 CNI_SOCKET = "/run/pacific/cni.sock"
 CNI_CONF_NAME = "10-pacific.conflist"
 CNI_NETWORK_NAME = "pacific"

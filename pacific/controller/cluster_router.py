@@ -78,18 +78,17 @@ def ensure(ctl) -> None:
         lambda api: EnsureSwitch(api, cfg.join_switch, ids),
         # Services reach the nodes through ovn0 on the join switch
         lambda api: AttachLoadBalancerGroup(api, cfg.join_switch, names.LB_GROUP),
-        *router_link_builders(cfg.join_switch, cfg.join_gateway,
-                               [f"{cfg.join_gateway}/{cfg.join_prefixlen}"], ids),
+        *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_networks, ids),
         # where traffic leaves the cluster (node ports, gateways' localnets join it)
         lambda api: EnsurePortGroup(api, names.EFW_EXITS_GROUP, ids),
         lambda api: EnsureAddressSet(api, names.SERVICE_SOURCES_SET, ids),
-        lambda api: EnsureACLs(api, cfg.join_switch, service_source_acls(cfg.service_cidr, ids),
+        lambda api: EnsureACLs(api, cfg.join_switch, service_source_acls(cfg.service_cidr_of(4), ids),
                                table=LS),
     ]
     ctl.writer.run(builders, what="startup topology")
     with ctl.ipam_lock:
         try:
-            ctl.ipam.add_subnet(cfg.join_switch, cfg.join_cidr, gateway=cfg.join_gateway)
+            ctl.ipam.add_subnet(cfg.join_switch, ",".join(cfg.join_cidrs), gateway=",".join(cfg.join_gateways))
         except ipam_errors.SubnetExists:
             pass
     LOG.info("topology: router %s, switch %s (%s, gateway %s)", names.CLUSTER_ROUTER,

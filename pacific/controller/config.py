@@ -18,6 +18,26 @@ class ConfigError(ValueError):
     """A controller setting is invalid; the message names the flag."""
 
 
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",")]
+
+
+def _of(cidrs: list[str], version: int) -> str | None:
+    return next((c for c in cidrs if ipaddress.ip_network(c).version == version), None)
+
+
+def _families(flag: str, value: str, ipv6: bool) -> list:
+    """An IPv4 CIDR, or an IPv4 and an IPv6 one (dual-stack, with the alpha
+    --ipv6-subnets), as kube-apiserver's --service-cluster-ip-range."""
+    nets = [_cidr(flag, v) for v in _split(value)]
+    if len(nets) > 2 or len({n.version for n in nets}) != len(nets) or nets[0].version != 4:
+        raise ConfigError(f"{flag} {value!r}: one IPv4 CIDR, or one IPv4 and one IPv6 "
+                          "(dual-stack), IPv4 first")
+    if len(nets) == 2 and not ipv6:
+        raise ConfigError(f"{flag} {value!r} is dual-stack, which needs the alpha --ipv6-subnets")
+    return nets
+
+
 @dataclass
 class Config:
     nb_remote: str
@@ -60,8 +80,8 @@ class Config:
         return (4, 6) if self.ipv6_subnets else (4,)
 
     def validate(self) -> "Config":
-        for flag, value in (("--join-cidr", self.join_cidr), ("--service-cidr", self.service_cidr)):
-            _cidr(flag, value)
+        joins = _families("--join-cidr", self.join_cidr, self.ipv6_subnets)
+        _families("--service-cidr", self.service_cidr, self.ipv6_subnets)
         defaults = [_cidr("--default-cidr", v.strip()) for v in self.default_cidr.split(",")]
         if len(defaults) > 2 or len({n.version for n in defaults}) != len(defaults):
             raise ConfigError(f"--default-cidr {self.default_cidr!r}: one CIDR, or one IPv4 and "
@@ -69,8 +89,7 @@ class Config:
         if any(n.version == 6 for n in defaults) and not self.ipv6_subnets:
             raise ConfigError(f"--default-cidr {self.default_cidr!r} is IPv6 or dual-stack, which "
                               "needs the alpha --ipv6-subnets")
-        join = ipaddress.ip_network(self.join_cidr)
-        if any(n.overlaps(join) for n in defaults if n.version == join.version):
+        if any(n.overlaps(j) for n in defaults for j in joins if n.version == j.version):
             raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
         if not 1 <= self.audit_rate <= 100000 or not 1 <= self.audit_burst <= 100000:
             raise ConfigError(f"--audit-rate {self.audit_rate} / --audit-burst {self.audit_burst}: "
@@ -107,12 +126,42 @@ class Config:
         return self
 
     @property
+    def service_cidrs(self) -> list[str]:
+        """--service-cidr's CIDRs, IPv4 first."""
+        return _split(self.service_cidr)
+
+    def service_cidr_of(self, version: int) -> str | None:
+        """The service CIDR of IP `version`, None when the cluster has none."""
+        return _of(self.service_cidrs, version)
+
+    @property
+    def join_cidrs(self) -> list[str]:
+        """--join-cidr's CIDRs, IPv4 first (dual-stack: the nodes' ovn0 gets
+        an address of each)."""
+        return _split(self.join_cidr)
+
+    def join_cidr_of(self, version: int) -> str | None:
+        return _of(self.join_cidrs, version)
+
+    @property
+    def join_gateways(self) -> list[str]:
+        """The cluster router's address on the join switch, per family."""
+        return [str(ipaddress.ip_network(c).network_address + 1) for c in self.join_cidrs]
+
+    @property
+    def join_networks(self) -> list[str]:
+        """The router port's networks on the join switch ("100.64.0.1/16", ...)."""
+        return [f"{g}/{ipaddress.ip_network(c).prefixlen}"
+                for g, c in zip(self.join_gateways, self.join_cidrs)]
+
+    @property
     def join_gateway(self) -> str:
-        return str(ipaddress.ip_network(self.join_cidr).network_address + 1)
+        """The IPv4 join gateway (the nodes' default towards OVN)."""
+        return self.join_gateways[0]
 
     @property
     def join_prefixlen(self) -> int:
-        return ipaddress.ip_network(self.join_cidr).prefixlen
+        return ipaddress.ip_network(self.join_cidrs[0]).prefixlen
 
     @property
     def reserved_ips(self) -> set[str]:

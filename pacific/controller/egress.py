@@ -119,7 +119,7 @@ class EgressFeature(Feature):
         cfg = self.ctl.cfg
         cidrs = sorted({obj_cidr for s in self.ctl.informer("subnets").list()
                         if (obj_cidr := contract.subnet_cidr_in_effect(s))}   # IPv4's
-                       | {cfg.join_cidr})
+                       | {cfg.join_cidr_of(4)})
         specs = [(names.PRIO_POLICY_NODE_LOCAL, f"ip4.dst == {{{', '.join(cidrs)}}}",
                   "allow", []),
                  # groups stay on the router, which relays them between Subnets

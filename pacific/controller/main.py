@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("services")
     g.add_argument("--service-cidr", default=_env("PACIFIC_SERVICE_CIDR", names.SERVICE_CIDR),
                    help="kube-apiserver's --service-cluster-ip-range: no external IP may lie "
-                   "in it (default: %(default)s)")
+                   "in it; dual-stack as the API server's, IPv4 first (10.96.0.0/12,fd00:96::/108, "
+                   "with --ipv6-subnets) (default: %(default)s)")
     g.add_argument("--external-ip-cidrs", default=_env("PACIFIC_EXTERNAL_IP_CIDRS", ""),
                    help="comma-separated CIDRs a Service's externalIPs must lie in (default: "
                    "none: no Service gets an external IP until the administrator names the "

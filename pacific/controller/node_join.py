@@ -32,6 +32,14 @@ def node_ids(node: str, switch: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_SUBNET: switch}
 
 
+def port_addresses(alloc, source) -> str:
+    """The node port's addresses: "MAC join service-source", and in a
+    dual-stack join network their IPv6 twins after them ("MAC v4 src v6 src6":
+    rebuild.restore_node_addresses reads them so)."""
+    return " ".join((alloc.mac, alloc.ip, source.ip, *(m[0] for m in alloc.more),
+                     *(m[0] for m in source.more)))
+
+
 class NodeFeature(Feature):
     name = "node"
     informers = {"nodes": informers.NODES}
@@ -73,7 +81,8 @@ class NodeFeature(Feature):
                 except ContractError as exc:
                     LOG.warning("node %s: %s; allocating a new join address", name, exc)
                     prev = None
-                want_ip, want_mac = (prev.ip, prev.mac) if prev else (None, None)
+                want_ip, want_mac = (",".join(filter(None, (prev.ip, prev.ip6))), prev.mac) \
+                    if prev else (None, None)
                 try:
                     alloc = ctl.ipam.allocate(cfg.join_switch, key, ip=want_ip, mac=want_mac)
                 except ipam_errors.IPAMError as exc:
@@ -84,15 +93,18 @@ class NodeFeature(Feature):
                     alloc = ctl.ipam.allocate(cfg.join_switch, key)
             source = self._source(name, node)
         ctl.writer.run([lambda api: ensure.EnsurePort(
-            api, cfg.join_switch, lsp, [f"{alloc.mac} {alloc.ip} {source.ip}"], [],
+            api, cfg.join_switch, lsp, [port_addresses(alloc, source)], [],
             node_ids(name, cfg.join_switch)),
             # an exit of the cluster (distributed egress): egress firewalls apply there
             lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP, [lsp]),
             lambda api: ensure.AddressSetAddAddresses(api, names.SERVICE_SOURCES_SET,
                                                       [source.ip])],
             what=f"node port {lsp}")
+        six = [(ip, cidr, gw) for ip, cidr, gw in alloc.more if ":" in ip]
         rec = NodeRecord(ip_cidr=f"{alloc.ip}/{cfg.join_prefixlen}", mac=alloc.mac,
-                         gateway=cfg.join_gateway, port=lsp, service_source=source.ip)
+                         gateway=cfg.join_gateway, port=lsp, service_source=source.ip,
+                         ip6_cidr=f"{six[0][0]}/{six[0][1].split('/')[1]}" if six else "",
+                         gateway6=six[0][2] if six else "")
         want = rec.annotations()
         if any(ann.get(k) != v for k, v in want.items()):
             try:

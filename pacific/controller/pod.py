@@ -271,7 +271,7 @@ class PodFeature(Feature):
                 try:
                     if want_mac is not None:   # never an infrastructure port's MAC
                         want_mac = ipam_addr.check_requested_mac(
-                            want_mac, (ctl.cfg.join_cidr, names.EGRESS_TRANSIT_CIDR))
+                            want_mac, (*ctl.cfg.join_cidrs, names.EGRESS_TRANSIT_CIDR))
                     alloc = ctl.ipam.allocate(subnet, key, ip=want_ip, mac=want_mac)
                 except ipam_errors.IPAMError as exc:
                     if getattr(exc, "holder", None):      # for the administrator's log only

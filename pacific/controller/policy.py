@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import ipaddress
 import logging
 import threading
 
@@ -390,10 +391,14 @@ class PolicyFeature(Feature):
                                            external_ids=policy_ids(key, **{names.EXT_RULE:
                                                                            f"egress/replies{sfx}"})))
             if t == "ingress":    # the nodes (kubelet probes) always reach their pods
-                out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_ALLOW,
-                                       f"outport == @{pg} && ip4 && ip4.src == {self.ctl.cfg.join_cidr}",
-                                       "allow-related", name=f"np:{key}:nodes"[:63],
-                                       external_ids=policy_ids(key, **{names.EXT_RULE: "ingress/nodes"})))
+                for join in self.ctl.cfg.join_cidrs:     # over each family they have
+                    family = ipaddress.ip_network(join).version
+                    ip, sfx = f"ip{family}", rule_suffix(family)
+                    out.append(acl.AclSpec(direction, names.PRIO_ACL_NP_ALLOW,
+                                           f"outport == @{pg} && {ip} && {ip}.src == {join}",
+                                           "allow-related", name=f"np:{key}:nodes{sfx}"[:63],
+                                           external_ids=policy_ids(key, **{
+                                               names.EXT_RULE: f"ingress/nodes{sfx}"})))
         return self._tiered(out) + self._rule_acls(pg, [(key, r_) for r_ in rules])
 
     def _rule_acls(self, pg: str, rules: list) -> list:

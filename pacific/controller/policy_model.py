@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from pacific import selectors
+from pacific import names, selectors
 
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 
@@ -242,7 +242,7 @@ def family_set_name(name: str, family: int) -> str:
 def rule_suffix(family: int) -> str:
     """What an ACL's rule name (external_ids, the ACL's name) gains in IPv6:
     "ingress/0" -> "ingress/0/ip6"."""
-    return "" if family == 4 else "/ip6"
+    return "" if family == 4 else names.RULE_SUFFIX_IP6
 
 
 def base_set_name(name: str) -> str:

@@ -85,11 +85,15 @@ def restore_node_addresses(ctl) -> int:
         for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
             node = row.external_ids.get(names.EXT_OWNER)
             try:
-                mac, ip, *source = row.addresses[0].split()
-                ctl.ipam.restore(ctl.cfg.join_switch, model.node_owner_key(node), ip, mac)
-                if source:
+                # "MAC v4 source" or, dual-stack, "MAC v4 source v6 source6"
+                # (node_join.port_addresses)
+                mac, *addrs = row.addresses[0].split()
+                v4, v6 = ([a for a in addrs if (":" in a) == six] for six in (False, True))
+                ctl.ipam.restore(ctl.cfg.join_switch, model.node_owner_key(node),
+                                 ",".join([v4[0], *v6[:1]]), mac)
+                if len(v4) > 1:
                     ctl.ipam.restore(ctl.cfg.join_switch, model.node_source_key(node),
-                                     source[0])
+                                     ",".join([v4[1], *v6[1:2]]))
                 n += 1
             except (IndexError, ValueError, ipam_errors.IPAMError) as exc:
                 LOG.warning("rebuild: node port %s not restored (%s); the node gets a new address",

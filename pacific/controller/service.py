@@ -98,7 +98,7 @@ def cluster_cidrs(ctl) -> list[str]:
     cfg = ctl.cfg
     return [c for c in (contract.subnet_cidr_in_effect(s)
                         for s in ctl.informer("subnets").list()) if c] + \
-        [cfg.join_cidr, cfg.service_cidr]
+        [*cfg.join_cidrs, *cfg.service_cidrs]
 
 
 def taken_ips(ctl) -> set[str]:
@@ -215,7 +215,7 @@ class ServiceFeature(Feature):
         cache = self.ctl.informer("endpointslices")
         slices, ignored = confined(self.ctl, key, [s for s in (cache.get(k) for k in slice_keys)
                                                    if s is not None], self.host_ips(ns))
-        want, problems = sm.balancers(svc, slices) if svc is not None else ({}, [])
+        want, problems = sm.balancers(svc, slices, self.ctl.cfg.families) if svc is not None else ({}, [])
         problems += ignored_note(key, ignored)
         if svc is not None and _exposes(svc):
             problems += self._refused_frontends(key)

@@ -66,16 +66,17 @@ def _inside(ip, net) -> bool:
         return False
 
 
-def private_acls(spec: SubnetSpec, join_cidr: str) -> list:
-    """A private Subnet's switch drops IPv4 to its addresses from anything but
-    its own addresses, its allowSubnets and the nodes (join addresses); the
-    same tier as tenant isolation, above NetworkPolicy."""
+def private_acls(spec: SubnetSpec, join_cidrs: list[str]) -> list:
+    """A private Subnet's switch drops IP of each family to its addresses from
+    anything but its own addresses, its allowSubnets and the nodes (the join
+    network's CIDRs); the same tier as tenant isolation, above NetworkPolicy."""
     if not spec.private:
         return []
     out = []
     for cidr in spec.cidrs:
         ip = f"ip{ipaddress.ip_network(cidr).version}"
-        allowed = ", ".join([c for c in (cidr, *spec.allow_subnets, join_cidr) if _same_family(c, cidr)])
+        allowed = ", ".join([c for c in (cidr, *spec.allow_subnets, *join_cidrs)
+                             if _same_family(c, cidr)])
         out.append(acl.AclSpec(direction="to-lport", priority=names.PRIO_ACL_ISOLATION_DROP,
                                match=f"{ip} && {ip}.dst == {cidr} && {ip}.src != {{{allowed}}}",
                                action="drop", name=f"private-subnet:{spec.name}"[:63],
@@ -244,7 +245,7 @@ class SubnetFeature(Feature):
             self._refuse(obj, exc.reason, str(exc))
             return
         ids = subnet_ids(name)
-        acls = private_acls(spec, ctl.cfg.join_cidr) + ipv6_acls(spec)
+        acls = private_acls(spec, ctl.cfg.join_cidrs) + ipv6_acls(spec)
         # IGMP snooping and a querier on every Subnet (none: --no-multicast)
         # (IPv4's querier; an IPv6-only Subnet has no multicast yet)
         mcast = (multicast.switch_config(spec.gateway, model.router_mac(spec.gateway),

@@ -43,6 +43,7 @@ discovered once at start (pacific.kube.versions: v1beta1 on Kubernetes 1.20).
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -161,3 +162,24 @@ def wire_uses(features: list[NodeFeature], off: dict[str, str]) -> None:
                                  f"({off[dep]})")
             else:
                 setattr(f, attr, None)
+
+
+def service_cidrs(args) -> list[str]:
+    """--service-cidr's CIDRs (kube-apiserver's --service-cluster-ip-range:
+    IPv4, or IPv4 and IPv6); [] when empty.  ValueError names a bad one."""
+    out = []
+    for item in (args.service_cidr or "").split(","):
+        if item.strip():
+            try:
+                out.append(str(ipaddress.ip_network(item.strip())))
+            except ValueError:
+                raise ValueError(f"--service-cidr: {item.strip()!r} is not a CIDR") from None
+    if len({ipaddress.ip_network(c).version for c in out}) != len(out):
+        raise ValueError(f"--service-cidr {args.service_cidr!r}: at most one CIDR per family")
+    return out
+
+
+def service_cidr(args, version: int = 4) -> str | None:
+    """The service CIDR of IP `version`, None without one."""
+    return next((c for c in service_cidrs(args) if ipaddress.ip_network(c).version == version),
+                None)

@@ -66,9 +66,9 @@ import socket
 import subprocess
 
 from pacific import names, remotes
-from pacific.contract import ContractError, NodeRecord, subnet_cidr_in_effect
+from pacific.contract import ContractError, NodeRecord, subnet_cidrs_in_effect
 from pacific.node import frontends
-from pacific.node.feature import NodeFeature
+from pacific.node.feature import NodeFeature, service_cidr
 
 log = logging.getLogger(__name__)
 TABLE = "pacific"
@@ -79,14 +79,16 @@ _T = {"family": FAMILY, "table": TABLE}          # how sets, chains, rules name 
 _TABLE = {"family": FAMILY, "name": TABLE}      # the table object itself
 
 
-def _saddr(op, right):
-    return {"match": {"op": op, "left": {"payload": {"protocol": "ip", "field": "saddr"}},
-                      "right": right}}
+def _address(protocol: str, field: str):
+    """A matcher of an address field: _address("ip6", "saddr")(op, right)."""
+    def match(op, right):
+        return {"match": {"op": op, "left": {"payload": {"protocol": protocol, "field": field}},
+                          "right": right}}
+    return match
 
 
-def _daddr(op, right):
-    return {"match": {"op": op, "left": {"payload": {"protocol": "ip", "field": "daddr"}},
-                      "right": right}}
+_saddr, _daddr = _address("ip", "saddr"), _address("ip", "daddr")
+_saddr6, _daddr6 = _address("ip6", "saddr"), _address("ip6", "daddr")
 
 
 def _tcp_dport(right):
@@ -171,10 +173,38 @@ RULES = [  # (chain, comment, expressions)
     ("input", "pacific-from-ovn0",
      [{"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": names.MGMT_PORT}},
       {"accept": None}]),
+    # IPv6 (a dual-stack cluster: ovn0 has IPv6, docs/dual-stack.md): the same
+    # guards for the pods' and the join network's IPv6 sources.  OVN central's
+    # and the nodes' IPv6 addresses are not known here, so the guarded ports
+    # are dropped towards any address
+    ("guard-underlay", "pacific-underlay-spoof-6",
+     [_saddr6("==", "@internal_cidrs6"),
+      _iifname("!=", {"set": list(names.POD_SOURCE_INTERFACES)}), {"drop": None}]),
+    ("guard-input", "pacific-ovn-central-in-6",
+     [_saddr6("==", "@internal_cidrs6"), _NOT_LOCAL, _tcp_dport("@ovn_ports"), {"drop": None}]),
+    ("guard-input", "pacific-host-ports-in-6",
+     [_saddr6("==", "@internal_cidrs6"), _NOT_LOCAL, _tcp_dport("@host_ports"), {"drop": None}]),
+    ("guard-forward", "pacific-ovn-central-fwd-6",
+     [_saddr6("==", "@internal_cidrs6"), _tcp_dport("@ovn_ports"), {"drop": None}]),
+    ("guard-forward", "pacific-host-ports-fwd-6",
+     [_saddr6("==", "@internal_cidrs6"), _tcp_dport("@host_ports"), {"drop": None}]),
+    ("postrouting", "pacific-masquerade-6",
+     [_saddr6("==", "@nat_cidrs6"), _daddr6("!=", "@cluster_cidrs6"), {"masquerade": None}]),
+    ("postrouting", "pacific-service-masquerade-6",
+     [_oifname("==", names.MGMT_PORT),
+      {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
+      _daddr6("==", "@service_cidrs6"), {"masquerade": None}]),
+    ("forward", "pacific-invalid-drop-6",
+     [_saddr6("==", "@pod_cidrs6"),
+      {"match": {"op": "in", "left": {"ct": {"key": "state"}}, "right": "invalid"}},
+      {"drop": None}]),
+    ("forward", "pacific-from-pods-6", [_saddr6("==", "@pod_cidrs6"), {"accept": None}]),
+    ("forward", "pacific-to-pods-6", [_daddr6("==", "@pod_cidrs6"), {"accept": None}]),
 ]
+SETS6 = ("pod_cidrs6", "nat_cidrs6", "cluster_cidrs6", "service_cidrs6", "internal_cidrs6")
 SETS = ("pod_cidrs", "nat_cidrs", "cluster_cidrs", "service_cidrs", "internal_cidrs",
-        "ovn_central", "node_addrs", "ovn_ports", "host_ports")
-PORT_SETS = ("ovn_ports", "host_ports")     # inet_service; the others are ipv4 intervals
+        "ovn_central", "node_addrs", "ovn_ports", "host_ports", *SETS6)
+PORT_SETS = ("ovn_ports", "host_ports")     # inet_service; SETS6 ipv6 intervals, the rest ipv4
 SERVICES = "services"   # the chain of Service frontends (pacific.node.frontends)
 SNAT = "snat"           # the chain of egress SNAT to Services' external IPs (node.egresssnat)
 SERVICE_SOURCE = "service-source"   # this node's connections to Services (source_rules)
@@ -252,8 +282,8 @@ def full_commands(wanted: dict[str, set[str]], dynamic: dict | None = None) -> l
         if name in PORT_SETS:
             cmds.append({"add": {"set": {**_T, "name": name, "type": "inet_service"}}})
         else:
-            cmds.append({"add": {"set": {**_T, "name": name, "type": "ipv4_addr",
-                                         "flags": ["interval"]}}})
+            cmds.append({"add": {"set": {**_T, "name": name, "type": "ipv6_addr" if name in SETS6
+                                         else "ipv4_addr", "flags": ["interval"]}}})
     for chain, hook in CHAINS.items():
         base = {"policy": "accept"} if hook else {}     # a regular chain has neither
         cmds.append({"add": {"chain": {**_T, "name": chain, **hook, **base}}})
@@ -286,7 +316,7 @@ def read_state(listing: dict) -> tuple[dict[str, set[str]], dict[str, set[str]]]
                 elif isinstance(e, int):
                     elems.add(str(e))               # a port
                 elif isinstance(e, str):
-                    elems.add(f"{e}/32")
+                    elems.add(str(ipaddress.ip_network(e)))     # one address: /32, /128
             sets[s["name"]] = elems
     return comments, sets
 
@@ -374,7 +404,7 @@ class HostFirewall(NodeFeature):
         a = ctx.args
         self.subnets, self.nodes, self.node_name = (self.informer("subnets"),
                                                     self.informer("node"), ctx.node_name)
-        self.service_cidr = a.service_cidr or None
+        self.service_cidr, self.service_cidr6 = service_cidr(a, 4), service_cidr(a, 6)
         # what pods must not reach: OVN central (from the SB remote) and the host
         # daemons' ports; node_ips() -> every Node's addresses (frontends.node_ips)
         self.central, self.central_ports = ovn_central(a.ovn_remote)
@@ -385,6 +415,15 @@ class HostFirewall(NodeFeature):
     def join_cidr(self) -> str | None:
         """The join network, from the controller's record on this Node."""
         return frontends.join_network(self.nodes.get(self.node_name))
+
+    def join_cidr6(self) -> str | None:
+        """The join network's IPv6 half (a dual-stack one), from the same record."""
+        try:
+            rec = NodeRecord.of(self.nodes.get(self.node_name))
+        except ContractError:
+            return None
+        return str(ipaddress.ip_interface(rec.ip6_cidr).network) if rec and rec.ip6_cidr \
+            else None
 
     @staticmethod
     def _holds_infrastructure(cidr: str, infra: set[str]) -> bool:
@@ -406,17 +445,17 @@ class HostFirewall(NodeFeature):
     def wanted(self) -> dict[str, set[str]]:
         node_ips = set(self.node_ips())
         infra = node_ips | set(self.central)
-        pods, nat = set(), set()
+        pods, nat, pods6, nat6 = set(), set(), set(), set()
         for s in self.subnets.list():
-            cidr = subnet_cidr_in_effect(s)     # its IPv4 CIDR, if applied
-            if cidr is None:
-                continue
-            if self._holds_infrastructure(cidr, infra):
-                continue             # never: the underlay would count as pod traffic
-            pods.add(cidr)
-            if (s.get("spec") or {}).get("natOutgoing") is True:
-                nat.add(cidr)
-        join = self.join_cidr()
+            for cidr in subnet_cidrs_in_effect(s):      # what the controller applied
+                if self._holds_infrastructure(cidr, infra):
+                    continue         # never: the underlay would count as pod traffic
+                six = ipaddress.ip_network(cidr).version == 6
+                (pods6 if six else pods).add(cidr)
+                if (s.get("spec") or {}).get("natOutgoing") is True:
+                    (nat6 if six else nat).add(cidr)
+        join, join6 = self.join_cidr(), self.join_cidr6()
+        cluster6 = pods6 | {c for c in (join6, self.service_cidr6) if c}
         cluster = set(pods) | {c for c in (join, self.service_cidr) if c}
         nodes = set()
         for ip in node_ips:
@@ -430,7 +469,10 @@ class HostFirewall(NodeFeature):
                 "internal_cidrs": set(pods) | ({join} if join else set()),
                 "ovn_central": {f"{a}/32" for a in self.central}, "node_addrs": nodes,
                 "ovn_ports": {str(p) for p in self.central_ports},
-                "host_ports": {str(p) for p in self.host_ports}}
+                "host_ports": {str(p) for p in self.host_ports},
+                "pod_cidrs6": pods6, "nat_cidrs6": nat6, "cluster_cidrs6": cluster6,
+                "service_cidrs6": {self.service_cidr6} if self.service_cidr6 else set(),
+                "internal_cidrs6": pods6 | ({join6} if join6 else set())}
 
     def dynamic(self) -> dict[str, list | None]:
         """chain -> its rules; None where the provider does not know yet (the

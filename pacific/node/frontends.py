@@ -36,7 +36,7 @@ import json
 
 from pacific import contract, egressip, exposure, remotes
 from pacific.node.feature import ALL_NODES, EGRESSIPS, ENDPOINTSLICES, SERVICES, SUBNETS, \
-    THIS_NODE, THIS_NODES_PODS
+    THIS_NODE, THIS_NODES_PODS, service_cidr
 
 COMMENT_MAX = 128
 # what a ServiceFrontends reads: a node feature that builds one declares these
@@ -168,7 +168,7 @@ def view(feature) -> ServiceFrontends:
         feature.informer("services"), feature.informer("endpointslices"),
         feature.informer("nodes"), feature.informer("subnets"), feature.informer("pods"),
         join_cidr=lambda: join_network(node.get(ctx.node_name)),
-        service_cidr=a.service_cidr or None,
+        service_cidr=service_cidr(a, 4),
         allowed=exposure.parse_cidrs(a.external_ip_cidrs),
         port_range=exposure.parse_port_range(a.node_port_range),
         reserved=remotes.addresses(a.ovn_remote) | set(exposure.parse_ips(a.infrastructure_ips)),

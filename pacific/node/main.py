@@ -14,6 +14,7 @@ import threading
 
 from pacific import daemonlog, exposure, names
 from pacific.node.core import NodeDaemon
+from pacific.node.feature import service_cidrs
 from pacific.node.firewall import host_ports
 
 log = logging.getLogger("pacific.node")
@@ -66,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--service-cidr", default=names.SERVICE_CIDR,
                    help="the cluster's Service CIDR: routed into ovn0 so the node reaches "
                    f"ClusterIPs through OVN's load balancers (default {names.SERVICE_CIDR}; "
-                   "empty: no route)")
+                   "dual-stack: IPv4,IPv6 as the API server's, the IPv6 one routed once ovn0 "
+                   "has IPv6; empty: no route)")
     p.add_argument("--mtu", type=int, help="pod MTU (default: MTU of the interface holding "
                    f"--encap-ip minus {names.POD_MTU_OVERHEAD})")
     p.add_argument("--allocation-timeout", type=float, default=60.0,
@@ -133,6 +135,7 @@ def main(argv=None) -> int:
         exposure.parse_cidrs(args.external_ip_cidrs)
         exposure.parse_ips(args.infrastructure_ips)
         exposure.parse_port_range(args.node_port_range)
+        service_cidrs(args)
     except (MetricsError, ValueError) as e:
         print(f"pacific-node: {e}", file=sys.stderr)
         return 2

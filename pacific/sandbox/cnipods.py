@@ -53,6 +53,15 @@ class SandboxPod:
     def ip(self) -> str:
         return self.result["ips"][0]["address"].split("/")[0]
 
+    @property
+    def ips(self) -> list[str]:
+        """Every address of the pod, IPv4 first (status.podIPs' order)."""
+        return [i["address"].split("/")[0] for i in self.result["ips"]]
+
+    def ip_of(self, version: int) -> str | None:
+        """The pod's address of IP `version`, None without one."""
+        return next((ip for ip in self.ips if (":" in ip) == (version == 6)), None)
+
 
 def _api(sb):
     from pacific.kube import client

@@ -43,10 +43,19 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
 
 def dual_stack_args(sandbox) -> list[str]:
     """A --dual-stack sandbox's controllers: IPv6 Subnets accepted (alpha), the
-    default Subnet of both families."""
+    default Subnet, the service CIDR and the join network of both families."""
     if not getattr(sandbox, "dual_stack", False):
         return []
-    return ["--ipv6-subnets", "--default-cidr", f"{names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}"]
+    return ["--ipv6-subnets", "--default-cidr", f"{names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}",
+            "--service-cidr", ",".join(service_cidrs(sandbox)),
+            "--join-cidr", f"{names.JOIN_CIDR},{names.SANDBOX_JOIN_CIDR6}"]
+
+
+def service_cidrs(sandbox) -> list[str]:
+    """The sandbox's service CIDRs (its API server's --service-cluster-ip-range):
+    IPv4, and IPv6 in a --dual-stack sandbox."""
+    return [names.SERVICE_CIDR] + ([names.SANDBOX_SERVICE_CIDR6]
+                                   if getattr(sandbox, "dual_stack", False) else [])
 
 
 def trusted_args(sandbox) -> list[str]:

@@ -82,7 +82,7 @@ def argv(sandbox, node, kubeconfig: str, extra=()) -> list[str]:
             "--cni-socket", p.socket, "--cni-conf-dir", p.conf_dir, "--cni-bin-dir", p.bin_dir,
             "--health-interval", "3", "--ovn-controller-log", ovn_controller_log(node),
             "--flow-log", flow_log(node), *_ssl(sandbox, node), *controllers.exposure_args(sandbox),
-            *extra]
+            "--service-cidr", ",".join(controllers.service_cidrs(sandbox)), *extra]
 
 
 def _ssl(sandbox, node) -> list[str]:

@@ -95,6 +95,19 @@ def test_node_record():
             NodeRecord.of({"metadata": {"annotations": {**r.annotations(), key: bad}}})
 
 
+def test_node_record_of_a_dual_stack_join_network():
+    r = NodeRecord(ip_cidr="100.64.0.2/16", mac="0a:58:64:40:00:02", gateway="100.64.0.1",
+                   port=names.node_lsp_name("node1"), ip6_cidr="fd00:64::2/64",
+                   gateway6="fd00:64::1")
+    assert NodeRecord.of({"metadata": {"annotations": r.annotations()}}) == r
+    assert r.ip6 == "fd00:64::2" and r.interfaces == [("100.64.0.2/16", "100.64.0.1"),
+                                                       ("fd00:64::2/64", "fd00:64::1")]
+    for key, bad in ((names.ANN_NODE_JOIN_IP6, "fd00:64::2"), (names.ANN_NODE_JOIN_IP6, "10.0.0.2/8"),
+                     (names.ANN_NODE_JOIN_GW6, "fd00:65::1"), (names.ANN_NODE_JOIN_GW6, "x")):
+        with pytest.raises(ContractError, match=key):
+            NodeRecord.of({"metadata": {"annotations": {**r.annotations(), key: bad}}})
+
+
 def test_port_names_of_different_kinds_cannot_collide():
     # pod "a" in namespace "b-pacific-cluster" vs the router link of Subnet "a.b"
     # collided under the old scheme; Kubernetes names never contain ":" or "/"

@@ -187,3 +187,16 @@ def test_a_subnet_names_at_most_one_cidr_and_gateway_per_family(cidr, gateway, m
     extra = {"gateway": gateway} if gateway else {}
     with pytest.raises(model.SubnetSpecError, match=msg):
         model.parse_subnet(subnet("s", cidr, **extra))
+
+
+def test_a_dual_stack_service_cidr_ipv4_first_and_behind_the_alpha_switch():
+    dual = "10.96.0.0/12,fd00:96::/108"
+    cfg = Config(nb_remote="unix:/x", service_cidr=dual, ipv6_subnets=True).validate()
+    assert cfg.service_cidrs == ["10.96.0.0/12", "fd00:96::/108"]
+    assert cfg.service_cidr_of(4) == "10.96.0.0/12" and cfg.service_cidr_of(6) == "fd00:96::/108"
+    assert Config(nb_remote="unix:/x").validate().service_cidr_of(6) is None
+    with pytest.raises(ConfigError, match="needs the alpha --ipv6-subnets"):
+        Config(nb_remote="unix:/x", service_cidr=dual).validate()
+    for bad in ("fd00:96::/108,10.96.0.0/12", "10.96.0.0/12,10.112.0.0/12", "fd00:96::/108"):
+        with pytest.raises(ConfigError, match="one IPv4 CIDR, or one IPv4 and one IPv6"):
+            Config(nb_remote="unix:/x", service_cidr=bad, ipv6_subnets=True).validate()

@@ -307,6 +307,34 @@ def test_a_pod_waits_for_its_namespaces_subnet_instead_of_taking_the_default(ctl
     assert record(ctl, "first", "early").subnet == "early-net"
 
 
+def test_a_dual_stack_join_network_gives_the_node_an_ipv6_address_kept_by_a_new_leader():
+    dual = dict(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64")
+    ctl = make_controller(**dual)
+    drain(ctl)
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
+    drain(ctl)
+    rec = contract.NodeRecord.of(r.get(ctl.kube, r.NODES, "node1"))
+    assert rec.ip6_cidr.startswith("fd00:64::") and rec.ip6_cidr.endswith("/64")
+    assert rec.gateway6 == "fd00:64::1" and rec.interfaces[1] == (rec.ip6_cidr, "fd00:64::1")
+    ports = [c for c in ctl.writer.commands(ensure.EnsurePort) if c.name == rec.port]
+    (addresses,) = ports[-1].addresses
+    mac, ip4, source4, ip6, source6 = addresses.split()
+    assert (mac, ip4, source4, ip6) == (rec.mac, rec.ip, rec.service_source, rec.ip6)
+    assert source6.startswith("fd00:64::") and source6 != ip6
+    # the router's port on the join switch has both gateways
+    (rp,) = [c for c in ctl.writer.commands(ensure.EnsureRouterPort)
+             if c.name == names.router_port_name(ctl.cfg.join_switch)][-1:]
+    assert rp.networks == ["100.64.0.1/16", "fd00:64::1/64"]
+    # a new leader restores both families from the port
+    nxt = make_controller(**dual)
+    nxt.nb.owned.append(SimpleNamespace(
+        table=ensure.LSP, name=rec.port, type="", addresses=ports[-1].addresses,
+        external_ids={names.EXT_OWNER_KIND: names.OWNER_KIND_NODE, names.EXT_OWNER: "node1"}))
+    assert rebuild.restore_node_addresses(nxt) == 1
+    assert nxt.ipam.lookup(model.node_owner_key("node1")).ips == (rec.ip, rec.ip6)
+    assert nxt.ipam.lookup(model.node_source_key("node1")).ips == (rec.service_source, source6)
+
+
 def test_a_subnet_holding_a_node_s_address_is_refused(ctl):
     """Pods would take the node's address, and every node's host firewall
     would treat the underlay as pod traffic (it dropped the API server's

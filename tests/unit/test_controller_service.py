@@ -84,3 +84,23 @@ def test_udp_balancers_flush_the_conntrack_entries_of_a_backend_that_goes():
                           [])
     assert got["udp"].options.get("ct_flush") == "true"
     assert "ct_flush" not in got["tcp"].options
+
+
+def test_dual_stack_service_a_vip_per_family_balanced_over_that_familys_endpoints():
+    s = svc([{"name": "http", "port": 80, "protocol": "TCP"}], cluster_ip="10.96.0.10",
+            clusterIPs=["10.96.0.10", "fd00:96::a"])
+    slices = [eps(("10.16.0.5", READY)),
+              eps(("fd00:16::6", READY), ("fd00:16::5", READY), family="IPv6")]
+    want, problems = sm.balancers(s, slices, families=(4, 6))
+    assert not problems
+    assert want["tcp"].vips == {"10.96.0.10:80": "10.16.0.5:8080",
+                                "[fd00:96::a]:80": "[fd00:16::5]:8080,[fd00:16::6]:8080"}
+    # an IPv4 cluster (no --ipv6-subnets) programs the IPv4 VIP only
+    assert sm.balancers(s, slices)[0]["tcp"].vips == {"10.96.0.10:80": "10.16.0.5:8080"}
+
+
+def test_ipv6_only_service_and_an_ipv6_vip_without_endpoints_rejects():
+    six = svc([{"name": "http", "port": 80, "protocol": "TCP"}], cluster_ip="fd00:96::b")
+    want, _ = sm.balancers(six, [eps(("10.16.0.5", READY))], families=(4, 6))
+    assert want["tcp"].vips == {"[fd00:96::b]:80": ""}       # no IPv4 endpoint crosses over
+    assert want["tcp"].options["reject"] == "true"

@@ -133,12 +133,12 @@ def test_a_tenant_change_moves_every_pod_in_one_transaction():
 def test_private_subnet_acl_allows_itself_its_allowed_subnets_and_nodes():
     spec = model.parse_subnet({"metadata": {"name": "vault"}, "spec": {
         "cidrBlock": "10.50.0.0/24", "private": True, "allowSubnets": ["10.51.0.0/24"]}})
-    (a,) = private_acls(spec, "100.64.0.0/16")
+    (a,) = private_acls(spec, ["100.64.0.0/16"])
     assert a.action == "drop" and a.priority == names.PRIO_ACL_ISOLATION_DROP
     assert a.match == ("ip4 && ip4.dst == 10.50.0.0/24 && "
                        "ip4.src != {10.50.0.0/24, 10.51.0.0/24, 100.64.0.0/16}")
     spec = model.parse_subnet({"metadata": {"name": "open"}, "spec": {"cidrBlock": "10.52.0.0/24"}})
-    assert private_acls(spec, "100.64.0.0/16") == []
+    assert private_acls(spec, ["100.64.0.0/16"]) == []
 
 
 def test_allow_subnets_must_be_cidrs():

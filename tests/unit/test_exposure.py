@@ -130,6 +130,31 @@ def test_headless_services_expose_nothing():
     assert ex.exposures([s], CLUSTER) == ([], {})
 
 
+def test_an_ipv6_only_service_s_node_port_is_refused_with_a_reason_a_dual_stack_one_served():
+    six = svc("six", "1", type_="NodePort", cluster_ip="fd00:96::a")
+    grants, refused = ex.exposures([six], CLUSTER)
+    assert grants == [] and "IPv6-only Service's node ports and external IPs are not served" \
+        in refused["ns/six"][0]
+    dual = svc("dual", "2", type_="NodePort")
+    dual["spec"]["clusterIPs"] = ["10.96.0.10", "fd00:96::a"]
+    grants, refused = ex.exposures([dual], CLUSTER)
+    assert [(g.kind, g.cluster_ip) for g in grants] == [(ex.NODE_PORT, "10.96.0.10")]
+    assert not refused
+    assert ex.exposures([svc("c", "3", cluster_ip="fd00:96::b")], CLUSTER) == ([], {})
+
+
+def test_backends_and_vips_spell_ipv6_in_brackets():
+    assert ex.host_port("fd00::5", 80) == "[fd00::5]:80" and ex.host_port("10.0.0.5", 80) == \
+        "10.0.0.5:80"
+    assert ex.split_host_port("[fd00::5]:80") == ("fd00::5", 80)
+    slices = [{"addressType": "IPv6", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+               "endpoints": [{"addresses": ["fd00::10"]}, {"addresses": ["fd00::9"]}]},
+              {"addressType": "IPv4", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}],
+               "endpoints": [{"addresses": ["10.0.0.9"]}]}]
+    assert ex.ready_backends(slices, "http", "TCP", 6) == ["[fd00::9]:80", "[fd00::10]:80"]
+    assert ex.ready_backends(slices, "http", "TCP") == ["10.0.0.9:80"]
+
+
 @pytest.mark.parametrize("text", ["1-", "x-y", "20-10", "0-5", "1-70000", "30000"])
 def test_bad_port_ranges_are_named(text):
     with pytest.raises(ValueError, match=repr(text).replace("-", r"\-")):

@@ -85,11 +85,13 @@ def test_guards_run_before_the_chains_that_accept():
 
 
 def test_the_underlay_guard_spares_ovns_own_paths():
-    (_, expr), = _rules("guard-underlay")
-    iif = [m for m in expr if m.get("match", {}).get("left") == {"meta": {"key": "iifname"}}]
-    assert iif[0]["match"]["op"] == "!="
-    assert set(iif[0]["match"]["right"]["set"]) == {"lo", names.MGMT_PORT, names.EGRESS_PORT,
-                                                     names.EGRESS_BRIDGE}
+    rules = _rules("guard-underlay")
+    assert [c for c, _ in rules] == ["pacific-underlay-spoof", "pacific-underlay-spoof-6"]
+    for _, expr in rules:                 # IPv4 and IPv6 alike
+        iif = [m for m in expr if m.get("match", {}).get("left") == {"meta": {"key": "iifname"}}]
+        assert iif[0]["match"]["op"] == "!="
+        assert set(iif[0]["match"]["right"]["set"]) == {"lo", names.MGMT_PORT, names.EGRESS_PORT,
+                                                         names.EGRESS_BRIDGE}
 
 
 def test_wanted_sets():
@@ -168,3 +170,32 @@ def test_the_node_s_service_connections_leave_with_its_service_source():
     assert out[-1] == {"masquerade": None} and out[0]["match"]["right"] == "100.64.0.9"
     # before the postrouting chain, whose masquerade would otherwise take them
     assert firewall.CHAINS[firewall.SERVICE_SOURCE]["prio"] < firewall.CHAINS["postrouting"]["prio"]
+
+
+def test_ipv6_sets_of_a_dual_stack_cluster_and_every_guard_has_an_ipv6_twin():
+    subnets = Cache([{"metadata": {"name": "a"}, "status": {"cidrBlock": "10.16.0.0/16,fd00:16::/64"},
+                      "spec": {"natOutgoing": True}}])
+    n1 = node("n1", "192.168.77.11")
+    n1["metadata"]["annotations"] = {
+        names.ANN_NODE_JOIN_IP: "100.64.0.2/16", names.ANN_NODE_JOIN_MAC: "0a:58:64:40:00:02",
+        names.ANN_NODE_JOIN_GW: "100.64.0.1", names.ANN_NODE_LSP: "node:n1",
+        names.ANN_NODE_JOIN_IP6: "fd00:64::2/64", names.ANN_NODE_JOIN_GW6: "fd00:64::1"}
+    fw = host_firewall(subnets, [n1], "--service-cidr", "10.96.0.0/12,fd00:96::/108")
+    w = fw.wanted()
+    assert w["pod_cidrs"] == {"10.16.0.0/16"} and w["pod_cidrs6"] == {"fd00:16::/64"}
+    assert w["internal_cidrs6"] == {"fd00:16::/64", "fd00:64::/64"}
+    assert w["cluster_cidrs6"] == {"fd00:16::/64", "fd00:64::/64", "fd00:96::/108"}
+    assert w["service_cidrs6"] == {"fd00:96::/108"} and w["nat_cidrs6"] == {"fd00:16::/64"}
+    assert w["service_cidrs"] == {"10.96.0.0/12"}
+    cmds = firewall.full_commands(w)
+    types = {c["add"]["set"]["name"]: c["add"]["set"]["type"] for c in cmds
+             if "set" in c.get("add", {})}
+    assert all(types[s] == "ipv6_addr" for s in firewall.SETS6)
+    comments = {c for _, c, _ in firewall.RULES}
+    for chain in ("guard-input", "guard-forward", "guard-underlay"):
+        for comment, _ in _rules(chain):
+            assert comment.endswith("-6") or f"{comment}-6" in comments, comment
+    # read back: one IPv6 address is a /128
+    _, sets = firewall.read_state({"nftables": [{"set": {"name": "pod_cidrs6",
+                                                         "elem": ["fd00::5"]}}]})
+    assert sets["pod_cidrs6"] == {"fd00::5/128"}

@@ -104,8 +104,10 @@ class ControlPlane:
     def __init__(self, directory: str, spawner: Spawner, nodes: Sequence[str] = (),
                  server_hosts: Sequence[str] = (), controller_manager: bool = True,
                  scheduler: bool = True, crd_dirs: Sequence[str] | None = None,
-                 apiserver_args: Sequence[str] = (), kcm_args: Sequence[str] = ()):
+                 apiserver_args: Sequence[str] = (), kcm_args: Sequence[str] = (),
+                 service_cidr: str = names.SERVICE_CIDR):
         self.dir = directory
+        self.service_cidr = service_cidr      # --service-cluster-ip-range (dual: "v4,v6")
         self.spawner = spawner
         self.nodes = list(nodes)
         self.server_hosts = list(server_hosts)
@@ -234,7 +236,7 @@ class ControlPlane:
                 "--bind-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
                 "--insecure-port=0", "--advertise-address=127.0.0.1",
                 "--endpoint-reconciler-type=none",
-                f"--service-cluster-ip-range={names.SERVICE_CIDR}",
+                f"--service-cluster-ip-range={self.service_cidr}",
                 f"--tls-cert-file={k.server_crt}", f"--tls-private-key-file={k.server_key}",
                 f"--client-ca-file={k.ca_crt}",
                 f"--token-auth-file={os.path.join(self.dir, 'tokens.csv')}",
@@ -260,7 +262,7 @@ class ControlPlane:
                 "--controllers=*,-cloud-node-lifecycle,-route,-service",
                 "--use-service-account-credentials=true",
                 f"--service-account-private-key-file={k.sa_key}", f"--root-ca-file={k.ca_crt}",
-                f"--service-cluster-ip-range={names.SERVICE_CIDR}",
+                f"--service-cluster-ip-range={self.service_cidr}",
                 f"--cluster-signing-cert-file={k.ca_crt}", f"--cluster-signing-key-file={k.ca_key}",
                 "--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
                 *CLIENT_QPS, "--profiling=false", "--v=1", *self.kcm_args]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from pacific import names
+from pacific.sandbox import controllers
 from pacific.sandbox.k8s import bins
 from pacific.sandbox.k8s.controlplane import ControlPlane, ControlPlaneError
 from pacific.sandbox.k8s.kubeconfig import write_kubeconfig
@@ -75,10 +76,12 @@ def plane(sb: "Sandbox") -> ControlPlane:
         import ipaddress
         hosts.append(str(ipaddress.ip_network(names.SERVICE_CIDR)[1]))
     # --dual-stack: pods' status keeps both families (status.podIPs)
+    # and Services get a cluster IP of each family
     gates = bins.gates_flag(bins.dual_stack_gates()) if getattr(sb, "dual_stack", False) else []
     return ControlPlane(os.path.join(sb.dir, "kube"), SandboxSpawner(sb),
                         nodes=[n.name for n in sb.nodes], server_hosts=hosts,
-                        apiserver_args=extra + gates, kcm_args=gates)
+                        apiserver_args=extra + gates, kcm_args=gates,
+                        service_cidr=",".join(controllers.service_cidrs(sb)))
 
 
 def _egress(sb: "Sandbox") -> None:
