@@ -3,6 +3,7 @@
     pacific trace a/client b/db --tcp 5432
     pacific trace node/node1 a/web --detailed
     pacific trace a/client a/web --tcp 80 --sandbox demo --probe   # and a real packet
+    pacific trace -6 a/client svc/a/web --tcp 80                    # over IPv6
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ node, Service, policy and rule.
 
 SRC: NS/POD, pod/NS/POD or node/NAME (the node's management port ovn0).
 DST: the same, svc/NS/NAME (a Service's ClusterIP: give --tcp/--udp PORT), or
-an address.  Without --tcp/--udp the trace is an ICMP echo.
+an address.  Without --tcp/--udp the trace is an ICMP echo.  With -6, over
+IPv6: each end by its IPv6 address (a dual-stack Service by its IPv6 cluster
+IP); an end without one is named.
 
 DST a multicast group (224.0.0.0/4, with --udp PORT): which pods the group's
 datagram reaches (the members IGMP snooping knows, on every Subnet through
@@ -43,6 +46,8 @@ def register(sub) -> None:
     proto = p.add_mutually_exclusive_group()
     proto.add_argument("--tcp", type=int, metavar="PORT", help="a TCP connection to PORT")
     proto.add_argument("--udp", type=int, metavar="PORT", help="a UDP datagram to PORT")
+    p.add_argument("-6", "--ipv6", dest="family", action="store_const", const=6, default=4,
+                   help="trace over IPv6 (each end by its IPv6 address)")
     p.add_argument("--receiver", action="append", default=[], metavar="NS/POD",
                    help="with a multicast DST: say why this pod is or is not reached (repeatable)")
     p.add_argument("--detailed", action="store_true", help="also print ovn-trace's logical flows")
@@ -72,7 +77,7 @@ def cmd_trace(args) -> int:
         if ovs == "":
             ovs = _sandbox_ovs(sb, kube, args.src)
         res = tr.trace(kube, nb, sb_remote, args.src, args.dst, proto, port, ovs,
-                       connect.global_namespaces(args))
+                       connect.global_namespaces(args), family=args.family)
     except (tr.TraceError, QueryError, subprocess.SubprocessError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -138,9 +143,8 @@ def _sandbox_ovs(sb, kube, src_ref: str) -> str:
 
 _TCP_PROBE = """
 import socket, sys
-s = socket.socket(); s.settimeout(2)
 try:
-    s.connect((sys.argv[1], int(sys.argv[2]))); print("connected")
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=2); print("connected")
 except ConnectionRefusedError: print("refused")
 except OSError as e: print("no answer", e)
 """

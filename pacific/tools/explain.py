@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pacific import names
+from pacific.exposure import host_port
 from pacific.kube import resources as r
 from pacific.tools import traceparse as tp
 from pacific.ovn.query import Query
@@ -88,6 +89,7 @@ class Namer:
         ids = acl["external_ids"]
         kind, owner, rule = (ids.get(names.EXT_OWNER_KIND), ids.get(names.EXT_OWNER),
                              ids.get(names.EXT_RULE, ""))
+        rule = rule.removesuffix(names.RULE_SUFFIX_IP6)      # a rule's IPv6 twin is the rule
         if kind == names.OWNER_KIND_TENANT:
             theirs = self.tenant(src.namespace) if src.kind == "pod" else None
             what = f"tenant isolation of tenant {owner!r}"
@@ -140,7 +142,7 @@ class Namer:
                     if st.drops:
                         drop_words = why
                 elif st.backends:
-                    vip = f"{dst.ip}:{dst.service_port}" if dst.kind == "service" else None
+                    vip = host_port(dst.ip, dst.service_port) if dst.kind == "service" else None
                     service = self.service_of(vip) if vip else None
                     hops.append(Hop(where, f"load-balanced by Service {service or '?'} to "
                                     f"{', '.join(st.backends)} (the trace takes the first)"))

@@ -46,7 +46,7 @@ def text(topo: dict) -> str:
                 if p["kind"] == "node":
                     items.append(f"{names.MGMT_PORT} {p['ip']}")
                 elif p["kind"] == "pod":
-                    items.append(f"{p['owner']} {p['ip']} [tenant {p.get('tenant')}]")
+                    items.append(f"{p['owner']} {_addresses(p)} [tenant {p.get('tenant')}]")
                 else:
                     items.append(f"{p['port']} {p['ip'] or ''}".strip())
             lines.append(f"    {node}: " + ", ".join(items))
@@ -85,7 +85,7 @@ def dot(topo: dict) -> str:
                 if p["kind"] == "node":
                     lab, fill = f"{node} {names.MGMT_PORT}\\n{p['ip']}", "#eeeeee"
                 else:
-                    lab = f"{p['owner'] or p['port']}\\n{p['ip'] or ''}"
+                    lab = f"{p['owner'] or p['port']}\\n{_addresses(p)}"
                     fill = colours.get(p.get("tenant"), "#ffffff")
                 g.append(f'      {_q("p:" + p["port"])} [label="{lab}", fillcolor="{fill}"];')
                 first = first or "p:" + p["port"]
@@ -113,3 +113,8 @@ def render_image(dot_text: str, fmt: str) -> bytes:
     if cp.returncode != 0:
         raise RuntimeError(f"dot failed: {cp.stderr.decode().strip()}")
     return cp.stdout
+
+
+def _addresses(port: dict) -> str:
+    """A port's addresses, IPv4 first ("10.16.0.5,fd00:16::5")."""
+    return ",".join(port.get("ips") or [port.get("ip") or ""])

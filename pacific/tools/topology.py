@@ -58,7 +58,7 @@ def read(kube, nb: Query, global_namespaces=frozenset()) -> dict:
             node = p["options"].get(names.LSP_OPT_REQUESTED_CHASSIS)
             entry = {"port": p["name"], "kind": (kind or "other").lower(), "owner": owner,
                      "mac": addr[0] if addr else None, "ip": addr[1] if len(addr) > 1 else None,
-                     "node": node}
+                     "ips": addr[1:], "node": node}      # every address (dual-stack: IPv4 first)
             if kind == names.OWNER_KIND_POD and owner:
                 pod = pods.get(owner)
                 entry["node"] = (pod or {}).get("spec", {}).get("nodeName") or node
@@ -89,7 +89,8 @@ def read(kube, nb: Query, global_namespaces=frozenset()) -> dict:
             "subnets": sorted(n for n, s in subnets.items()
                               if not s["metadata"].get("deletionTimestamp")),
             "nodes": sorted(nodes),
-            "pods": {k: (rec.port, rec.subnet, f"{rec.mac} {rec.ip}") for k, p in pods.items()
+            "pods": {k: (rec.port, rec.subnet, " ".join((rec.mac, *(rec.ips or (rec.ip,)))))
+                     for k, p in pods.items()
                      if (rec := contract.own_record(p)) and not p["metadata"].get("deletionTimestamp")},
             "kept_ips": sorted(ip_objects),
             "services": sorted(f"{s['metadata']['namespace']}/{s['metadata']['name']}"
@@ -119,9 +120,10 @@ def check(topo: dict) -> list[str]:
         got = ports.get(port)
         if got is None:
             problems.append(f"missing: port {port} of pod {key} (switch {subnet})")
-        elif got[0] != subnet or f"{got[1]['mac']} {got[1]['ip']}" != addr:
+        elif got[0] != subnet or " ".join((got[1]["mac"], *got[1]["ips"])) != addr:
             problems.append(f"wrong: port {port} of pod {key} is on {got[0]} with "
-                            f"{got[1]['mac']} {got[1]['ip']}; the record says {subnet}, {addr}")
+                            f"{' '.join((got[1]['mac'], *got[1]['ips']))}; the record says "
+                            f"{subnet}, {addr}")
     kept = set(want["kept_ips"])
     for port, (sw, p) in sorted(ports.items()):
         if p["kind"] == "pod" and p["owner"] not in want["pods"] \

@@ -18,6 +18,7 @@ step through the NB Load_Balancer holding the VIP.
 """
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import subprocess
 from dataclasses import dataclass, field
@@ -40,13 +41,24 @@ class TraceError(Exception):
 class Endpoint:
     kind: str                 # pod | node | service | address
     name: str                 # ns/name, node name, or the address
-    ip: str
+    ip: str                   # the address traced (in_family() picks it)
     mac: str | None = None    # None: not a port of ours (a Service VIP, an address)
     port: str | None = None   # logical switch port
     switch: str | None = None
     node: str | None = None
     namespace: str | None = None
     service_port: int | None = None
+    ips: tuple[str, ...] = ()  # every address (IPv4 first); () means (ip,)
+
+    def in_family(self, version: int) -> "Endpoint":
+        """The endpoint by its address of IP `version`; TraceError naming it
+        when it has none (an IPv4-only pod traced with -6)."""
+        ip = next((a for a in self.ips or (self.ip,)
+                   if ipaddress.ip_address(a).version == version), None)
+        if ip is None:
+            raise TraceError(f"{self} has no IPv{version} address"
+                             + ("" if version == 6 else " (trace IPv6 with -6)"))
+        return dataclasses.replace(self, ip=ip)
 
     def __str__(self):
         if self.kind == "address":
@@ -74,7 +86,7 @@ def _pod_endpoint(pod: dict) -> Endpoint:
                          f"allocation for it (see its {names.ANN_ALLOCATION_ERROR} annotation "
                          "and Events)")
     return Endpoint("pod", key, rec.ip, rec.mac, rec.port, rec.subnet,
-                    pod["spec"].get("nodeName"), md["namespace"])
+                    pod["spec"].get("nodeName"), md["namespace"], ips=rec.ips or (rec.ip,))
 
 
 def _node_endpoint(node: dict) -> Endpoint:
@@ -123,14 +135,16 @@ def resolve(kube, ref: str, role: str, port: int | None = None) -> Endpoint:
                          "of that name")
     if role == "source":
         raise TraceError(f"{rest} is a Service: a source is a pod or a node")
-    ip = (svc.get("spec") or {}).get("clusterIP")
+    spec = svc.get("spec") or {}
+    ip = spec.get("clusterIP")
     if not ip or ip == "None":
         raise TraceError(f"Service {rest} has no ClusterIP (headless): trace one of its pods")
+    ips = tuple(spec.get("clusterIPs") or [ip])
     ports = [p.get("port") for p in (svc["spec"].get("ports") or [])]
     if port is None:
         raise TraceError(f"Service {rest}: give the port with --tcp or --udp "
                          f"(it serves {', '.join(map(str, ports)) or 'no port'})")
-    return Endpoint("service", rest, ip, namespace=ns, service_port=port)
+    return Endpoint("service", rest, ip, namespace=ns, service_port=port, ips=ips)
 
 
 @dataclass
@@ -166,10 +180,14 @@ def _router_mac(nb: Query, switch: str) -> str:
 
 def microflow(src: Endpoint, dst_ip: str, dst_mac: str, proto: str, sport: int,
               dport: int | None) -> str:
+    """ovn-trace's microflow of the first packet, in the family of src.ip (an
+    ICMP echo request is ICMPv6 type 128 in IPv6)."""
+    v = ipaddress.ip_address(src.ip).version
     parts = [f'inport == "{src.port}"', f"eth.src == {src.mac}", f"eth.dst == {dst_mac}",
-             f"ip4.src == {src.ip}", f"ip4.dst == {dst_ip}", "ip.ttl == 64"]
+             f"ip{v}.src == {src.ip}", f"ip{v}.dst == {dst_ip}", "ip.ttl == 64"]
     if proto == "icmp":
-        parts.append("icmp4.type == 8 && icmp4.code == 0")
+        parts.append("icmp4.type == 8 && icmp4.code == 0" if v == 4 else
+                     "icmp6.type == 128 && icmp6.code == 0")
     else:
         parts += [proto, f"{proto}.src == {sport}", f"{proto}.dst == {dport}"]
     return " && ".join(parts)
@@ -203,22 +221,23 @@ def _direction(title, namer, nb, sb_remote, src, dst, dst_ip, proto, sport, dpor
 
 def trace(kube, nb_remote: str, sb_remote: str, src_ref: str, dst_ref: str,
           proto: str = "icmp", port: int | None = None, ovs: str | None = None,
-          global_namespaces=frozenset()) -> Result:
+          global_namespaces=frozenset(), family: int = 4) -> Result:
     """Trace the first packet from src to dst and, if it arrives at a pod or
-    node of ours, the reply."""
+    node of ours, the reply; over IP `family` (each end by its address of it)."""
     if proto not in PROTOCOLS:
         raise TraceError(f"protocol {proto!r}: expected one of {', '.join(PROTOCOLS)}")
     if proto != "icmp" and not (port and 0 < port < 65536):
         raise TraceError(f"{proto}: a port 1-65535 is needed")
-    src = resolve(kube, src_ref, "source")
-    dst = resolve(kube, dst_ref, "destination", port if proto != "icmp" else None)
+    src = resolve(kube, src_ref, "source").in_family(family)
+    dst = resolve(kube, dst_ref, "destination", port if proto != "icmp" else None
+                  ).in_family(family)
     with Query(nb_remote, "OVN_Northbound") as nb, Query(sb_remote, "OVN_Southbound") as sb:
         namer = Namer(nb, sb, kube, global_namespaces)
         request, reached = _direction("request", namer, nb, sb_remote, src, dst, dst.ip, proto,
                                       SOURCE_PORT, port, "trk,new", ovs)
         reply = None
         if request.ok and reached:
-            back = _reached_endpoint(kube, reached, dst)
+            back = _reached_endpoint(kube, reached, dst).in_family(family)
             reply, _ = _direction("reply", namer, nb, sb_remote, back, src, src.ip, proto,
                                   port or 0, SOURCE_PORT, "trk,est,rpl", ovs)
     return Result(src, dst, proto, port, request, reply)
