@@ -146,3 +146,21 @@ def wait_until(pred, timeout: float = 30.0, interval: float = 0.05, what: str = 
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
 
+
+
+def subnet_ready(api, name: str) -> bool:
+    """Is the Subnet's Ready condition True (the controller applied it)?"""
+    from pacific.kube import resources as r
+    st = (r.get(api, r.SUBNETS, name) or {}).get("status") or {}
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in st.get("conditions") or [])
+
+
+def create_subnet(api, name: str, cidr: str, namespaces, timeout: float = 60.0, **spec) -> None:
+    """Create a Subnet bound to `namespaces` and wait until it is Ready, so that
+    pods created next get its addresses."""
+    from pacific.kube import resources as r
+    r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                              "metadata": {"name": name},
+                              "spec": {"cidrBlock": cidr, "namespaces": list(namespaces), **spec}})
+    wait_until(lambda: subnet_ready(api, name), timeout, what=f"Subnet {name} Ready")

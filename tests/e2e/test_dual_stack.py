@@ -6,6 +6,7 @@ IPv6, also for link-local sources; a refused family is named."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import subprocess
@@ -13,7 +14,8 @@ import sys
 
 import pytest
 
-from controller_fixtures import wait_until
+import attack_fixtures as af
+from controller_fixtures import subnet_ready, wait_until
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -42,18 +44,12 @@ def env(sandbox_factory):
         r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
                                   "metadata": {"name": name},
                                   "spec": {"cidrBlock": cidr, "namespaces": nss}})
-        wait_until(lambda n=name: _ready(api, n), 60, what=f"Subnet {name} Ready")
+        wait_until(lambda n=name: subnet_ready(api, n), 60, what=f"Subnet {name} Ready")
     recs = {}
     for ns, name, node in PODS:
         sandboxpods.add_pod(sb, ns, name, node, api=api, labels=LABELS.get(name))
         recs[name] = contract.own_record(r.get(api, r.PODS, name, ns))
     yield sb, api, recs
-
-
-def _ready(api, name) -> bool:
-    st = (r.get(api, r.SUBNETS, name) or {}).get("status") or {}
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in st.get("conditions") or [])
 
 
 def ns_of(name: str) -> str:
@@ -173,6 +169,10 @@ def test_a_network_policy_isolates_both_families(env):
     try:
         wait_until(lambda: not ping(sb, "a1", v6(recs["a2"])), 30, what="IPv6 denied")
         assert not ping(sb, "a1", recs["a2"].ip)
+        # the nodes (kubelet probes) still reach the pod, over IPv6 too
+        for n in sb.nodes:
+            assert sb.exec(n.netns, ["ping", "-6", "-c3", "-i0.2", "-W1", v6(recs["a2"])],
+                           check=False).returncode == 0, n.name
     finally:
         r.delete(api, r.NETWORKPOLICIES, "deny-a2", "dsa")
     wait_until(lambda: ping(sb, "a1", v6(recs["a2"])), 30, what="IPv6 passes again")
@@ -249,7 +249,7 @@ def test_an_ipv6_subnet_for_a_namespace_and_a_family_it_lacks(env):
     r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
                               "metadata": {"name": "ds-six"},
                               "spec": {"cidrBlock": "fd00:81::/64", "namespaces": ["dsx"]}})
-    wait_until(lambda: _ready(api, "ds-six"), 60, what="Subnet ds-six Ready")
+    wait_until(lambda: subnet_ready(api, "ds-six"), 60, what="Subnet ds-six Ready")
     try:
         sandboxpods.add_pod(sb, "dsx", "x1", "node1", api=api)
         sandboxpods.add_pod(sb, "dsx", "x2", "node2", api=api)
@@ -332,3 +332,109 @@ def test_a_pod_cannot_send_from_an_ipv6_address_it_was_not_given(env):
         assert own.returncode == 0, own.stdout           # from its own address: passes
     finally:
         run(sb, "a1", "ip", "-6", "addr", "del", f"{spoofed}/64", "dev", "eth0")
+
+
+def test_a_tenants_hand_written_ipv6_endpoints_name_no_other_tenants_pod(env):
+    """CVE-2021-25740 in IPv6: a tenant with `edit` writes Endpoints for its
+    selectorless dual-stack Service naming another tenant's pod's IPv6 address
+    beside its own pod's; the IPv6 cluster IP balances over its own pod only,
+    and the Event names the address it wrote, nothing of the other tenant."""
+    sb, api, recs = env
+    atk = af.tenant(sb, api, "dsb")
+    victim, own = v6(recs["a1"]), v6(recs["b1"])
+    r.create(atk, r.SERVICES, {"apiVersion": "v1", "kind": "Service",
+                               "metadata": {"name": "steal6", "namespace": "dsb"},
+                               "spec": {"ipFamilyPolicy": "RequireDualStack",
+                                        "ipFamilies": ["IPv4", "IPv6"],
+                                        "ports": [{"name": "http", "port": 80,
+                                                   "protocol": "TCP"}]}}, "dsb")
+    r.create(atk, r.ENDPOINTS, {"apiVersion": "v1", "kind": "Endpoints",
+                                "metadata": {"name": "steal6", "namespace": "dsb"},
+                                "subsets": [{"addresses": [{"ip": victim}, {"ip": own}],
+                                             "ports": [{"name": "http", "port": 7000,
+                                                        "protocol": "TCP"}]}]}, "dsb")
+    vip6 = r.get(api, r.SERVICES, "steal6", "dsb")["spec"]["clusterIPs"][1]
+    lb_name = names.service_lb_name("dsb", "steal6", "tcp")
+
+    def vips():
+        return sb.nbctl("--columns=vips", "find", "Load_Balancer", f'name="{lb_name}"')
+    wait_until(lambda: f'"[{vip6}]:80"="[{own}]:7000"' in vips(), 60,
+               what="the IPv6 VIP balanced over the tenant's own pod")
+    assert victim not in vips()
+    text = wait_until(lambda: " | ".join(e.get("message") or "" for e in af.events_of(
+        api, "dsb", "steal6")), 60, what="the ignored endpoint reported on the Service")
+    assert f"endpoint addresses {victim} are not pods of namespace dsb: ignored" in text, text
+    assert "dsa" not in text          # the other tenant is not named
+
+
+def _cli(sb, *args):
+    return subprocess.run([sys.executable, "-m", "pacific.cli.main", *args, "--sandbox", sb.name],
+                          capture_output=True, text=True, timeout=120)
+
+
+def _trace6(sb, src, dst):
+    cp = _cli(sb, "trace", "-6", src, dst, "--json", "--probe")
+    assert cp.returncode in (0, 1), cp.stderr
+    out = json.loads(cp.stdout)
+    assert out["probe"]["agrees"], out           # a real IPv6 packet agrees with the trace
+    return out
+
+
+def test_trace_over_ipv6_names_what_decides_and_a_packet_agrees(env):
+    sb, _, _ = env
+    out = _trace6(sb, "dsa/a1", "dsa/a2")
+    assert out["ok"] and out["verdict"] == "delivered to pod dsa/a2", out
+    assert out["reply"] == "delivered to pod dsa/a1"
+    out = _trace6(sb, "dsa/a1", "dsb/b1")
+    assert not out["ok"] and out["verdict"] == (
+        "dropped by tenant isolation: tenant 'ns:dsb' admits no traffic from tenant 'ns:dsa'")
+    cp = _cli(sb, "trace", "-6", "dsa/a1", f"node/{sb.node('node1').name}")
+    assert cp.returncode == 2 and "has no IPv6 address" in cp.stderr, cp.stderr
+
+
+def test_topology_lists_both_addresses_of_a_port_and_checks_them(env):
+    sb, _, recs = env
+    topo = json.loads(_cli(sb, "topology", "--format", "json").stdout)
+    ports = {p["owner"]: p for sw in topo["switches"] for p in sw["ports"]}
+    assert ports["dsa/a1"]["ips"] == list(recs["a1"].ips)
+    assert f"dsa/a1 {','.join(recs['a1'].ips)} " in _cli(sb, "topology").stdout
+    # (rows of pods that earlier tests deleted may take a moment to go)
+    wait_until(lambda: _cli(sb, "topology", "--check").returncode == 0, 30, interval=1,
+               what="pacific topology --check finding NB as the records say")
+
+
+LISTEN = """
+import socket, sys, time
+for port in sys.argv[1:]:
+    s = socket.socket(socket.AF_INET6)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    s.bind(("::", int(port)))
+    s.listen(8)
+    globals()["keep" + port] = s
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_pods_ipv6_reaches_no_host_port_of_a_node(env):
+    """The host firewall's guards in IPv6: a daemon of node1 listening on
+    every IPv6 address (its ovn0's included) on a host-only port is reached
+    neither from a pod on node1 nor from one on node2; the same listener's
+    other port is (the control: the path itself is open)."""
+    sb, api, recs = env
+    node1 = sb.node("node1")
+    guarded, control = names.CONTROLLER_METRICS_PORT, 7444
+    ovn0 = contract.NodeRecord.of(r.get(api, r.NODES, node1.name)).ip6
+    assert ovn0, "node1's ovn0 has no IPv6 address"
+    p = subprocess.Popen(["ip", "netns", "exec", node1.netns, sys.executable, "-c", LISTEN,
+                          str(guarded), str(control)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        for pod in ("a1", "b1"):                 # on node1, on node2
+            netns = sandboxpods.load(sb, ns_of(pod), pod).netns
+            wait_until(lambda n=netns: af.tcp_connects(sb, n, ovn0, control), 20,
+                       what=f"{pod} reaching node1's ovn0 over IPv6")
+            assert not af.tcp_connects(sb, netns, ovn0, guarded), pod
+    finally:
+        p.kill()
+        p.wait()

@@ -2,7 +2,8 @@
 two nodes, ICMP, TCP and UDP between every ordered pair of pods (so both
 directions), through the whole stack (controllers, node daemons, CNI).
 Isolated -> joined -> global -> isolated again, changed on running pods.
-Twice: over IPv4, and over IPv6 in a dual-stack sandbox (issue 27)."""
+Three times (issue 27): over IPv4; over IPv6 between dual-stack pods and
+between IPv6-only pods, in a --dual-stack sandbox."""
 from __future__ import annotations
 
 import itertools
@@ -14,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from controller_fixtures import wait_until
+from controller_fixtures import create_subnet, wait_until
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -27,17 +28,27 @@ PODS = [("ta", "a1", "node1"), ("ta", "a2", "node2"), ("tb", "b1", "node1"),
         ("tb", "b2", "node2"), ("tc", "c1", "node2")]
 
 
-@pytest.fixture(scope="module", params=["ipv4", "dual-stack"])
-def env(request, sandbox_factory):
+SUBNET6 = ("t6", "fd00:99::/64")      # the IPv6-only run's Subnet, bound to ta, tb and tc
+
+
+@pytest.fixture(scope="module")
+def dual_sb(sandbox_factory):
+    """One --dual-stack sandbox for the dual-stack and the IPv6-only runs."""
+    return sandbox_factory(nodes=2, services=None, dual_stack=True)
+
+
+@pytest.fixture(scope="module", params=["ipv4", "dual-stack", "ipv6-only"])
+def env(request):
     """The pods and their addresses of the family under test: IPv4 in the
     session's sandbox; IPv6 in a --dual-stack one (its IPv4 is the same code as
-    the first's), where `ips4` also lists the IPv4 ones (nodes reach pods over
-    IPv4 only yet, docs/dual-stack.md)."""
-    if request.param == "ipv4":
-        sandbox = request.getfixturevalue("sandbox")
-    else:
-        sandbox = sandbox_factory(nodes=2, services=None, dual_stack=True)
+    the first's), of dual-stack pods, then of IPv6-only pods (an IPv6 Subnet
+    bound to the three namespaces); and the annotation of the nodes' join
+    address of that family (ovn0's IPv6 in a dual-stack join network)."""
+    family = request.param
+    sandbox = request.getfixturevalue("sandbox" if family == "ipv4" else "dual_sb")
     api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
+    if family == "ipv6-only":
+        create_subnet(api, *SUBNET6, sorted({ns for ns, _, _ in PODS}))
     servers = []
     for ns, name, node in PODS:
         sandboxpods.add_pod(sandbox, ns, name, node, api=api)
@@ -46,9 +57,9 @@ def env(request, sandbox_factory):
         assert p.stdout.readline().strip() == "ready"
         servers.append(p)
     recs = {(ns, name): contract.own_record(r.get(api, r.PODS, name, ns)) for ns, name, _ in PODS}
-    ips4 = {k: rec.ip for k, rec in recs.items()}
-    ips = ips4 if request.param == "ipv4" else {k: rec.ips[1] for k, rec in recs.items()}
-    yield sandbox, api, ips, ips4
+    ips = {k: rec.ips[1] if family == "dual-stack" else rec.ip for k, rec in recs.items()}
+    assert all((":" in ip) == (family != "ipv4") for ip in ips.values()), ips
+    yield sandbox, api, ips, names.ANN_NODE_JOIN_IP if family == "ipv4" else names.ANN_NODE_JOIN_IP6
     for p in servers:
         p.kill()
         p.wait()
@@ -130,8 +141,10 @@ def test_isolated_joined_global_and_isolated_again(env):
 
 
 def test_nodes_reach_every_pod_and_every_pod_reaches_the_nodes(env):
-    sb, api, _, ips = env
-    joins = [r.get(api, r.NODES, n.name)["metadata"]["annotations"][names.ANN_NODE_JOIN_IP]
+    """Over the family under test: a dual-stack join network gives each
+    node's ovn0 an IPv6 address, and the nodes route the pods' IPv6 into it."""
+    sb, api, ips, join_annotation = env
+    joins = [r.get(api, r.NODES, n.name)["metadata"]["annotations"][join_annotation]
              .split("/")[0] for n in sb.nodes]
     cases = [(n.netns, ip) for n in sb.nodes for ip in ips.values()]
     cases += [(netns(sb, *pod), j) for pod in ips for j in joins]
