@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""Controller benchmark: NB programming rate, restart/rebuild time, memory.
+"""Controller benchmark: NB programming rate, restart/rebuild time, memory;
+dual-stack (IPv4+IPv6) against IPv4 in parts 1 and 2.
 
     .venv/bin/python bench/bench_controller.py            # full run (a few minutes)
-    .venv/bin/python bench/bench_controller.py --quick    # smaller sizes
+    .venv/bin/python bench/bench_controller.py --quick    # smaller sizes, one round each
+    .venv/bin/python bench/bench_controller.py --quick --only 1 --only 2
+        # the smallest run of the two parts with a dual-stack variant
+    .venv/bin/python bench/bench_controller.py --no-dual-stack   # IPv4 only, as before
     .venv/bin/python bench/bench_controller.py --baseline-rev 25cbc3a --only 1
         # the same parts, then again with the controller (and everything it
         # imports) of that git revision, extracted with `git archive`: a
@@ -13,28 +17,44 @@
    through the controller's NBWriter: batched (default settings) against the
    baseline of one NB transaction per pod, same run, same ovsdb-server; 1,000
    and 10,000 pods.
+   "dual-stack" rows: the same batched programming on a dual-stack switch
+   (IPAM with an IPv4 and an IPv6 pool, each port's addresses and port
+   security "mac v4 v6", the router port with both gateways), taking turns with
+   the IPv4 batched row (IPv4, dual, IPv4, dual... --rounds each); the ratio
+   line is the median dual-stack pods/s over the median IPv4 one (issue 27's
+   goal: >= 0.8x).
 2. end to end: 1,000 pods created in kube-apiserver, time until the
    controller (a real `pacific-controller` process) has annotated all of them,
    and the controller's CPU time per pod (utime+stime: robust on a busy machine).
+   "dual-stack" rows: the same with the controller run with --ipv6-subnets and
+   a dual-stack default Subnet (10.16.0.0/16,fd00:16::/64), so every pod gets
+   an address of each family; a fresh control plane per run, the runs taking
+   turns with the IPv4 ones; ratio lines as in part 1 (pods/s goal >= 0.8x).
 3. rebuild: a new leader's restart work with N IP objects in
    kube-apiserver: list+watch sync of the IP objects plus IPAM restore, N = 10,000
    and 100,000 (what `rebuild.rebuild` does before workers start).
 4. memory: RSS of a `pacific-controller` process started against 100,000
    allocated pods (pods and IP objects in kube-apiserver, NB empty) once it has
    re-programmed all their ports.
-Everything runs on loopback / unix sockets in a temporary directory.
+Everything runs on loopback / unix sockets in a temporary directory.  With
+--baseline-rev (or --tree) a revision without dual-stack Subnets runs the IPv4
+rows only.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
+import ipaddress
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 # --tree DIR: import pacific (and the test fixtures, which start the controller
@@ -70,6 +90,17 @@ from pacific.kube.informer import Informer  # noqa: E402
 
 WORKERS = int(os.environ.get("BENCH_WORKERS", "16"))
 BIG_CIDR = "10.16.0.0/14"   # 262,144 addresses: room for 100,000 pods in one subnet
+PROG_CIDRS = ("10.32.0.0/16", "fd00:32::/64")   # part 1's switch: IPv4, and IPv6 when dual-stack
+# dual-stack Subnets (the controller's alpha --ipv6-subnets); older revisions
+# (--baseline-rev) have none and run the IPv4 rows only
+DUAL_STACK = "ipv6_subnets" in getattr(Config, "__dataclass_fields__", {})
+DUAL_GOAL = 0.8   # issue 27: dual-stack pods/s at least 0.8x IPv4's
+
+
+class Rate(NamedTuple):
+    """One run's throughput: pods per second, and CPU milliseconds per pod."""
+    pods_per_s: float
+    cpu_ms_per_pod: float
 
 
 def cpu_seconds(pid: int) -> float:
@@ -92,10 +123,27 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def program(cp: ControlPlane, n: int, batch: bool, switch: str) -> float:
-    """n pods: IPAM allocate + EnsurePort through the writer, WORKERS threads."""
+def router_link(switch: str, cidrs: tuple[str, ...]) -> list:
+    """The controller's builders linking `switch` to the cluster router at each
+    CIDR's first address (both families for a dual-stack switch); older
+    revisions (--baseline-rev) took one gateway and its prefix length."""
+    nets = [ipaddress.ip_network(c) for c in cidrs]
+    gateway = str(nets[0].network_address + 1)
+    ids = subnet_ids(switch)
+    if "networks" in inspect.signature(topology.router_link_builders).parameters:
+        networks = [f"{net.network_address + 1}/{net.prefixlen}" for net in nets]
+        return topology.router_link_builders(switch, gateway, networks, ids)
+    return topology.router_link_builders(switch, gateway, nets[0].prefixlen, ids)
+
+
+def program(cp: ControlPlane, n: int, batch: bool, switch: str, dual: bool = False) -> Rate:
+    """n pods: IPAM allocate + EnsurePort through the writer, WORKERS threads.
+    dual: a dual-stack switch, each pod an address of each family (its port's
+    addresses and port security "mac v4 v6"), as the controller programs a
+    dual-stack Subnet's pods."""
+    cidrs = PROG_CIDRS if dual else PROG_CIDRS[:1]
     ipam = IPAM()
-    ipam.add_subnet(switch, "10.32.0.0/16")
+    ipam.add_subnet(switch, ",".join(cidrs))
     lock = threading.Lock()
     # the controller's own batching settings (Config defaults)
     cfg = Config(nb_remote="")
@@ -103,14 +151,14 @@ def program(cp: ControlPlane, n: int, batch: bool, switch: str) -> float:
     ids = subnet_ids(switch)
     w.run([lambda api: nbcmds.EnsureRouter(api, names.CLUSTER_ROUTER, topology.cluster_ids()),
            lambda api: nbcmds.EnsureSwitch(api, switch, ids),
-           *topology.router_link_builders(switch, "10.32.0.1", 16, ids)])
+           *router_link(switch, cidrs)])
 
     def work(k: int) -> None:
         for i in range(k, n, WORKERS):
             key = f"bench/p{i}"
             with lock:
                 a = ipam.allocate(switch, key)
-            addr = f"{a.mac} {a.ip}"
+            addr = " ".join((a.mac, *a.ips)) if dual else f"{a.mac} {a.ip}"
             lsp = names.pod_lsp_name("bench", f"p{i}")
             w.run([lambda api: nbcmds.EnsurePort(api, switch, lsp, [addr], [addr],
                                                  pod_ids("bench", f"p{i}", switch))], what=lsp)
@@ -127,11 +175,44 @@ def program(cp: ControlPlane, n: int, batch: bool, switch: str) -> float:
     txns = w.transactions
     w.stop()
     assert len(cp.nb.lookup("Logical_Switch", switch).ports) == n + 1
+    families = len(cp.nb.lookup("Logical_Switch_Port", names.pod_lsp_name("bench", "p0"))
+                   .addresses[0].split()) - 1
+    assert families == len(cidrs), f"port p0 has {families} addresses, not {len(cidrs)}"
     # clean up for the next round (one transaction)
     cp.nb.commit(nbcmds.DeleteSwitch(cp.nb, switch))
-    print(f"  {n:>6} pods {'batched  ' if batch else 'unbatched'}: {dt:7.2f} s  "
+    kind = 'batched  ' if batch else 'unbatched'
+    if dual:
+        kind = f"{kind.strip()}, dual-stack"
+    print(f"  {n:>6} pods {kind}: {dt:7.2f} s  "
           f"{n / dt:8.0f} pods/s  ({txns} transactions, {cpu / n * 1000:.2f} ms CPU per pod)", flush=True)
-    return n / dt
+    return Rate(n / dt, cpu / n * 1000)
+
+
+def dual_ratio(label: str, v4: list[Rate], dual: list[Rate]) -> None:
+    """Print the median dual-stack rate over the median IPv4 one (pods/s, and
+    CPU per pod), against issue 27's goal."""
+    def med(rates: list[Rate], i: int) -> float:
+        return statistics.median(r[i] for r in rates)
+    ratio = med(dual, 0) / med(v4, 0)
+    print(f"  {label} dual-stack/IPv4: {ratio:.2f}x pods/s "
+          f"({'meets' if ratio >= DUAL_GOAL else 'misses'} the goal >= {DUAL_GOAL}x), "
+          f"{med(dual, 1) / med(v4, 1):.2f}x CPU per pod; "
+          + (f"medians of {len(v4)} runs each, taking turns" if len(v4) > 1
+             else "one run each, one after the other"), flush=True)
+
+
+def programming(cp: ControlPlane, sizes: tuple[int, ...], rounds: int, dual: bool) -> None:
+    """Part 1 at each size: batched IPv4 and (dual) batched dual-stack taking
+    turns `rounds` times, then the unbatched IPv4 baseline."""
+    for n in sizes:
+        v4, ds = [], []
+        for _ in range(rounds if dual else 1):
+            v4.append(program(cp, n, True, f"b{n}"))
+            if dual:
+                ds.append(program(cp, n, True, f"d{n}", dual=True))
+        program(cp, n, False, f"u{n}")
+        if ds:
+            dual_ratio(f"{n:>6} pods batched,", v4, ds)
 
 
 def fill_store(cp: ControlPlane, n: int, with_pods: bool, workers: int = 16) -> None:
@@ -204,10 +285,25 @@ def allocated(pod: dict) -> bool:
     return model.annotations(pod).get("pacific.io/allocated") == "true"
 
 
-def end_to_end(workdir: Path, n: int) -> float:
+def dual_controller_args() -> tuple[str, ...]:
+    """pacific-controller with dual-stack Subnets and a dual-stack default Subnet."""
+    v6 = getattr(names, "SANDBOX_DEFAULT_CIDR6", "fd00:16::/64")
+    return ("--ipv6-subnets", "--default-cidr", f"{names.DEFAULT_CIDR},{v6}")
+
+
+def families_of(pod: dict | None) -> int:
+    """How many address families the controller's record on `pod` holds."""
+    rec = contract.own_record(pod) if contract and pod else None
+    return 0 if rec is None else len(rec.ips or (rec.ip,))
+
+
+def end_to_end(workdir: Path, n: int, dual: bool = False) -> Rate:
+    """n pods created through the API, until a pacific-controller process has
+    annotated all of them; dual: the controller runs with dual-stack Subnets
+    and a dual-stack default Subnet, so each pod gets both families."""
     with ControlPlane(workdir) as cp:
         r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": "bench"}})
-        p = cp.start_controller("c1", leader_elect=False)
+        p = cp.start_controller("c1", leader_elect=False, extra=dual_controller_args() if dual else ())
         wait_until(lambda: cp.nb.lookup("Logical_Switch", names.DEFAULT_SUBNET, default=None), 60,
                    what="default subnet")
         inf = Informer(cp.kube, r.PODS, namespace="bench").start()
@@ -222,11 +318,27 @@ def end_to_end(workdir: Path, n: int) -> float:
             inf.wait_for(f"bench/p{i}", allocated, 300)
         t2 = time.perf_counter()
         cpu = cpu_seconds(p.pid) - c0
+        if dual and families_of(inf.get("bench/p0")) != 2:
+            raise SystemExit(f"bench_controller: the dual-stack controller gave pod bench/p0 "
+                             f"{families_of(inf.get('bench/p0'))} address families, not 2")
         inf.stop()
-    print(f"  {n:>6} pods via the API: created in {t1 - t0:.2f} s, all allocated+programmed+annotated "
+    via = "via the API, dual-stack" if dual else "via the API"
+    print(f"  {n:>6} pods {via}: created in {t1 - t0:.2f} s, all allocated+programmed+annotated "
           f"after {t2 - t0:.2f} s: {n / (t2 - t0):.0f} pods/s end to end; controller CPU "
           f"{cpu / n * 1000:.2f} ms per pod", flush=True)
-    return n / (t2 - t0)
+    return Rate(n / (t2 - t0), cpu / n * 1000)
+
+
+def end_to_end_turns(workdir: Path, n: int, rounds: int, dual: bool) -> None:
+    """Part 2: IPv4 and (dual) dual-stack runs taking turns `rounds` times,
+    each on a fresh control plane."""
+    v4, ds = [], []
+    for i in range(rounds if dual else 1):
+        v4.append(end_to_end(workdir / f"e2e{i}", n))
+        if dual:
+            ds.append(end_to_end(workdir / f"e2e{i}-dual", n, dual=True))
+    if ds:
+        dual_ratio(f"{n:>6} pods end to end,", v4, ds)
 
 
 def memory(workdir: Path, n: int, extra: tuple = ()) -> None:
@@ -270,6 +382,11 @@ def main() -> int:
                     help="run only these parts (repeatable)")
     ap.add_argument("--baseline-rev", metavar="REV",
                     help="afterwards, run the same parts with the code of this git revision")
+    ap.add_argument("--rounds", type=int, metavar="N",
+                    help="parts 1 and 2: IPv4 and dual-stack runs taking turns N times each "
+                    "(default 3, --quick 1)")
+    ap.add_argument("--no-dual-stack", action="store_true",
+                    help="parts 1 and 2: the IPv4 rows only")
     ap.add_argument("--controller-arg", action="append", metavar="ARG",
                     help="extra pacific-controller argument for part 4 (repeatable), e.g. "
                     "--controller-arg=--no-isolation")
@@ -277,21 +394,23 @@ def main() -> int:
     args = ap.parse_args()
     big = 10_000 if not args.quick else 2_000
     huge = 100_000 if not args.quick else 10_000
+    rounds = args.rounds or (1 if args.quick else 3)
+    dual = DUAL_STACK and not args.no_dual_stack
     tmp = Path(tempfile.mkdtemp(prefix="bench-controller-"))
     try:
         print(f"machine: {os.cpu_count()} CPUs; python {sys.version.split()[0]}; {WORKERS} workers; "
               f"code: {TREE}")
         parts = set(args.only or (1, 2, 3, 4))
+        if parts & {1, 2} and not DUAL_STACK and not args.no_dual_stack:
+            print("(this revision has no dual-stack Subnets: IPv4 rows only)")
         if 1 in parts:
             print("1. IPAM + NB programming (pods/s), batched vs one transaction per pod:")
             with ControlPlane(tmp / "prog") as cp:
                 print(f"  (OVSDB JSON parser in this process: {json_parser()})")
-                for n in (1_000, big):
-                    program(cp, n, True, f"b{n}")
-                    program(cp, n, False, f"u{n}")
+                programming(cp, (1_000, big), rounds, dual)
         if 2 in parts:
             print("2. end to end through the API emulator and a pacific-controller process:")
-            end_to_end(tmp / "e2e", 1_000)
+            end_to_end_turns(tmp, 1_000, rounds, dual)
         if 3 in parts:
             print("3. restart: IP objects listed + IPAM rebuilt:")
             for n in (big, huge):
