@@ -18,6 +18,12 @@ touch only that node's rows):
 On the node the packet leaves ovn0 into the host, which forwards it by its
 own routes (and masquerades it for natOutgoing Subnets: the node's host
 firewall).  Keys: ``node/<name>`` and ``cluster``.
+
+IPv6 (a dual-stack join network: the nodes' ovn0 has IPv6): the same per
+node, ``ip6.src == $<set>_6`` -> reroute to ovn0's IPv6, the cluster's IPv6
+destinations allowed and ``::/0`` via the join network's IPv6 gateway.  A
+pod that an IPv4-only egress feature decides for is left out of its node's
+IPv6 set, and so has no way out over IPv6 (egress_v6.py: held).
 """
 from __future__ import annotations
 
@@ -25,8 +31,8 @@ import hashlib
 import logging
 import threading
 
-from pacific import contract, multicast, names
-from pacific.controller import informers, model
+from pacific import contract, multicast, names, servicesnat
+from pacific.controller import egress_v6, informers, model
 from pacific.controller.feature import Feature
 from pacific.kube.resources import object_key
 from pacific.ovn import ensure
@@ -49,11 +55,27 @@ def cluster_ids() -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: "egress"}
 
 
-def _pod_node_ip(pod: dict | None) -> tuple[str | None, str | None]:
+def _pod_node_ip(pod: dict | None) -> tuple[str | None, tuple | None]:
+    """(its node, (IPv4 address, IPv6 address or None, namespace, Subnet)) of
+    an allocated pod; (None, None) for any other."""
     if not pod or (pod.get("spec") or {}).get("hostNetwork"):
         return None, None
     rec = contract.own_record(pod)
-    return ((pod.get("spec") or {}).get("nodeName"), rec.ip) if rec else (None, None)
+    if rec is None:
+        return None, None
+    ip6 = next((a for a in rec.ips[1:] if ":" in a), None)
+    return (pod.get("spec") or {}).get("nodeName"), (
+        rec.ip, ip6, model.meta(pod).get("namespace"), rec.subnet)
+
+
+# what decides which pods' IPv6 is held (egress_v6.py), read with IPv6 egress only
+HOLD_INFORMERS = {"egressfirewalls": informers.EGRESSFIREWALLS, "egressips": informers.EGRESSIPS,
+                  "namespaces": informers.NAMESPACES, "services": informers.SERVICES}
+
+
+def v6_set_name(node: str) -> str:
+    """The address set of a node's pods' IPv6 addresses that may leave through it."""
+    return node_set_name(node) + "_6"
 
 
 class EgressFeature(Feature):
@@ -64,10 +86,50 @@ class EgressFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self._lock = threading.Lock()
-        self._by_node: dict[str, dict[str, str]] = {}    # node -> pod key -> address
+        self._by_node: dict[str, dict[str, tuple]] = {}    # node -> pod key -> _pod_node_ip()[1]
+        self.v6 = bool(ctl.cfg.join_cidr_of(6))        # ovn0 has IPv6: pods' IPv6 may leave
+        if self.v6:
+            self.informers = {**self.informers, **HOLD_INFORMERS}
+        self._held: egress_v6.Held | None = None       # None: recompute (an input changed)
 
     def handlers(self):
-        return {"pods": self._on_pod, "nodes": self._on_node, "subnets": self._on_subnet}
+        out = {"pods": self._on_pod, "nodes": self._on_node, "subnets": self._on_subnet}
+        if self.v6:
+            out.update({"egressfirewalls": self._on_hold, "egressips": self._on_hold,
+                        "namespaces": self._on_namespace, "services": self._on_service})
+        return out
+
+    def _all_nodes(self) -> list[str]:
+        return [f"node/{model.meta(n)['name']}" for n in self.ctl.informer("nodes").list()]
+
+    def _on_hold(self, old, new):
+        """An input of the IPv6 hold changed: every node's IPv6 set again."""
+        with self._lock:
+            self._held = None
+        return self._all_nodes()
+
+    def _on_namespace(self, old, new):
+        if old is not None and new is not None and \
+                model.meta(old).get("labels") == model.meta(new).get("labels"):
+            return []       # only labels matter (an EgressIP's namespaceSelector)
+        return self._on_hold(old, new)
+
+    def _on_service(self, old, new):
+        if any(s is not None and servicesnat.opted_in(s) for s in (old, new)):
+            return self._on_hold(old, new)
+        return []
+
+    def held(self) -> egress_v6.Held:
+        with self._lock:
+            if self._held is not None:
+                return self._held
+        inf = self.ctl.informer
+        h = egress_v6.held(inf("egressfirewalls").list(), inf("egressips").list(),
+                           inf("namespaces").list(), inf("services").list(),
+                           inf("subnets").list())
+        with self._lock:
+            self._held = h
+        return h
 
     def _on_pod(self, old, new):
         """Keeps the index of addresses by node (a node's reconcile reads it,
@@ -86,18 +148,20 @@ class EgressFeature(Feature):
     def prepare(self) -> None:
         with self._lock:
             self._by_node.clear()
+            self._held = None
             for p in self.ctl.informer("pods").list():
-                node, ip = _pod_node_ip(p)
-                if node and ip:
-                    self._by_node.setdefault(node, {})[object_key(p)] = ip
+                node, entry = _pod_node_ip(p)
+                if node and entry:
+                    self._by_node.setdefault(node, {})[object_key(p)] = entry
 
     @staticmethod
     def _on_node(old, new):
         obj = new or old
         return [f"node/{model.meta(obj)['name']}"]
 
-    @staticmethod
-    def _on_subnet(old, new):
+    def _on_subnet(self, old, new):
+        if self.v6:       # a Subnet made centralized (or not) holds its pods' IPv6
+            return [CLUSTER_KEY, *self._on_hold(old, new)]
         return [CLUSTER_KEY]
 
     def resync_keys(self):
@@ -124,12 +188,20 @@ class EgressFeature(Feature):
                   "allow", []),
                  # groups stay on the router, which relays them between Subnets
                  (names.PRIO_POLICY_NODE_LOCAL, multicast.ROUTER_POLICY_MATCH, "allow", [])]
+        routes = {"0.0.0.0/0": cfg.join_gateway}
+        if self.v6:
+            cidrs6 = sorted({c for s in self.ctl.informer("subnets").list()
+                             if (c := contract.subnet_cidr_in_effect(s, 6))}
+                            | {cfg.join_cidr_of(6)})
+            specs += [(names.PRIO_POLICY_NODE_LOCAL, f"ip6.dst == {{{', '.join(cidrs6)}}}",
+                       "allow", []),
+                      (names.PRIO_POLICY_NODE_LOCAL, "ip6.mcast", "allow", [])]
+            routes["::/0"] = cfg.join_gateways[1]
         ids = cluster_ids()
         if ensure.router_policies_are(self.ctl.nb, names.CLUSTER_ROUTER, ids, specs):
             return
         self.ctl.writer.run([
-            lambda api: ensure.EnsureRouterRoutes(api, names.CLUSTER_ROUTER, ids,
-                                                  {"0.0.0.0/0": cfg.join_gateway}),
+            lambda api: ensure.EnsureRouterRoutes(api, names.CLUSTER_ROUTER, ids, routes),
             lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, specs),
         ], what="egress: cluster-internal destinations and the default route")
         LOG.info("egress: destinations inside the cluster %s; default route via %s",
@@ -142,24 +214,37 @@ class EgressFeature(Feature):
             rec = contract.NodeRecord.of(obj) if obj else None
         except contract.ContractError:
             rec = None          # no join address yet: node.py writes it, and we hear of it
+        as6 = v6_set_name(node)
         if rec is None:
             self.ctl.writer.run([
                 lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, []),
                 lambda api: ensure.DeleteAddressSet(api, as_name),
+                lambda api: ensure.DeleteAddressSet(api, as6),
             ], what=f"egress of node {node}: removed")
             return
         with self._lock:
-            want = set(self._by_node.get(node, {}).values())
+            pods = list(self._by_node.get(node, {}).values())
+        want = {ip for ip, _, _, _ in pods}
         if rec.service_source:     # the node's own connections to Services that OVN sends out
             want.add(rec.service_source)
         have = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
         specs = [(names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip4.src == ${as_name}", "reroute",
                   [rec.ip])]
-        if want == have and ensure.router_policies_are(self.ctl.nb, names.CLUSTER_ROUTER, ids,
-                                                       specs):
+        rows6, want6 = [], set()
+        if self.v6 and rec.ip6:
+            held = self.held()
+            want6 = {ip6 for _, ip6, ns, subnet in pods if ip6 and not held.holds(ns, subnet)}
+            have6 = ensure.address_set_addresses(self.ctl.nb, as6)
+            rows6 = ensure.address_set_rows(as6, ids, want6, have6 or set()) \
+                if want6 != have6 or have6 is None else []
+            specs.append((names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip6.src == ${as6}", "reroute",
+                          [rec.ip6]))
+        if want == have and not rows6 and ensure.router_policies_are(
+                self.ctl.nb, names.CLUSTER_ROUTER, ids, specs):
             return
         self.ctl.writer.run([
-            *ensure.address_set_rows(as_name, ids, want, have),
+            *ensure.address_set_rows(as_name, ids, want, have), *rows6,
             lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, specs),
         ], what=f"egress of node {node}")
-        LOG.info("egress: %d pods of node %s leave through %s", len(want), node, rec.ip)
+        LOG.info("egress: %d pods of node %s leave through %s%s", len(want), node, rec.ip,
+                 f", {len(want6)} over IPv6 through {rec.ip6}" if rec.ip6 and self.v6 else "")

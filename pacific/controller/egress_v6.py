@@ -1,0 +1,59 @@
+"""Which pods' IPv6 may leave the cluster through their node (distributed
+egress in IPv6, controller/egress.py), and which is held back.
+
+Every other egress feature decides in IPv4 only yet: an EgressFirewall
+(its ACLs on the exits match `ip4`), an EgressIP (reroutes `ip4.src`), a
+Service whose endpoints leave with its external IP (servicesnat.opted_in), a
+centralized Subnet (its gateway's policy matches `ip4.src`).  A pod one of
+them decides for must not get out over IPv6 past the administrator's choice,
+so its IPv6 is *held*: left out of its node's IPv6 reroute set, it has no way
+out (the cluster router's `::/0` leads to no next hop), while its IPv4 goes
+where the feature says.  Coarse on purpose, failing closed: a namespace an
+EgressIP's namespaceSelector matches is held whole (whatever its
+podSelector), as is a namespace with an EgressFirewall or a Service opted
+into SNAT.
+
+    h = held(firewalls, egressips, namespaces, services, subnets)
+    h.holds("shop", "default")     # -> the reason, or None
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pacific import selectors, servicesnat
+from pacific.controller import gateway, model
+
+
+@dataclass(frozen=True)
+class Held:
+    namespaces: dict[str, str] = field(default_factory=dict)   # namespace -> why
+    subnets: dict[str, str] = field(default_factory=dict)      # Subnet -> why
+
+    def holds(self, namespace: str, subnet: str | None) -> str | None:
+        """Why a pod of `namespace` on `subnet` may not leave over IPv6, or None."""
+        return self.namespaces.get(namespace) or (self.subnets.get(subnet) if subnet else None)
+
+
+def held(firewalls, egressips, namespaces, services, subnets) -> Held:
+    """From the caches' objects: EgressFirewalls, EgressIPs, Namespaces,
+    Services and Subnets."""
+    ns: dict[str, str] = {}
+    for fw in firewalls:
+        ns.setdefault(model.meta(fw).get("namespace"), "its namespace has an EgressFirewall")
+    labels = {model.meta(n).get("name"): model.meta(n).get("labels") or {} for n in namespaces}
+    for eip in egressips:
+        sel = (eip.get("spec") or {}).get("namespaceSelector")
+        for name, lab in labels.items():
+            try:
+                if selectors.matches(sel, lab):
+                    ns.setdefault(name, f"EgressIP {model.meta(eip).get('name')} selects its "
+                                        "namespace")
+            except selectors.SelectorError:
+                break        # a broken selector decides for no pod in IPv4 either
+    for svc in services:
+        if servicesnat.opted_in(svc):
+            ns.setdefault(model.meta(svc).get("namespace"),
+                          "a Service of its namespace leaves with its external IP")
+    sub = {model.meta(s).get("name"): "its Subnet leaves through gateway nodes"
+           for s in subnets if gateway.centralized_spec(s)[0] is not None}
+    return Held({k: v for k, v in ns.items() if k}, sub)

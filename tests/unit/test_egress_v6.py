@@ -1,0 +1,82 @@
+"""Distributed egress in IPv6 (controller/egress.py, egress_v6.py): a node's
+pods' IPv6 is rerouted to its ovn0's IPv6, except the pods an IPv4-only
+egress feature decides for, whose IPv6 is held (no way out)."""
+from __future__ import annotations
+
+from controller_fakes import drain, make_controller
+from pacific import contract, names
+from pacific.controller import egress_v6
+from pacific.controller.egress import v6_set_name
+from pacific.kube import resources as r
+from pacific.ovn import ensure
+
+DUAL = dict(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64",
+            default_cidr="10.16.0.0/16,fd00:16::/64")
+
+
+def ns(name, **labels):
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_what_holds_a_namespace_or_a_subnet():
+    fw = {"metadata": {"name": "default", "namespace": "walled"}}
+    eip = {"metadata": {"name": "out"}, "spec": {"namespaceSelector": {"matchLabels": {"t": "x"}},
+                                                 "egressIPs": ["203.0.113.5"]}}
+    svc = {"metadata": {"name": "web", "namespace": "snat"},
+           "spec": {"externalIPs": ["203.0.113.7"]}}
+    plain = {"metadata": {"name": "plain", "namespace": "free"}, "spec": {}}
+    central = {"metadata": {"name": "gw"}, "spec": {"gatewayType": "centralized"},
+               "status": {"cidrBlock": "10.40.0.0/24,fd00:40::/64"}}
+    h = egress_v6.held([fw], [eip], [ns("chosen", t="x"), ns("free")], [svc, plain], [central])
+    assert "EgressFirewall" in h.holds("walled", "default")
+    assert "EgressIP out" in h.holds("chosen", "default")
+    assert "external IP" in h.holds("snat", "default")
+    assert "gateway nodes" in h.holds("free", "gw")
+    assert h.holds("free", "default") is None
+
+
+def _specs(ctl):
+    return [c.specs for c in ctl.writer.commands(ensure.EnsureRouterPolicies)
+            if c.owner_ids.get(names.EXT_OWNER) == "node1"][-1]
+
+
+def _v6_added(ctl, node="node1") -> set:
+    return {a for c in ctl.writer.commands(ensure.AddressSetAddAddresses)
+            if c.name == v6_set_name(node) for a in c.members}
+
+
+def test_a_nodes_pods_leave_over_ipv6_through_its_ovn0_but_a_held_pod_does_not():
+    ctl = make_controller(**DUAL)
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
+    for n in ("free", "walled"):
+        ctl.kube.add(r.NAMESPACES, ns(n, **({"out": "eip"} if n == "walled" else {})))
+        ctl.kube.add(r.PODS, {"metadata": {"name": "p", "namespace": n},
+                              "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}, n)
+    # an administrator's EgressIP selects namespace "walled" (its IPv4 leaves with it)
+    ctl.kube.add(r.EGRESSIPS, {"metadata": {"name": "out"}, "spec": {
+        "egressIPs": ["203.0.113.5"], "namespaceSelector": {"matchLabels": {"out": "eip"}}}})
+    drain(ctl)
+    node = contract.NodeRecord.of(r.get(ctl.kube, r.NODES, "node1"))
+    free, walled = (contract.own_record(r.get(ctl.kube, r.PODS, "p", n)) for n in ("free", "walled"))
+    assert _specs(ctl)[(names.PRIO_POLICY_DISTRIBUTED_EGRESS,
+                        f"ip6.src == ${v6_set_name('node1')}")] == ("reroute", [node.ip6])
+    assert free.ips[1] in _v6_added(ctl) and walled.ips[1] not in _v6_added(ctl)
+    # the cluster router: IPv6 inside the cluster stays, the rest goes to ::/0
+    routes = ctl.writer.commands(ensure.EnsureRouterRoutes)[-1].routes
+    assert routes == {"0.0.0.0/0": "100.64.0.1", "::/0": "fd00:64::1"}
+    allowed = {m for c in ctl.writer.commands(ensure.EnsureRouterPolicies)
+               if c.owner_ids.get(names.EXT_OWNER) == names.CLUSTER_ROUTER for _, m in c.specs}
+    assert any(m.startswith("ip6.dst == {") and "fd00:16::/64" in m and "fd00:64::/64" in m
+               for m in allowed), allowed
+    # the namespace is no longer selected: its pod's IPv6 may leave through its node
+    r.patch_merge(ctl.kube, r.NAMESPACES, "walled", {"metadata": {"labels": {"out": None}}})
+    drain(ctl)
+    assert walled.ips[1] in _v6_added(ctl)
+
+
+def test_an_ipv4_join_network_writes_no_ipv6_egress():
+    ctl = make_controller(ipv6_subnets=True, default_cidr="10.16.0.0/16,fd00:16::/64")
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
+    drain(ctl)
+    assert all("ip6" not in m for _, m in _specs(ctl)) and not _v6_added(ctl)
+    assert "egressfirewalls" not in ctl.feature("egress").informers
