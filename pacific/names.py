@@ -171,11 +171,13 @@ OVS_BUILD_CURRENT = "/var/cache/pacific/ovs/current"
 SANDBOX_DEFAULT_NAME = "default"
 SANDBOX_NETNS_PREFIX = "pac"                  # netns pac-<name>-central|node<i>|ext
 SANDBOX_UNDERLAY_CIDR = "192.168.77.0/24"     # lives only inside the sandbox netns
+SANDBOX_UNDERLAY_CIDR6 = "fd00:77::/64"        # ... and its IPv6 (sandbox --dual-stack)
 SANDBOX_UNDERLAY_MTU = 1500
 SANDBOX_UNDERLAY_BRIDGE = "br-ul"             # in pac-<name>-central: every node's underlay
 SANDBOX_PODS_ENV = "PACIFIC_SANDBOX_PODS"     # how a new sandbox runs pods: kubelet | runner
 SANDBOX_PODS_DEFAULT = "kubelet"
 SANDBOX_EXTERNAL_REMOTE_CIDR = "198.51.100.1/24"  # "internet" address of pac-<name>-ext
+SANDBOX_EXTERNAL_REMOTE_CIDR6 = "2001:db8:100::1/64"  # ... and its IPv6 (sandbox --dual-stack)
 # the external IPs the sandbox's administrator grants Services (a documentation
 # range routed to the nodes, and the top of the underlay below its router .254)
 SANDBOX_EXTERNAL_IP_CIDRS = "203.0.113.0/24,192.168.77.192/27"

@@ -39,6 +39,8 @@ def central_up(sb: "Sandbox") -> None:
     run(["ip", "link", "set", "dev", names.SANDBOX_UNDERLAY_BRIDGE, "up"], netns=ns)
     # central's own TCP (OVSDB, API server) leaves br-ul with partial checksums
     netns.tx_offload_off(ns, names.SANDBOX_UNDERLAY_BRIDGE)
+    if sb.central_ip6:     # --dual-stack: the underlay routes IPv6 through the external host
+        ipv6_on(ns, names.SANDBOX_UNDERLAY_BRIDGE, sb.central_ip6, sb.external_ip6)
     run(["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=0"], netns=ns, check=False)
 
     d = sb.central_dir
@@ -80,6 +82,9 @@ def external_up(sb: "Sandbox") -> None:
     run(["ip", "addr", "add", names.SANDBOX_EXTERNAL_REMOTE_CIDR, "dev", "lo"], netns=ns)
     # the external host is everyone's upstream router
     run(["ip", "route", "add", "default", "via", sb.external_ip], netns=sb.central_netns)
+    if sb.external_ip6:    # --dual-stack: the outside's IPv6 address, behind the external host
+        ipv6_on(ns, "eth0", sb.external_ip6)
+        ipv6_on(ns, "lo", names.SANDBOX_EXTERNAL_REMOTE_CIDR6.split("/")[0])
     log.info("external host up: %s (%s, remote %s)", ns, sb.external_ip, sb.external_remote_ip)
 
 
@@ -137,6 +142,20 @@ def underlay_on(sb: "Sandbox", node: "SandboxNode", dev: str) -> None:
         netns=node.netns)
     run(["ip", "link", "set", "dev", dev, "up"], netns=node.netns)
     run(["ip", "route", "replace", "default", "via", sb.external_ip], netns=node.netns)
+    if node.underlay_ip6:    # --dual-stack: IPv6 on the underlay device alone, forwarded
+        ipv6_on(node.netns, dev, node.underlay_ip6, sb.external_ip6)
+
+
+def ipv6_on(ns: str, dev: str, address: str, gateway: str | None = None) -> None:
+    """IPv6 on one device of a namespace that has it off elsewhere (netns.create):
+    `address`/64 (/128 on lo) without duplicate address detection or router
+    advertisements, IPv6 forwarding, and a default route via `gateway`."""
+    run(["sysctl", "-qw", f"net.ipv6.conf.{dev}.disable_ipv6=0", f"net.ipv6.conf.{dev}.accept_ra=0",
+         f"net.ipv6.conf.{dev}.accept_dad=0", "net.ipv6.conf.all.forwarding=1"], netns=ns)
+    plen = 128 if dev == "lo" else 64
+    run(["ip", "-6", "addr", "replace", f"{address}/{plen}", "dev", dev, "nodad"], netns=ns)
+    if gateway:
+        run(["ip", "-6", "route", "replace", "default", "via", gateway], netns=ns)
 
 
 def restart_node_daemon(sb: "Sandbox", node: "SandboxNode", daemon: str,

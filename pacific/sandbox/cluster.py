@@ -113,6 +113,12 @@ class Sandbox:
         self.central_ip = str(net[1])
         self.external_ip = str(net[-2])
         self.external_remote_ip = names.SANDBOX_EXTERNAL_REMOTE_CIDR.split("/")[0]
+        # --dual-stack: the underlay and the outside speak IPv6 too ("" otherwise)
+        net6 = ipaddress.ip_network(names.SANDBOX_UNDERLAY_CIDR6)
+        self.central_ip6 = str(net6[1]) if self.dual_stack else ""
+        self.external_ip6 = str(net6[254]) if self.dual_stack else ""
+        self.external_remote_ip6 = names.SANDBOX_EXTERNAL_REMOTE_CIDR6.split("/")[0] \
+            if self.dual_stack else ""
         prefix = f"{names.SANDBOX_NETNS_PREFIX}-{name}-"
         self.netns_prefix = prefix
         self.central_netns = f"{prefix}central"
@@ -126,7 +132,8 @@ class Sandbox:
             SandboxNode(name=names.sandbox_node_name(i), index=i, netns=f"{prefix}node{i}",
                         rundir=os.path.join(self.dir, names.sandbox_node_name(i)),
                         underlay_ip=str(net[10 + i]), underlay_prefixlen=net.prefixlen,
-                        underlay_mtu=underlay_mtu, mtu=underlay_mtu - names.POD_MTU_OVERHEAD)
+                        underlay_mtu=underlay_mtu, mtu=underlay_mtu - names.POD_MTU_OVERHEAD,
+                        underlay_ip6=str(net6[10 + i]) if self.dual_stack else "")
             for i in range(1, nodes + 1)]
         if self.ha:
             from pacific.sandbox import ovnha

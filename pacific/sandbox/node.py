@@ -20,6 +20,7 @@ class SandboxNode:
     underlay_prefixlen: int
     underlay_mtu: int
     mtu: int
+    underlay_ip6: str = ""     # a --dual-stack sandbox's nodes speak IPv6 on the underlay too
     ovs_remote: str = field(init=False)
 
     def __post_init__(self):

@@ -24,6 +24,7 @@ from pacific.tools import flows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 ICMP6 = os.path.join(os.path.dirname(__file__), "icmp6check.py")
+NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 SUBNETS = {"ds-a": ("10.78.0.0/24,fd00:78::/64", ["dsa"]),
            "ds-b": ("10.79.0.0/24,fd00:79::/64", ["dsb"]),
            # one switch, two tenants (and a global namespace): link-local reaches them
@@ -438,3 +439,54 @@ def test_a_pods_ipv6_reaches_no_host_port_of_a_node(env):
     finally:
         p.kill()
         p.wait()
+
+
+EGRESS_PORT = 7171
+
+
+def _ask_outside(sb, pod: str, ip: str):
+    cp = run(sb, pod, sys.executable, NETCHECK, "ask", "tcp", ip, str(EGRESS_PORT), "3")
+    return cp.stdout.strip() if cp.returncode == 0 else None
+
+
+def test_ipv6_leaves_through_the_pods_node_unless_an_ipv4_egress_feature_holds_it(env):
+    """Distributed egress in IPv6: a pod reaches the outside (the external
+    host's 2001:db8:100::1) through its own node with its own IPv6 address.  A
+    namespace with an EgressFirewall (whose rules match IPv4 only yet) has its
+    pods' IPv6 held: no way out, while the pod of another namespace on the
+    same node (the control) gets out; the firewall gone, it gets out too."""
+    sb, api, recs = env
+    outside = sb.external_remote_ip6
+    routes = [(v6(recs[p]), sb.node(node).underlay_ip6) for p, node in (("a1", "node1"),
+                                                                          ("c1", "node1"))]
+    for ip, via in routes:     # the outside routes the pods' addresses back to their nodes
+        sb.exec(sb.external_netns, ["ip", "-6", "route", "replace", f"{ip}/128", "via", via])
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable, NETCHECK,
+                               "serve", str(EGRESS_PORT), "outside"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        got = wait_until(lambda: _ask_outside(sb, "a1", outside), 30, interval=0.5,
+                         what="a1 reaching the outside over IPv6")
+        assert got == f"outside {v6(recs['a1'])}"
+        r.create(api, r.EGRESSFIREWALLS, {
+            "apiVersion": names.API_VERSION, "kind": "EgressFirewall",
+            "metadata": {"name": "default", "namespace": "dsc"},
+            "spec": {"egress": [{"type": "Allow", "to": {"cidrSelector": "0.0.0.0/0"}}]}},
+            namespace="dsc")
+        try:
+            wait_until(lambda: _ask_outside(sb, "c1", outside) is None, 30, interval=0.5,
+                       what="c1's IPv6 held")
+            for _ in range(3):
+                assert _ask_outside(sb, "c1", outside) is None
+                assert _ask_outside(sb, "a1", outside) == f"outside {v6(recs['a1'])}"
+        finally:
+            r.delete(api, r.EGRESSFIREWALLS, "default", "dsc")
+        got = wait_until(lambda: _ask_outside(sb, "c1", outside), 30, interval=0.5,
+                         what="c1 reaching the outside once the firewall is gone")
+        assert got == f"outside {v6(recs['c1'])}"
+    finally:
+        server.kill()
+        server.wait()
+        for ip, _ in routes:
+            sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{ip}/128"], check=False)
