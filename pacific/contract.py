@@ -304,6 +304,19 @@ def subnet_cidr_in_effect(subnet: dict | None, version: int = 4) -> str | None:
 
 # --- node ----------------------------------------------------------------------
 
+def _address_in(value: str, network, annotation: str) -> str:
+    """`value` as an address inside `network`; ContractError naming the
+    annotation otherwise."""
+    try:
+        addr = ipaddress.ip_address(value)
+        if addr not in network:
+            raise ValueError(value)
+    except ValueError:
+        raise ContractError(f"annotation {annotation}: {value!r} is not an address in "
+                            f"{network}") from None
+    return str(addr)
+
+
 @dataclass(frozen=True)
 class NodeRecord:
     """The node's management port ovn0: address on the join switch, MAC,
@@ -371,12 +384,7 @@ class NodeRecord:
                                 f"{iface.network}")
         source = ann.get(names.ANN_NODE_SERVICE_SOURCE) or ""
         if source:
-            try:
-                if ipaddress.ip_address(source) not in iface.network:
-                    raise ValueError(source)
-            except ValueError:
-                raise ContractError(f"annotation {names.ANN_NODE_SERVICE_SOURCE}: {source!r} is "
-                                    f"not an address in {iface.network}") from None
+            source = _address_in(source, iface.network, names.ANN_NODE_SERVICE_SOURCE)
         ip6, gw6 = ann.get(names.ANN_NODE_JOIN_IP6) or "", ann.get(names.ANN_NODE_JOIN_GW6) or ""
         if ip6 or gw6:
             try:
@@ -386,13 +394,7 @@ class NodeRecord:
             except ValueError:
                 raise ContractError(f"annotation {names.ANN_NODE_JOIN_IP6}: {ip6!r} is not an "
                                     "IPv6 address with a prefix length") from None
-            try:
-                if ipaddress.ip_address(gw6) not in iface6.network:
-                    raise ValueError(gw6)
-            except ValueError:
-                raise ContractError(f"annotation {names.ANN_NODE_JOIN_GW6}: {gw6!r} is not an "
-                                    f"address in {iface6.network}") from None
-            ip6, gw6 = str(iface6), str(ipaddress.ip_address(gw6))
+            ip6, gw6 = str(iface6), _address_in(gw6, iface6.network, names.ANN_NODE_JOIN_GW6)
         return cls(ip_cidr=str(iface), mac=_mac(mac, names.ANN_NODE_JOIN_MAC),
                    gateway=str(gateway), port=port, service_source=source,
                    ip6_cidr=ip6, gateway6=gw6)
