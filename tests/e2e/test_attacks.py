@@ -6,7 +6,13 @@ the threat model and the principles each test holds Pacific to.
 
 Namespaces: `atk` is the attacker's, `vic` a victim tenant's (another
 tenant: namespaces are isolated by default).  Sections below, one per
-hole; each test names what it tries."""
+hole; each test names what it tries.
+
+The IPv6 attacks need a --dual-stack sandbox and live beside the features
+they try, in test_dual_stack.py: a spoofed IPv6 source, a rogue router
+advertisement and redirect, link-local IPv6 to another tenant, a tenant's
+hand-written Endpoints naming another tenant's pod's IPv6, a pod's IPv6 at a
+node's host port, IPv6 around an EgressFirewall."""
 from __future__ import annotations
 
 import datetime
