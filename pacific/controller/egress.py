@@ -32,7 +32,7 @@ import logging
 import threading
 
 from pacific import contract, multicast, names, servicesnat
-from pacific.controller import egress_v6, informers, model
+from pacific.controller import egress_v6, gateway, informers, model
 from pacific.controller.feature import Feature
 from pacific.kube.resources import object_key
 from pacific.ovn import ensure
@@ -71,6 +71,10 @@ def _pod_node_ip(pod: dict | None) -> tuple[str | None, tuple | None]:
 # what decides which pods' IPv6 is held (egress_v6.py), read with IPv6 egress only
 HOLD_INFORMERS = {"egressfirewalls": informers.EGRESSFIREWALLS, "egressips": informers.EGRESSIPS,
                   "namespaces": informers.NAMESPACES, "services": informers.SERVICES}
+
+
+def _centralized(subnet: dict | None) -> bool:
+    return gateway.centralized_spec(subnet)[0] is not None
 
 
 def v6_set_name(node: str) -> str:
@@ -160,7 +164,9 @@ class EgressFeature(Feature):
         return [f"node/{model.meta(obj)['name']}"]
 
     def _on_subnet(self, old, new):
-        if self.v6:       # a Subnet made centralized (or not) holds its pods' IPv6
+        # a Subnet made centralized (or not) holds its pods' IPv6 (or not); its
+        # status, written as pods come and go, changes nothing of the hold
+        if self.v6 and _centralized(old) != _centralized(new):
             return [CLUSTER_KEY, *self._on_hold(old, new)]
         return [CLUSTER_KEY]
 
@@ -235,8 +241,7 @@ class EgressFeature(Feature):
             held = self.held()
             want6 = {ip6 for _, ip6, ns, subnet in pods if ip6 and not held.holds(ns, subnet)}
             have6 = ensure.address_set_addresses(self.ctl.nb, as6)
-            rows6 = ensure.address_set_rows(as6, ids, want6, have6 or set()) \
-                if want6 != have6 or have6 is None else []
+            rows6 = ensure.address_set_rows(as6, ids, want6, have6) if want6 != have6 else []
             specs.append((names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip6.src == ${as6}", "reroute",
                           [rec.ip6]))
         if want == have and not rows6 and ensure.router_policies_are(

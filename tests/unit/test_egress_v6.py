@@ -80,3 +80,16 @@ def test_an_ipv4_join_network_writes_no_ipv6_egress():
     drain(ctl)
     assert all("ip6" not in m for _, m in _specs(ctl)) and not _v6_added(ctl)
     assert "egressfirewalls" not in ctl.feature("egress").informers
+
+
+def test_a_subnet_status_write_leaves_the_hold_as_computed_a_centralized_subnet_does_not():
+    ctl = make_controller(**DUAL)
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
+    drain(ctl)
+    f = ctl.feature("egress")
+    held = f.held()
+    r.patch_status(ctl.kube, r.SUBNETS, r.get(ctl.kube, r.SUBNETS, names.DEFAULT_SUBNET),
+                   {"v4availableIPs": 7})
+    assert f.held() is held            # pods coming and going rewrite status: no recompute
+    r.patch_merge(ctl.kube, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {"gatewayType": "centralized"}})
+    assert "gateway nodes" in f.held().holds("default", names.DEFAULT_SUBNET)
