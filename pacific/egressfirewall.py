@@ -10,10 +10,16 @@ into ACLs for the cluster's exits (controller/egress_firewall.py).
                  excluded="$efw_cluster")
 
 Rules apply in order and the first that matches decides; traffic matching
-none is allowed.  `to.cidrSelector` or `to.dnsName` (A records, resolved by
-the controller); `ports` optional (protocol TCP, UDP or SCTP, port 1-65535;
-none: every port and protocol).  Destinations inside the cluster (pods,
-Services, the join network, nodes) are never matched.
+none is allowed.  `to.cidrSelector` (IPv4 or IPv6) or `to.dnsName` (A
+records, resolved by the controller); `ports` optional (protocol TCP, UDP or
+SCTP, port 1-65535; none: every port and protocol).  Destinations inside the
+cluster (pods, Services, the join network, nodes) are never matched.
+
+A rule matches its own family only: `0.0.0.0/0` says nothing about IPv6.
+In a cluster with IPv6, a firewall that names no IPv6 CIDR (one written for
+IPv4) does not let its pods' IPv6 out unfiltered: it ends in an implicit
+IPv6 deny (rule names.EFW_RULE_IPV6_DEFAULT, below its last rule), failing
+closed; `decides_ipv6` tells which.  A dnsName rule matches A records.
 """
 from __future__ import annotations
 
@@ -52,6 +58,16 @@ class Firewall:
     def dns_names(self) -> list[str]:
         return sorted({r.dns for r in self.rules if r.dns})
 
+    @property
+    def decides_ipv6(self) -> bool:
+        """True if a rule names an IPv6 CIDR: then the rules decide the pods'
+        IPv6 as they do IPv4 (what matches none passes)."""
+        return any(_family(r) == 6 for r in self.rules)
+
+
+def _family(rule: Rule) -> int:
+    return 6 if rule.cidr and ":" in rule.cidr else 4
+
 
 def parse(obj: dict) -> Firewall:
     m = obj.get("metadata") or {}
@@ -83,8 +99,6 @@ def _rule(raw, i: int) -> Rule:
             net = ipaddress.ip_network(str(cidr), strict=False)
         except ValueError:
             raise FirewallError(f"{where}.to.cidrSelector {cidr!r} is not a CIDR") from None
-        if net.version != 4:
-            raise FirewallError(f"{where}.to.cidrSelector {cidr}: IPv6 is not supported yet")
         cidr = str(net)
     else:
         dns = str(dns).lower().rstrip(".")
@@ -107,9 +121,10 @@ def digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
-def source_set(namespace: str) -> str:
-    """The address set of the namespace's pods (what the ACLs match as source)."""
-    return names.EFW_SOURCE_SET_PREFIX + digest(namespace)
+def source_set(namespace: str, family: int = 4) -> str:
+    """The address set of the namespace's pods' addresses of one family (what
+    the ACLs match as source)."""
+    return names.family_set_name(names.EFW_SOURCE_SET_PREFIX + digest(namespace), family)
 
 
 def dns_set(name: str) -> str:
@@ -128,14 +143,25 @@ def _ports(ports) -> str:
     return " && " + (parts[0] if len(parts) == 1 else "(" + " || ".join(parts) + ")")
 
 
-def matches(fw: Firewall, group: str, excluded: str) -> list[tuple[int, str, str]]:
-    """(priority, match, OVN action) per rule: the first rule gets the highest
-    priority; `group` is the exits' port group, `excluded` the address set of
-    the cluster's own destinations."""
-    src, out = source_set(fw.namespace), []
+def matches(fw: Firewall, group: str, excluded: str, ipv6: bool = False
+            ) -> list[tuple[int, str, str, str]]:
+    """(priority, match, OVN action, rule: its index) per rule: the first rule
+    gets the highest priority; `group` is the exits' port group, `excluded`
+    the address set of the cluster's own destinations (its IPv6 twin:
+    names.family_set_name).  `ipv6`: the cluster has IPv6, and a firewall
+    that decides none gets the implicit IPv6 deny."""
+    out = []
     for i, r in enumerate(fw.rules):
-        dst = f"ip4.dst == {r.cidr}" if r.cidr else f"ip4.dst == ${dns_set(r.dns)}"
-        match = (f"outport == @{group} && ip4.src == ${src} && {dst} && "
-                 f"ip4.dst != ${excluded}{_ports(r.ports)}")
-        out.append((names.PRIO_ACL_EFW_TOP - i, match, "allow" if r.action == "Allow" else "drop"))
+        v = _family(r)
+        ip = f"ip{v}"
+        dst = f"{ip}.dst == {r.cidr}" if r.cidr else f"{ip}.dst == ${dns_set(r.dns)}"
+        match = (f"outport == @{group} && {ip}.src == ${source_set(fw.namespace, v)} && "
+                 f"{dst} && {ip}.dst != ${names.family_set_name(excluded, v)}{_ports(r.ports)}")
+        out.append((names.PRIO_ACL_EFW_TOP - i, match, "allow" if r.action == "Allow" else "drop",
+                    str(i)))
+    if ipv6 and not fw.decides_ipv6:
+        out.append((names.PRIO_ACL_EFW_TOP - len(fw.rules),
+                    f"outport == @{group} && ip6.src == ${source_set(fw.namespace, 6)} && "
+                    f"ip6.dst != ${names.family_set_name(excluded, 6)}", "drop",
+                    names.EFW_RULE_IPV6_DEFAULT))
     return out

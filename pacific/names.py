@@ -59,6 +59,7 @@ EXT_CREATED_BY = "pacific.io/created-by"   # component that wrote the row
 EXT_SUBNET = "pacific.io/subnet"
 EXT_POLICIES = "pacific.io/policies"       # a NetworkPolicy group's policies in force (names)
 EXT_RULE = "pacific.io/rule"               # which rule of its owner an ACL is (trace names it)
+SET_SUFFIX_IP6 = "_6"      # an address set holds one family: its IPv6 twin is "<name>_6"
 RULE_SUFFIX_IP6 = "/ip6"     # a rule's IPv6 twin: EXT_RULE "ingress/0" -> "ingress/0/ip6"
 EXT_ALSO = "pacific.io/also"               # the other policies' rules one merged allow ACL
                                            # stands for: "ns/name:ingress/0,..."
@@ -262,6 +263,7 @@ EFW_EXITS_GROUP = "pacific_exits"       # every port where traffic leaves the cl
 EFW_SOURCE_SET_PREFIX = "pacific_efw_src_"  # + hash of the namespace: its pods
 EFW_DNS_SET_PREFIX = "pacific_efw_dns_"     # + hash of a DNS name: its A records
 EFW_CLUSTER_SET = "pacific_efw_cluster"     # destinations no firewall rule matches
+EFW_RULE_IPV6_DEFAULT = "ipv6-default"  # a firewall naming no IPv6 CIDR denies IPv6 (its last ACL)
 PRIO_ACL_EFW_TOP = 10000                # rule i of a firewall: PRIO_ACL_EFW_TOP - i (on the exits)
 OWNER_KIND_EGRESS_FIREWALL = "EgressFirewall"
 
@@ -326,3 +328,9 @@ OVN_TLS_SECRET = "pacific-ovn-tls"
 # day-two tools read nb-remote and sb-remote from it)
 CONFIG_MAP = "pacific-config"
 
+
+def family_set_name(name: str, family: int) -> str:
+    """The address set of `name`'s addresses of one family: `name` itself for
+    IPv4, with SET_SUFFIX_IP6 for IPv6 (OVN compares a set with one family's
+    field, and a set of both fails to parse: the flow using it is dropped)."""
+    return name if family == 4 else name + SET_SUFFIX_IP6

@@ -69,8 +69,8 @@ def _pod_node_ip(pod: dict | None) -> tuple[str | None, tuple | None]:
 
 
 # what decides which pods' IPv6 is held (egress_v6.py), read with IPv6 egress only
-HOLD_INFORMERS = {"egressfirewalls": informers.EGRESSFIREWALLS, "egressips": informers.EGRESSIPS,
-                  "namespaces": informers.NAMESPACES, "services": informers.SERVICES}
+HOLD_INFORMERS = {"egressips": informers.EGRESSIPS, "namespaces": informers.NAMESPACES,
+                  "services": informers.SERVICES}
 
 
 def _centralized(subnet: dict | None) -> bool:
@@ -79,7 +79,7 @@ def _centralized(subnet: dict | None) -> bool:
 
 def v6_set_name(node: str) -> str:
     """The address set of a node's pods' IPv6 addresses that may leave through it."""
-    return node_set_name(node) + "_6"
+    return names.family_set_name(node_set_name(node), 6)
 
 
 class EgressFeature(Feature):
@@ -99,7 +99,7 @@ class EgressFeature(Feature):
     def handlers(self):
         out = {"pods": self._on_pod, "nodes": self._on_node, "subnets": self._on_subnet}
         if self.v6:
-            out.update({"egressfirewalls": self._on_hold, "egressips": self._on_hold,
+            out.update({"egressips": self._on_hold,
                         "namespaces": self._on_namespace, "services": self._on_service})
         return out
 
@@ -128,7 +128,7 @@ class EgressFeature(Feature):
             if self._held is not None:
                 return self._held
         inf = self.ctl.informer
-        h = egress_v6.held(inf("egressfirewalls").list(), inf("egressips").list(),
+        h = egress_v6.held(inf("egressips").list(),
                            inf("namespaces").list(), inf("services").list(),
                            inf("subnets").list())
         with self._lock:

@@ -12,6 +12,10 @@ that group, owned by its namespace:
         && ip4.dst == <cidr or $pacific_efw_dns_<name>> && ip4.dst != $pacific_efw_cluster
         [&& tcp.dst == {...}]                     -> allow | drop, priority 10000 - i
 
+(an IPv6 CIDR's rule matches ip6 against the `_6` twins of the sets; in a
+cluster with IPv6, a firewall naming no IPv6 CIDR ends in an implicit IPv6
+deny, rule "ipv6-default": its pods' IPv6 does not leave unfiltered)
+
 so the first matching rule decides and what matches none passes; the exits
 are not the pods' switches, so NetworkPolicy still decides there, and both
 must let a packet out.  The namespace's pods (address set, from the EgressIP
@@ -47,11 +51,20 @@ def cluster_ids() -> dict:
     return efw_ids("")
 
 
-def _pod_ip(pod: dict | None) -> str | None:
+def _pod_ips(pod: dict | None) -> tuple:
     if not pod or not model.needs_network(pod):
-        return None
+        return ()
     rec = contract.own_record(pod)
-    return rec.ip if rec else None
+    return (rec.ips or (rec.ip,)) if rec else ()
+
+
+def by_family(addresses) -> dict[int, set[str]]:
+    """{4: ..., 6: ...}: one address set per family (a set of both fails to
+    parse in OVN, and the ACLs using it are dropped: no rule would hold)."""
+    out: dict[int, set[str]] = {4: set(), 6: set()}
+    for a in addresses:
+        out[6 if ":" in a else 4].add(a)
+    return out
 
 
 class EgressFirewallFeature(Feature):
@@ -79,7 +92,7 @@ class EgressFirewallFeature(Feature):
 
     def _on_pod(self, old, new):
         ns = model.meta(new or old).get("namespace")
-        if self._firewall(ns) is None or _pod_ip(old) == _pod_ip(new):
+        if self._firewall(ns) is None or _pod_ips(old) == _pod_ips(new):
             return ()          # (the firewall's own reconcile reads the index then)
         return [ns]
 
@@ -107,14 +120,22 @@ class EgressFirewallFeature(Feature):
         else:
             self._namespace(key)
 
+    def _cluster_rows(self, family: int, create: bool) -> list:
+        """Builders making the cluster's destinations of one family what they
+        are; [] if they are (or the set does not exist and `create` is False)."""
+        name = names.family_set_name(names.EFW_CLUSTER_SET, family)
+        want = by_family(set(cluster_cidrs(self.ctl)) | exposure.node_addresses(
+            self.ctl.informer("nodes").list()))[family]
+        have = ensure.address_set_addresses(self.ctl.nb, name)
+        if (have is None and not create) or have == want:
+            return []
+        return ensure.address_set_rows(name, cluster_ids(), want, have)
+
     def _cluster(self) -> None:
-        want = set(cluster_cidrs(self.ctl)) | exposure.node_addresses(
-            self.ctl.informer("nodes").list())
-        have = ensure.address_set_addresses(self.ctl.nb, names.EFW_CLUSTER_SET)
         exits = self._exits()
-        builders = []
-        if have is None or have != want:
-            builders += ensure.address_set_rows(names.EFW_CLUSTER_SET, cluster_ids(), want, have)
+        # the IPv6 set exists in a cluster with IPv6, or once a firewall names it
+        builders = self._cluster_rows(4, create=True) + \
+            self._cluster_rows(6, create=6 in self.ctl.cfg.families)
         if exits:
             builders.append(lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP,
                                                                  exits))
@@ -142,19 +163,23 @@ class EgressFirewallFeature(Feature):
         ids = efw_ids(ns)
         src = efw.source_set(ns)
         others = [o for o in self.ctl.informer("egressfirewalls").list()
-                  if model.meta(o).get("namespace") == ns and o is not obj]
+                  if model.meta(o).get("namespace") == ns
+                  and model.meta(o).get("name") != names.EGRESS_FIREWALL_NAME]
         for o in others:
             self._status(o, "refused", [f"only one EgressFirewall per namespace, named "
                                         f"{names.EGRESS_FIREWALL_NAME!r}, is programmed"])
+        src6 = efw.source_set(ns, 6)
         if obj is None:
             self.dns.use(ns, [])
             self.enforced.forget(ns)
             if ensure.address_set_addresses(self.ctl.nb, src) is not None or \
+                    ensure.address_set_addresses(self.ctl.nb, src6) is not None or \
                     not acl.acls_are(self.ctl.nb, names.EFW_EXITS_GROUP, [], scope=ids):
                 self.ctl.writer.run([
                     lambda api: acl.EnsurePortGroupACLs(api, names.EFW_EXITS_GROUP, [],
                                                         scope=ids),
                     lambda api: ensure.DeleteAddressSet(api, src),
+                    lambda api: ensure.DeleteAddressSet(api, src6),
                 ], what=f"egress firewall of namespace {ns}: removed")
                 LOG.info("namespace %s: no egress firewall", ns)
             return
@@ -168,6 +193,14 @@ class EgressFirewallFeature(Feature):
         have = ensure.address_set_addresses(self.ctl.nb, src) or set()
         builders = [lambda api: ensure.EnsureAddressSet(api, names.EFW_CLUSTER_SET, cluster_ids()),
                     *ensure.address_set_rows(src, ids, pods, have)]
+        have6 = ensure.address_set_addresses(self.ctl.nb, src6)
+        ipv6 = 6 in self.ctl.cfg.families      # then a firewall decides IPv6 too
+        if ipv6 or fw.decides_ipv6:    # the IPv6 ACLs' sets exist before the ACLs naming them
+            builders += [*self._cluster_rows(6, create=True),
+                         *ensure.address_set_rows(src6, ids, self.pod_index.addresses_in(ns, 6),
+                                                  have6)]
+        elif have6 is not None:
+            builders.append(lambda api: ensure.DeleteAddressSet(api, src6))
         messages = []
         for name in fw.dns_names:
             answer = self.dns.answer(name)
@@ -180,9 +213,9 @@ class EgressFirewallFeature(Feature):
         mode, problems = audit.of(obj, policy=False)
         messages += problems
         specs = [audit.logged(acl.AclSpec("to-lport", prio, match, action,
-                                          name=f"efw:{ns}:{i}"[:63], external_ids=ids), mode)
-                 for i, (prio, match, action) in enumerate(
-                     efw.matches(fw, names.EFW_EXITS_GROUP, names.EFW_CLUSTER_SET))]
+                                          name=f"efw:{ns}:{rule}"[:63], external_ids=ids), mode)
+                 for prio, match, action, rule in efw.matches(
+                     fw, names.EFW_EXITS_GROUP, names.EFW_CLUSTER_SET, ipv6=ipv6)]
         builders.append(lambda api: acl.EnsurePortGroupACLs(api, names.EFW_EXITS_GROUP, specs,
                                                             scope=ids))
         self.ctl.writer.run(builders, what=f"egress firewall of namespace {ns}")

@@ -59,14 +59,17 @@ def rotated(nodes: list[str], index: int) -> list[str]:
 
 
 def _pod_entry(pod: dict | None):
-    """(namespace, labels, address) of an allocated pod, else None."""
+    """(namespace, labels, IPv4 address or None, IPv6 addresses) of an allocated
+    pod, else None.  Kept apart: every set fed from them holds one family."""
     if not pod or not model.needs_network(pod):
         return None
     rec = contract.own_record(pod)
     if rec is None:
         return None
     m = model.meta(pod)
-    return m.get("namespace"), m.get("labels") or {}, rec.ip
+    ips = rec.ips or (rec.ip,)
+    return m.get("namespace"), m.get("labels") or {}, \
+        next((a for a in ips if ":" not in a), None), tuple(a for a in ips if ":" in a)
 
 
 class EgressIPFeature(Feature):
@@ -117,10 +120,14 @@ class EgressIPFeature(Feature):
             self._pods = pods
             self._gen += 1
 
-    def addresses_in(self, namespace: str) -> set[str]:
-        """The addresses of the namespace's allocated pods (from the index)."""
+    def addresses_in(self, namespace: str, family: int = 4) -> set[str]:
+        """The addresses of one family of the namespace's allocated pods (from
+        the index)."""
         with self._lock:
-            return {ip for _, ip in self._pods.get(namespace, {}).values()}
+            entries = list(self._pods.get(namespace, {}).values())
+        if family == 4:
+            return {ip for _, ip, _ in entries if ip}
+        return {a for _, _, six in entries for a in six}
 
     def _on_pod(self, old, new):
         """Keeps the index of allocated pods (a decision reads it, never parses
@@ -171,7 +178,7 @@ class EgressIPFeature(Feature):
             if self._decided is not None and self._decided[0] == gen:
                 return self._decided[1]
             pods = [(ns, labels, ip) for ns, by_key in self._pods.items()
-                    for labels, ip in by_key.values()]
+                    for labels, ip, _ in by_key.values() if ip]
         cfg = self.ctl.cfg
         namespaces = {model.meta(n)["name"]: model.labels_of(n)
                       for n in self.ctl.informer("namespaces").list()}

@@ -1,19 +1,19 @@
 """Which pods' IPv6 may leave the cluster through their node (distributed
 egress in IPv6, controller/egress.py), and which is held back.
 
-Every other egress feature decides in IPv4 only yet: an EgressFirewall
-(its ACLs on the exits match `ip4`), an EgressIP (reroutes `ip4.src`), a
-Service whose endpoints leave with its external IP (servicesnat.opted_in), a
-centralized Subnet (its gateway's policy matches `ip4.src`).  A pod one of
+These egress features decide in IPv4 only yet: an EgressIP (reroutes
+`ip4.src`), a Service whose endpoints leave with its external IP
+(servicesnat.opted_in), a centralized Subnet (its gateway's policy matches
+`ip4.src`).  (An EgressFirewall decides both families itself: a firewall
+naming no IPv6 CIDR denies IPv6 at the exits, egressfirewall.py.)  A pod one of
 them decides for must not get out over IPv6 past the administrator's choice,
 so its IPv6 is *held*: left out of its node's IPv6 reroute set, it has no way
 out (the cluster router's `::/0` leads to no next hop), while its IPv4 goes
 where the feature says.  Coarse on purpose, failing closed: a namespace an
 EgressIP's namespaceSelector matches is held whole (whatever its
-podSelector), as is a namespace with an EgressFirewall or a Service opted
-into SNAT.
+podSelector), as is a namespace with a Service opted into SNAT.
 
-    h = held(firewalls, egressips, namespaces, services, subnets)
+    h = held(egressips, namespaces, services, subnets)
     h.holds("shop", "default")     # -> the reason, or None
 """
 from __future__ import annotations
@@ -34,12 +34,9 @@ class Held:
         return self.namespaces.get(namespace) or (self.subnets.get(subnet) if subnet else None)
 
 
-def held(firewalls, egressips, namespaces, services, subnets) -> Held:
-    """From the caches' objects: EgressFirewalls, EgressIPs, Namespaces,
-    Services and Subnets."""
+def held(egressips, namespaces, services, subnets) -> Held:
+    """From the caches' objects: EgressIPs, Namespaces, Services and Subnets."""
     ns: dict[str, str] = {}
-    for fw in firewalls:
-        ns.setdefault(model.meta(fw).get("namespace"), "its namespace has an EgressFirewall")
     labels = {model.meta(n).get("name"): model.meta(n).get("labels") or {} for n in namespaces}
     for eip in egressips:
         sel = (eip.get("spec") or {}).get("namespaceSelector")

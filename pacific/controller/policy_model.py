@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from pacific import names, selectors
+from pacific.names import family_set_name  # noqa: F401 - the peers' sets are named so
 
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 
@@ -233,12 +234,6 @@ def peer_addresses(peer: dict, namespace: str, world: World, name: str,
     return out
 
 
-def family_set_name(name: str, family: int) -> str:
-    """The address set of a peer's addresses of one family: set_name() for
-    IPv4, with `_6` for IPv6 (OVN compares a set with one family's field)."""
-    return name if family == 4 else f"{name}_6"
-
-
 def rule_suffix(family: int) -> str:
     """What an ACL's rule name (external_ids, the ACL's name) gains in IPv6:
     "ingress/0" -> "ingress/0/ip6"."""
@@ -247,7 +242,7 @@ def rule_suffix(family: int) -> str:
 
 def base_set_name(name: str) -> str:
     """set_name() of a family_set_name()."""
-    return name.removesuffix("_6")
+    return name.removesuffix(names.SET_SUFFIX_IP6)
 
 
 def _peer_pods_uncached(peer: dict, namespace: str, world: World) -> list[PodInfo]:

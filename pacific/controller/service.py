@@ -93,11 +93,10 @@ def infrastructure_ips(ctl) -> set[str]:
 
 
 def cluster_cidrs(ctl) -> list[str]:
-    """The cluster's own networks: every Subnet's CIDR in effect, the join
-    and service CIDRs (no external IP, EgressIP or firewall rule is about them)."""
+    """The cluster's own networks of both families: every Subnet's CIDRs in
+    effect, the join and service CIDRs (no external IP, EgressIP or firewall rule is about them)."""
     cfg = ctl.cfg
-    return [c for c in (contract.subnet_cidr_in_effect(s)
-                        for s in ctl.informer("subnets").list()) if c] + \
+    return [c for s in ctl.informer("subnets").list() for c in contract.subnet_cidrs_in_effect(s)] + \
         [*cfg.join_cidrs, *cfg.service_cidrs]
 
 

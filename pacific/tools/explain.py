@@ -117,6 +117,8 @@ class Namer:
             index = str((acl.get("name") or [""])[0] if isinstance(acl.get("name"), list)
                         else acl.get("name") or "").rpartition(":")[2]
             what = f"EgressFirewall {owner}/{names.EGRESS_FIREWALL_NAME} rule {index}"
+            if index == names.EFW_RULE_IPV6_DEFAULT:
+                return what, f"dropped by {what} (its rules name no IPv6 CIDR: IPv6 is denied)"
             return what, f"dropped by {what} (spec.egress[{index}])"
         what = f"{kind or 'ACL'} {owner or acl['_uuid'][:8]}" + (f" ({rule})" if rule else "")
         return what, f"dropped by {what}"

@@ -444,49 +444,79 @@ def test_a_pods_ipv6_reaches_no_host_port_of_a_node(env):
 EGRESS_PORT = 7171
 
 
-def _ask_outside(sb, pod: str, ip: str):
-    cp = run(sb, pod, sys.executable, NETCHECK, "ask", "tcp", ip, str(EGRESS_PORT), "3")
+def _ask_outside(sb, pod: str, ip: str, port: int = EGRESS_PORT):
+    cp = run(sb, pod, sys.executable, NETCHECK, "ask", "tcp", ip, str(port), "3")
     return cp.stdout.strip() if cp.returncode == 0 else None
 
 
-def test_ipv6_leaves_through_the_pods_node_unless_an_ipv4_egress_feature_holds_it(env):
+def _firewall(api, *rules):
+    body = {"apiVersion": names.API_VERSION, "kind": "EgressFirewall",
+            "metadata": {"name": "default", "namespace": "dsc"}, "spec": {"egress": list(rules)}}
+    if r.get(api, r.EGRESSFIREWALLS, "default", "dsc") is None:
+        r.create(api, r.EGRESSFIREWALLS, body, namespace="dsc")
+    else:
+        r.patch_merge(api, r.EGRESSFIREWALLS, "default", {"spec": body["spec"]}, namespace="dsc")
+
+
+def test_ipv6_leaves_through_the_pods_node_and_an_egress_firewall_decides_both_families(env):
     """Distributed egress in IPv6: a pod reaches the outside (the external
-    host's 2001:db8:100::1) through its own node with its own IPv6 address.  A
-    namespace with an EgressFirewall (whose rules match IPv4 only yet) has its
-    pods' IPv6 held: no way out, while the pod of another namespace on the
-    same node (the control) gets out; the firewall gone, it gets out too."""
+    host's 2001:db8:100::1) through its own node with its own IPv6 address.
+    An EgressFirewall (namespace dsc, pod c1; a1 of another namespace on the
+    same node is the control, getting out over both families throughout):
+
+    - written for IPv4 (Deny the outside's IPv4 address): c1's IPv4 is denied,
+      which in a dual-stack cluster needs every set of the firewall to hold one
+      family (a set mixing them dropped every rule); its IPv6, which no rule
+      names, is denied by the implicit IPv6 deny rather than let out;
+    - with IPv6 rules (Allow the outside's IPv6 on one port, Deny ::/0): c1
+      reaches that port over IPv6 and not the next;
+    - gone: c1 gets out over both."""
     sb, api, recs = env
-    outside = sb.external_remote_ip6
-    routes = [(v6(recs[p]), sb.node(node).underlay_ip6) for p, node in (("a1", "node1"),
-                                                                          ("c1", "node1"))]
-    for ip, via in routes:     # the outside routes the pods' addresses back to their nodes
-        sb.exec(sb.external_netns, ["ip", "-6", "route", "replace", f"{ip}/128", "via", via])
-    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable, NETCHECK,
-                               "serve", str(EGRESS_PORT), "outside"], stdout=subprocess.PIPE,
-                              text=True)
+    out4, out6 = sb.external_remote_ip, sb.external_remote_ip6
+    routes = []       # the outside routes the pods' addresses back to their nodes
+    for p in ("a1", "c1"):
+        node = sb.node("node1")
+        routes += [(recs[p].ip, node.underlay_ip, "-4", 32), (v6(recs[p]), node.underlay_ip6, "-6", 128)]
+    for ip, via, flag, plen in routes:
+        sb.exec(sb.external_netns, ["ip", flag, "route", "replace", f"{ip}/{plen}", "via", via])
+    servers = [subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
+                                 NETCHECK, "serve", str(port), "outside"],
+                                stdout=subprocess.PIPE, text=True)
+               for port in (EGRESS_PORT, EGRESS_PORT + 1)]
     try:
-        assert server.stdout.readline().strip() == "ready"
-        got = wait_until(lambda: _ask_outside(sb, "a1", outside), 30, interval=0.5,
-                         what="a1 reaching the outside over IPv6")
-        assert got == f"outside {v6(recs['a1'])}"
-        r.create(api, r.EGRESSFIREWALLS, {
-            "apiVersion": names.API_VERSION, "kind": "EgressFirewall",
-            "metadata": {"name": "default", "namespace": "dsc"},
-            "spec": {"egress": [{"type": "Allow", "to": {"cidrSelector": "0.0.0.0/0"}}]}},
-            namespace="dsc")
+        assert all(s.stdout.readline().strip() == "ready" for s in servers)
+        for p in ("a1", "c1"):
+            got = wait_until(lambda p=p: _ask_outside(sb, p, out6), 30, interval=0.5,
+                             what=f"{p} reaching the outside over IPv6")
+            assert got == f"outside {v6(recs[p])}"
+            assert _ask_outside(sb, p, out4) == f"outside {recs[p].ip}"
+        _firewall(api, {"type": "Deny", "to": {"cidrSelector": f"{out4}/32"}})
         try:
-            wait_until(lambda: _ask_outside(sb, "c1", outside) is None, 30, interval=0.5,
-                       what="c1's IPv6 held")
-            for _ in range(3):
-                assert _ask_outside(sb, "c1", outside) is None
-                assert _ask_outside(sb, "a1", outside) == f"outside {v6(recs['a1'])}"
+            wait_until(lambda: _ask_outside(sb, "c1", out4) is None and
+                       _ask_outside(sb, "c1", out6) is None, 30, interval=0.5,
+                       what="c1 denied over IPv4 by its rule and over IPv6 by the implicit deny")
+            for _ in range(2):
+                assert _ask_outside(sb, "c1", out4) is None
+                assert _ask_outside(sb, "c1", out6) is None
+                assert _ask_outside(sb, "a1", out4) == f"outside {recs['a1'].ip}"
+                assert _ask_outside(sb, "a1", out6) == f"outside {v6(recs['a1'])}"
+            _firewall(api, {"type": "Allow", "to": {"cidrSelector": f"{out6}/128"},
+                            "ports": [{"protocol": "TCP", "port": EGRESS_PORT}]},
+                      {"type": "Deny", "to": {"cidrSelector": "::/0"}})
+            got = wait_until(lambda: _ask_outside(sb, "c1", out6), 30, interval=0.5,
+                             what="c1 reaching the port its IPv6 rule allows")
+            assert got == f"outside {v6(recs['c1'])}"
+            assert _ask_outside(sb, "c1", out6, EGRESS_PORT + 1) is None
+            assert _ask_outside(sb, "a1", out6, EGRESS_PORT + 1) == f"outside {v6(recs['a1'])}"
         finally:
             r.delete(api, r.EGRESSFIREWALLS, "default", "dsc")
-        got = wait_until(lambda: _ask_outside(sb, "c1", outside), 30, interval=0.5,
-                         what="c1 reaching the outside once the firewall is gone")
+        got = wait_until(lambda: _ask_outside(sb, "c1", out6, EGRESS_PORT + 1), 30,
+                         interval=0.5, what="c1 out over IPv6 once the firewall is gone")
         assert got == f"outside {v6(recs['c1'])}"
+        assert _ask_outside(sb, "c1", out4) == f"outside {recs['c1'].ip}"
     finally:
-        server.kill()
-        server.wait()
-        for ip, _ in routes:
-            sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{ip}/128"], check=False)
+        for s in servers:
+            s.kill()
+            s.wait()
+        for ip, _, flag, plen in routes:
+            sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)

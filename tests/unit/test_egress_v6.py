@@ -19,7 +19,6 @@ def ns(name, **labels):
 
 
 def test_what_holds_a_namespace_or_a_subnet():
-    fw = {"metadata": {"name": "default", "namespace": "walled"}}
     eip = {"metadata": {"name": "out"}, "spec": {"namespaceSelector": {"matchLabels": {"t": "x"}},
                                                  "egressIPs": ["203.0.113.5"]}}
     svc = {"metadata": {"name": "web", "namespace": "snat"},
@@ -27,8 +26,7 @@ def test_what_holds_a_namespace_or_a_subnet():
     plain = {"metadata": {"name": "plain", "namespace": "free"}, "spec": {}}
     central = {"metadata": {"name": "gw"}, "spec": {"gatewayType": "centralized"},
                "status": {"cidrBlock": "10.40.0.0/24,fd00:40::/64"}}
-    h = egress_v6.held([fw], [eip], [ns("chosen", t="x"), ns("free")], [svc, plain], [central])
-    assert "EgressFirewall" in h.holds("walled", "default")
+    h = egress_v6.held([eip], [ns("chosen", t="x"), ns("free")], [svc, plain], [central])
     assert "EgressIP out" in h.holds("chosen", "default")
     assert "external IP" in h.holds("snat", "default")
     assert "gateway nodes" in h.holds("free", "gw")
@@ -79,7 +77,7 @@ def test_an_ipv4_join_network_writes_no_ipv6_egress():
     ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
     drain(ctl)
     assert all("ip6" not in m for _, m in _specs(ctl)) and not _v6_added(ctl)
-    assert "egressfirewalls" not in ctl.feature("egress").informers
+    assert "egressips" not in ctl.feature("egress").informers
 
 
 def test_a_subnet_status_write_leaves_the_hold_as_computed_a_centralized_subnet_does_not():
