@@ -18,7 +18,9 @@ tenant's request, checked here, and only the administrator's settings grant):
 * external IPs are denied unless the cluster names the ranges they may come
   from (``allowed``, pacific-controller's and pacific-node's
   ``--external-ip-cidrs``; empty: none, the CVE-2020-8554 advice), and an
-  external IP is an IPv4 address inside one of them, outside every cluster
+  external IP is an address inside one of them (IPv4, or IPv6 for a Service
+  with an IPv6 cluster IP; compared in its canonical spelling, so
+  ``FD00::A`` and ``fd00::a`` are one address), outside every cluster
   CIDR (pod Subnets, the join network, the service CIDR) and not an
   infrastructure address (a node's, OVN central's);
 * an external IP belongs to ONE namespace for every protocol and port: the
@@ -61,10 +63,24 @@ class Frontend:
     protocol: str         # tcp, udp, sctp
     ip: str | None        # the external IP; None for a node port (every node address)
     port: int             # the external port, or the node port
-    cluster_ip: str       # where a node sends it (the Service's OVN load balancer)
+    cluster_ip: str | None  # where a node sends it over IPv4 (the Service's OVN load
+                            # balancer); None for an IPv6-only Service
     service_port: int
     port_name: str        # the Service port's name (matches EndpointSlice ports)
     local: bool           # externalTrafficPolicy: Local
+    cluster_ip6: str | None = None   # ... and over IPv6 (a dual-stack or IPv6-only
+                                     # Service's node port at a node's IPv6, an IPv6 external IP)
+
+    @property
+    def versions(self) -> tuple[int, ...]:
+        """The IP versions a node serves it in: an external IP its own family's,
+        a node port each family the Service has a cluster IP of."""
+        if self.kind == EXTERNAL_IP:
+            return (6,) if ":" in (self.ip or "") else (4,)
+        return tuple(v for v, ip in ((4, self.cluster_ip), (6, self.cluster_ip6)) if ip)
+
+    def cluster_ip_of(self, version: int) -> str | None:
+        return self.cluster_ip if version == 4 else self.cluster_ip6
 
 
 def addresses_of(node: dict | None, types=("InternalIP", "ExternalIP")) -> set[str]:
@@ -104,27 +120,28 @@ def proxied(svc: dict) -> bool:
     return not any(k in labels for k in LABELS_NOT_PROXIED)
 
 
-def _cluster_ip(svc: dict) -> str | None:
+def _cluster_ips(svc: dict) -> dict[int, str]:
+    """The Service's cluster IP per IP version ({} for one not proxied, headless
+    or ExternalName: nothing to send it to)."""
     if not proxied(svc):
-        return None
-    ip = (svc.get("spec") or {}).get("clusterIP")
-    try:
-        return ip if ipaddress.ip_address(ip).version == 4 else None
-    except (TypeError, ValueError):
-        return None      # headless, ExternalName, IPv6: nothing to send it to
-
-
-def _exposes_over_ipv6_only(svc: dict) -> bool:
-    """A proxied Service whose cluster IPs are all IPv6 and that asks for node
-    ports or external IPs."""
+        return {}
     spec = svc.get("spec") or {}
-    ips = spec.get("clusterIPs") or [spec.get("clusterIP")]
+    out: dict[int, str] = {}
+    for ip in spec.get("clusterIPs") or [spec.get("clusterIP")]:
+        try:
+            out.setdefault(ipaddress.ip_address(ip).version, ip)
+        except (TypeError, ValueError):
+            continue
+    return out
+
+
+def canonical(ip) -> str | None:
+    """An address as ipaddress spells it ("fd00::a" for "FD00:0::A"); None if
+    it is none."""
     try:
-        six = all(ipaddress.ip_address(ip).version == 6 for ip in ips)
+        return str(ipaddress.ip_address(ip))
     except (TypeError, ValueError):
-        return False
-    return proxied(svc) and six and bool(spec.get("externalIPs") or spec.get("type") in (
-        "NodePort", "LoadBalancer"))
+        return None
 
 
 def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
@@ -132,12 +149,10 @@ def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
         addr = ipaddress.ip_address(ip)
     except (TypeError, ValueError):
         return f"externalIP {ip!r} is not an IP address"
-    if addr.version != 4:
-        return f"externalIP {ip} is IPv6, which Pacific does not program yet"
     for net in networks:
         if addr in net:
             return f"externalIP {ip} is inside the cluster network {net}"
-    if ip in node_ips:
+    if str(addr) in node_ips:
         return (f"externalIP {ip} is an infrastructure address (a node's, OVN central's or "
                 "otherwise reserved)")
     if not allowed:
@@ -151,17 +166,18 @@ def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
 
 def _candidates(svc: dict, networks, node_ips, allowed, port_range, problems: list[str]):
     spec = svc.get("spec") or {}
-    cip = _cluster_ip(svc)
-    if cip is None:
-        if _exposes_over_ipv6_only(svc):
-            problems.append("an IPv6-only Service's node ports and external IPs are not "
-                            "served yet: nodes serve them over IPv4 (a dual-stack Service's "
-                            "are)")
+    cips = _cluster_ips(svc)
+    if not cips:
         return
     local = spec.get("externalTrafficPolicy") == "Local"
     good_ips = []
     for ip in spec.get("externalIPs") or []:
         why = _external_ip_problem(ip, networks, node_ips, allowed)
+        ip = canonical(ip) or ip
+        version = 6 if ":" in str(ip) else 4
+        if not why and version not in cips:
+            why = (f"externalIP {ip} is IPv{version} and the Service has no IPv{version} "
+                   "cluster IP to send it to")
         if why:
             problems.append(why)
         else:
@@ -170,14 +186,16 @@ def _candidates(svc: dict, networks, node_ips, allowed, port_range, problems: li
         proto = p.get("protocol") or "TCP"
         if proto not in PROTOCOLS or not p.get("port"):
             continue         # the controller's balancer already reports the protocol
-        common = dict(service=_key(svc), protocol=PROTOCOLS[proto], cluster_ip=cip,
+        common = dict(service=_key(svc), protocol=PROTOCOLS[proto], cluster_ip=cips.get(4),
                       service_port=int(p["port"]), port_name=p.get("name") or "", local=local)
         for ip in good_ips:
-            yield Frontend(kind=EXTERNAL_IP, ip=ip, port=int(p["port"]), **common)
+            yield Frontend(kind=EXTERNAL_IP, ip=ip, port=int(p["port"]), cluster_ip6=cips.get(6),
+                           **common)
         np = p.get("nodePort")
         if np and spec.get("type") in ("NodePort", "LoadBalancer"):
             if port_range[0] <= int(np) <= port_range[1]:
-                yield Frontend(kind=NODE_PORT, ip=None, port=int(np), **common)
+                yield Frontend(kind=NODE_PORT, ip=None, port=int(np), cluster_ip6=cips.get(6),
+                               **common)
             else:
                 problems.append(f"nodePort {np} ({proto}) is outside the node port range "
                                 f"{port_range[0]}-{port_range[1]}")
@@ -201,7 +219,7 @@ def exposures(services: list[dict], cluster_cidrs=(), node_ips=(), allowed=None,
             continue
     allowed_nets = None if allowed is None else [ipaddress.ip_network(a, strict=False)
                                                  for a in allowed]
-    node_ips = set(node_ips)
+    node_ips = {canonical(a) or a for a in node_ips}
     granted: dict[tuple, Frontend] = {}
     owner: dict[str, str] = {}               # external IP -> the namespace it belongs to
     refused: dict[str, list[str]] = {}

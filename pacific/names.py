@@ -182,6 +182,7 @@ SANDBOX_EXTERNAL_REMOTE_CIDR6 = "2001:db8:100::1/64"  # ... and its IPv6 (sandbo
 # the external IPs the sandbox's administrator grants Services (a documentation
 # range routed to the nodes, and the top of the underlay below its router .254)
 SANDBOX_EXTERNAL_IP_CIDRS = "203.0.113.0/24,192.168.77.192/27"
+SANDBOX_EXTERNAL_IP_CIDR6 = "2001:db8:200::/64"     # ... and IPv6 ones, in a dual-stack sandbox
 SANDBOX_EGRESS_IP_CIDRS = "192.168.77.0/24"      # EgressIP addresses: the underlay
 POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (Geneve+OVN)
 OVN_NB_PORT = 6641

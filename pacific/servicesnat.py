@@ -45,9 +45,11 @@ def _key(svc: dict) -> str:
 
 
 def opted_in(svc: dict) -> bool:
+    """Its endpoints leave with its (first granted) IPv4 external IP: it has
+    one and does not opt out.  An IPv6 external IP is served, never a source."""
     ann = (svc.get("metadata") or {}).get("annotations") or {}
-    return bool((svc.get("spec") or {}).get("externalIPs")) and \
-        ann.get(names.ANN_EGRESS_SNAT, "true").lower() != "false"
+    return any(":" not in str(ip) for ip in (svc.get("spec") or {}).get("externalIPs") or []) \
+        and ann.get(names.ANN_EGRESS_SNAT, "true").lower() != "false"
 
 
 def slices_by_service(slices: list[dict]) -> dict[str, list[dict]]:
@@ -87,8 +89,8 @@ def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_
     grants, _ = exposure.exposures(wanted, cluster_cidrs, node_ips, allowed)
     first: dict[str, str] = {}
     for fe in grants:                         # sorted: the Service's first granted address
-        if fe.kind == exposure.EXTERNAL_IP:
-            order = [ip for ip in (_spec_ips(wanted, fe.service)) if ip]
+        if fe.kind == exposure.EXTERNAL_IP and fe.versions == (4,):
+            order = [exposure.canonical(ip) for ip in _spec_ips(wanted, fe.service)]
             cur = first.get(fe.service)
             if cur is None or order.index(fe.ip) < order.index(cur):
                 first[fe.service] = fe.ip

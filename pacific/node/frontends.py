@@ -1,7 +1,7 @@
 """A node's Service frontends: external IPs and node ports, as rules of the
 host firewall's ``services`` chain (nat, prerouting).
 
-    fe = ServiceFrontends(services, slices, all_nodes, subnets, pods, join_cidr,
+    fe = ServiceFrontends(services, slices, all_nodes, subnets, pods, join_cidrs,
                           service_cidr="10.96.0.0/12")
     fe.rules()      # [(comment, nft JSON expressions), ...] for HostFirewall
     fe = view(feature)  # the same over a node feature's informers (INFORMERS) and flags
@@ -53,53 +53,71 @@ def _port_match(proto: str, port: int) -> list[dict]:
             _match({"payload": {"protocol": "th", "field": "dport"}}, port)]
 
 
-def _dnat(backends: list[tuple[str, int]]) -> dict:
+def _dnat(backends: list[tuple[str, int]], family: str = "ip") -> dict:
     if len(backends) == 1:
-        return {"dnat": {"family": "ip", "addr": backends[0][0], "port": backends[0][1]}}
-    return {"dnat": {"family": "ip", "addr": {"map": {
+        return {"dnat": {"family": family, "addr": backends[0][0], "port": backends[0][1]}}
+    return {"dnat": {"family": family, "addr": {"map": {
         "key": {"numgen": {"mode": "random", "mod": len(backends), "offset": 0}},
         "data": {"set": [[i, {"concat": [ip, port]}] for i, (ip, port) in enumerate(backends)]}}}}}
 
 
-def rule_for(fe: exposure.Frontend, local_backends: list[tuple[str, int]]) -> tuple[str, list]:
-    where = (_match({"payload": {"protocol": "ip", "field": "daddr"}}, fe.ip)
+def rule_for(fe: exposure.Frontend, local_backends: list[tuple[str, int]],
+             version: int = 4) -> tuple[str, list]:
+    """The rule serving `fe` in one IP version (a node port: at the node's
+    addresses of that family, sent on to the Service's cluster IP of it)."""
+    family = "ip" if version == 4 else "ip6"
+    where = [_match({"payload": {"protocol": family, "field": "daddr"}}, fe.ip)
              if fe.kind == exposure.EXTERNAL_IP
-             else _match({"fib": {"result": "type", "flags": ["daddr"]}}, "local"))
-    expr = [where, *_port_match(fe.protocol, fe.port)]
+             else _match({"fib": {"result": "type", "flags": ["daddr"]}}, "local")]
+    if version == 6 and fe.kind == exposure.NODE_PORT:
+        where.insert(0, _match({"meta": {"key": "nfproto"}}, "ipv6"))
+    expr = [*where, *_port_match(fe.protocol, fe.port)]
     if not fe.local:
-        expr.append({"dnat": {"family": "ip", "addr": fe.cluster_ip, "port": fe.service_port}})
+        expr.append({"dnat": {"family": family, "addr": fe.cluster_ip_of(version),
+                              "port": fe.service_port}})
     elif local_backends:
-        expr.append(_dnat(local_backends))
+        expr.append(_dnat(local_backends, family))
     else:
         expr.append({"drop": None})        # Local with no endpoint on this node
     digest = hashlib.sha1(json.dumps(expr, sort_keys=True).encode()).hexdigest()[:10]
-    label = f"{fe.service} {fe.ip or 'node'}:{fe.protocol}/{fe.port}"
+    label = f"{fe.service} {fe.ip or 'node'}:{fe.protocol}/{fe.port}" + \
+        (" ipv6" if version == 6 else "")
     return f"{label[:COMMENT_MAX - 12]} #{digest}", expr
 
 
 def join_network(node: dict | None) -> str | None:
     """The join network, from the controller's record on a Node (None before it)."""
+    return next(iter(join_networks(node)), None)
+
+
+def join_networks(node: dict | None) -> list[str]:
+    """The join network of each family, IPv4 first, from the controller's
+    record on a Node ([] before it)."""
     try:
         rec = contract.NodeRecord.of(node) if node else None
     except contract.ContractError:
-        return None
-    return str(ipaddress.ip_interface(rec.ip_cidr).network) if rec else None
+        return []
+    return [str(ipaddress.ip_interface(c).network) for c, _ in rec.interfaces] if rec else []
 
 
 class ServiceFrontends:
-    def __init__(self, services, slices, all_nodes, subnets, pods, join_cidr,
+    def __init__(self, services, slices, all_nodes, subnets, pods, join_cidrs,
                  service_cidr: str | None, allowed: list[str] | None = None,
                  port_range: tuple[int, int] = exposure.NODE_PORT_RANGE, reserved=frozenset(),
-                 egressips=None):
+                 egressips=None, service_cidr6: str | None = None):
         self.egressips = egressips            # their addresses: no Service may take one
         self.reserved = frozenset(reserved)   # OVN central, --infrastructure-ips
         self.services, self.slices, self.all_nodes = services, slices, all_nodes
-        self.subnets, self.pods, self.join_cidr = subnets, pods, join_cidr
+        self.subnets, self.pods, self.join_cidrs = subnets, pods, join_cidrs  # () -> [CIDR]
         self.service_cidr, self.allowed, self.port_range = service_cidr, allowed, port_range
+        self.service_cidr6 = service_cidr6
 
     def cluster_cidrs(self) -> list[str]:
-        cidrs = [c for c in (contract.subnet_cidr_in_effect(s) for s in self.subnets.list()) if c]
-        return cidrs + [c for c in (self.join_cidr(), self.service_cidr) if c]
+        """The cluster's own networks of both families (as the controller's
+        service.cluster_cidrs): no external IP may be inside one."""
+        cidrs = [c for s in self.subnets.list() for c in contract.subnet_cidrs_in_effect(s)]
+        return cidrs + [c for c in (*self.join_cidrs(), self.service_cidr, self.service_cidr6)
+                        if c]
 
     def node_ips(self) -> set[str]:
         """Every infrastructure address: the nodes', OVN central's, the reserved ones."""
@@ -112,12 +130,14 @@ class ServiceFrontends:
         return self.node_ips() | egressip.claimed(eips)
 
     def local_pod_ips(self) -> dict[str, str]:
-        """address -> namespace of this node's pods (the controller's records)."""
+        """address (of either family) -> namespace of this node's pods (the
+        controller's records)."""
         out = {}
         for pod in self.pods.list():
             rec = contract.own_record(pod)
             if rec is not None:
-                out[rec.ip] = (pod.get("metadata") or {}).get("namespace")
+                for ip in rec.ips or (rec.ip,):
+                    out[ip] = (pod.get("metadata") or {}).get("namespace")
         return out
 
     def granted(self) -> list[exposure.Frontend]:
@@ -141,21 +161,27 @@ class ServiceFrontends:
         local_ips = self.local_pod_ips() if any(fe.local for fe in grants) else {}
         out = []
         for fe in grants:
-            backends = []
-            if fe.local:
-                ns, name = fe.service.split("/", 1)
-                slices = [s for s in self.slices.list()
-                          if (s.get("metadata") or {}).get("namespace") == ns
-                          and ((s.get("metadata") or {}).get("labels") or {}).get(
-                              exposure.SERVICE_NAME_LABEL) == name]
-                proto = {v: k for k, v in exposure.PROTOCOLS.items()}[fe.protocol]
-                # only the Service's own namespace's pods (exposure.confine)
-                slices, _ = exposure.confine(slices, ns, local_ips.get)
-                for b in exposure.ready_backends(slices, fe.port_name, proto):
-                    ip, _, port = b.rpartition(":")
-                    if ip in local_ips:
-                        backends.append((ip, int(port)))
-            out.append(rule_for(fe, backends))
+            for version in fe.versions:
+                out.append(rule_for(fe, self._local_backends(fe, version, local_ips)
+                                    if fe.local else [], version))
+        return out
+
+    def _local_backends(self, fe: exposure.Frontend, version: int,
+                        local_ips: dict[str, str]) -> list[tuple[str, int]]:
+        """(address, port) of the Service's ready endpoints of `version` on this node."""
+        ns, name = fe.service.split("/", 1)
+        slices = [s for s in self.slices.list()
+                  if (s.get("metadata") or {}).get("namespace") == ns
+                  and ((s.get("metadata") or {}).get("labels") or {}).get(
+                      exposure.SERVICE_NAME_LABEL) == name]
+        proto = {v: k for k, v in exposure.PROTOCOLS.items()}[fe.protocol]
+        # only the Service's own namespace's pods (exposure.confine)
+        slices, _ = exposure.confine(slices, ns, local_ips.get)
+        out = []
+        for b in exposure.ready_backends(slices, fe.port_name, proto, version):
+            ip, port = exposure.split_host_port(b)
+            if ip in local_ips:
+                out.append((ip, int(port)))
         return out
 
 
@@ -167,8 +193,8 @@ def view(feature) -> ServiceFrontends:
     return ServiceFrontends(
         feature.informer("services"), feature.informer("endpointslices"),
         feature.informer("nodes"), feature.informer("subnets"), feature.informer("pods"),
-        join_cidr=lambda: join_network(node.get(ctx.node_name)),
-        service_cidr=service_cidr(a, 4),
+        join_cidrs=lambda: join_networks(node.get(ctx.node_name)),
+        service_cidr=service_cidr(a, 4), service_cidr6=service_cidr(a, 6),
         allowed=exposure.parse_cidrs(a.external_ip_cidrs),
         port_range=exposure.parse_port_range(a.node_port_range),
         reserved=remotes.addresses(a.ovn_remote) | set(exposure.parse_ips(a.infrastructure_ips)),

@@ -95,9 +95,13 @@ def serve_dns(sandbox, hosts: str):
 
 def exposure_args(sandbox) -> list[str]:
     """What the sandbox's administrator grants Services as external IPs, and
-    its infrastructure addresses (OVN central, the underlay's router)."""
-    return ["--external-ip-cidrs", names.SANDBOX_EXTERNAL_IP_CIDRS,
-            "--infrastructure-ips", f"{sandbox.central_ip},{sandbox.external_ip}"]
+    its infrastructure addresses (OVN central, the underlay's router); a
+    dual-stack sandbox's of both families."""
+    cidrs, infra = [names.SANDBOX_EXTERNAL_IP_CIDRS], [sandbox.central_ip, sandbox.external_ip]
+    if getattr(sandbox, "dual_stack", False):
+        cidrs.append(names.SANDBOX_EXTERNAL_IP_CIDR6)
+        infra += [sandbox.central_ip6, sandbox.external_ip6]
+    return ["--external-ip-cidrs", ",".join(cidrs), "--infrastructure-ips", ",".join(infra)]
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:

@@ -520,3 +520,88 @@ def test_ipv6_leaves_through_the_pods_node_and_an_egress_firewall_decides_both_f
             s.wait()
         for ip, _, flag, plen in routes:
             sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)
+
+
+NODE_PORT_SERVER = 7173
+
+
+def test_a_node_port_is_reached_over_ipv6_at_every_node(env):
+    """A dual-stack NodePort Service: the external host reaches the node port at
+    each node's IPv6 address (the node DNATs it to the Service's IPv6 cluster
+    IP; externalTrafficPolicy Cluster, so the endpoint, a2 on node2, sees the
+    node's ovn0 IPv6) and at its IPv4 address as before."""
+    sb, api, recs = env
+    sandboxpods.detach_pod(sb, "dsa", "a2", [sys.executable, NETCHECK, "serve",
+                                             str(NODE_PORT_SERVER), "a2"])
+    r.create(api, r.SERVICES, {"apiVersion": "v1", "kind": "Service",
+                               "metadata": {"name": "np6", "namespace": "dsa"},
+                               "spec": {"type": "NodePort", "ipFamilyPolicy": "RequireDualStack",
+                                        "ipFamilies": ["IPv4", "IPv6"],
+                                        "selector": {"role": "server"},
+                                        "ports": [{"name": "echo", "port": 80, "protocol": "TCP",
+                                                   "targetPort": NODE_PORT_SERVER}]}}, "dsa")
+    try:
+        port = r.get(api, r.SERVICES, "np6", "dsa")["spec"]["ports"][0]["nodePort"]
+
+        def ask(ip):
+            cp = sb.exec(sb.external_netns, [sys.executable, NETCHECK, "ask", "tcp", ip,
+                                             str(port), "3"], check=False)
+            return cp.stdout.strip() if cp.returncode == 0 else None
+        for node in sb.nodes:
+            rec = contract.NodeRecord.of(r.get(api, r.NODES, node.name))
+            got = wait_until(lambda: ask(node.underlay_ip6), 60, interval=0.5,
+                             what=f"node port {port} at {node.name}'s IPv6")
+            assert got == f"a2 {rec.ip6}"
+            assert wait_until(lambda: ask(node.underlay_ip), 30, interval=0.5,
+                              what=f"node port {port} at {node.name}'s IPv4") == \
+                f"a2 {rec.service_source or rec.ip}"
+    finally:
+        r.delete(api, r.SERVICES, "np6", "dsa")
+
+
+EXTERNAL_SERVER, EXTERNAL_IP6 = 7174, "2001:db8:200::10"
+
+
+def test_an_ipv6_external_ip_reaches_the_endpoints_and_no_other_spelling_takes_it(env):
+    """A dual-stack Service of namespace dsa with an IPv6 external IP (inside
+    the administrator's IPv6 range, routed by the external host to node1)
+    reaches its endpoint, a2, through node1's IPv6 DNAT.  The attack: a tenant
+    with `edit` in dsb claims the same address spelled another way
+    (2001:DB8:200:0::10): refused as another namespace's, never naming it, and
+    the address keeps answering with dsa's pod."""
+    sb, api, recs = env
+    sandboxpods.detach_pod(sb, "dsa", "a2", [sys.executable, NETCHECK, "serve",
+                                             str(EXTERNAL_SERVER), "a2"])
+    node1 = sb.node("node1")
+    source = contract.NodeRecord.of(r.get(api, r.NODES, "node1")).ip6
+
+    def service(ns, name, ip):
+        return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
+                "spec": {"ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"],
+                         "selector": {"role": "server"}, "externalIPs": [ip],
+                         "ports": [{"name": "echo", "port": 80, "protocol": "TCP",
+                                    "targetPort": EXTERNAL_SERVER}]}}
+
+    def ask():
+        cp = sb.exec(sb.external_netns, [sys.executable, NETCHECK, "ask", "tcp", EXTERNAL_IP6,
+                                         "80", "3"], check=False)
+        return cp.stdout.strip() if cp.returncode == 0 else None
+    sb.exec(sb.external_netns, ["ip", "-6", "route", "replace", f"{EXTERNAL_IP6}/128", "via",
+                                node1.underlay_ip6])
+    r.create(api, r.SERVICES, service("dsa", "ext6", EXTERNAL_IP6), "dsa")
+    atk = af.tenant(sb, api, "dsb")
+    try:
+        assert wait_until(ask, 60, interval=0.5, what="the IPv6 external IP answering") == \
+            f"a2 {source}"
+        r.create(atk, r.SERVICES, service("dsb", "steal-ext6", "2001:DB8:200:0::10"), "dsb")
+        text = wait_until(lambda: " | ".join(e.get("message") or "" for e in af.events_of(
+            api, "dsb", "steal-ext6")), 60, what="the tenant's claim refused")
+        assert "externalIP 2001:db8:200::10 belongs to another namespace" in text, text
+        assert "dsa" not in text and "ext6 " not in text
+        for _ in range(3):
+            assert ask() == f"a2 {source}"
+    finally:
+        r.delete(api, r.SERVICES, "ext6", "dsa")
+        r.delete(api, r.SERVICES, "steal-ext6", "dsb")
+        sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{EXTERNAL_IP6}/128"],
+                check=False)

@@ -102,7 +102,7 @@ def test_endpoints_are_confined_to_the_service_s_namespace():
     ("10.100.0.1", "inside the cluster network 10.96.0.0/12"),
     ("192.168.77.11", "an infrastructure address"),
     ("not-an-ip", "is not an IP address"),
-    ("2001:db8::1", "is IPv6"),
+    ("2001:db8::1", "outside the ranges external IPs may come from (0.0.0.0/0)"),
 ])
 def test_refused_external_ips_name_the_reason(ip, why):
     grants, refused = ex.exposures([svc("a", "1", external_ips=[ip])], CLUSTER,
@@ -130,17 +130,85 @@ def test_headless_services_expose_nothing():
     assert ex.exposures([s], CLUSTER) == ([], {})
 
 
-def test_an_ipv6_only_service_s_node_port_is_refused_with_a_reason_a_dual_stack_one_served():
+def test_a_node_port_is_served_in_each_family_the_service_has_a_cluster_ip_of():
     six = svc("six", "1", type_="NodePort", cluster_ip="fd00:96::a")
-    grants, refused = ex.exposures([six], CLUSTER)
-    assert grants == [] and "IPv6-only Service's node ports and external IPs are not served" \
-        in refused["ns/six"][0]
-    dual = svc("dual", "2", type_="NodePort")
-    dual["spec"]["clusterIPs"] = ["10.96.0.10", "fd00:96::a"]
-    grants, refused = ex.exposures([dual], CLUSTER)
-    assert [(g.kind, g.cluster_ip) for g in grants] == [(ex.NODE_PORT, "10.96.0.10")]
+    dual = svc("dual", "2", type_="NodePort", ports=[
+        {"name": "http", "port": 80, "protocol": "TCP", "nodePort": 30081}])
+    dual["spec"]["clusterIPs"] = ["10.96.0.10", "fd00:96::b"]
+    grants, refused = ex.exposures([six, dual], CLUSTER)
     assert not refused
+    assert [(g.service, g.cluster_ip, g.cluster_ip6, g.versions) for g in grants] == [
+        ("ns/dual", "10.96.0.10", "fd00:96::b", (4, 6)), ("ns/six", None, "fd00:96::a", (6,))]
+    rules = frontends([six, dual]).rules()
+    assert [c.split(" #")[0] for c, _ in rules] == [
+        "ns/dual node:tcp/30081", "ns/dual node:tcp/30081 ipv6", "ns/six node:tcp/30080 ipv6"]
+    _, six_expr = rules[2]
+    assert six_expr[0] == {"match": {"op": "==", "left": {"meta": {"key": "nfproto"}},
+                                     "right": "ipv6"}}
+    assert six_expr[-1] == {"dnat": {"family": "ip6", "addr": "fd00:96::a", "port": 80}}
+    assert rules[0][1][-1] == {"dnat": {"family": "ip", "addr": "10.96.0.10", "port": 80}}
     assert ex.exposures([svc("c", "3", cluster_ip="fd00:96::b")], CLUSTER) == ([], {})
+
+
+def test_an_ipv6_only_services_ipv4_external_ip_is_refused_naming_why():
+    six = svc("six", "1", cluster_ip="fd00:96::a", external_ips=["203.0.113.10"])
+    grants, refused = ex.exposures([six], CLUSTER, allowed=ANYWHERE)
+    assert grants == []
+    assert refused["ns/six"] == ["externalIP 203.0.113.10 is IPv4 and the Service has no IPv4 "
+                                 "cluster IP to send it to"]
+
+
+def test_an_ipv6_external_ip_is_served_in_its_canonical_spelling_and_checked_as_ipv4s_are():
+    both = ["0.0.0.0/0", "::/0"]
+    dual = svc("dual", "1", external_ips=["2001:DB8:0::10", "203.0.113.10"])
+    dual["spec"]["clusterIPs"] = ["10.96.0.10", "fd00:96::a"]
+    grants, refused = ex.exposures([dual], CLUSTER + ["fd00:16::/64"], allowed=both)
+    assert not refused
+    assert [(g.ip, g.versions) for g in grants] == [("2001:db8::10", (6,)),
+                                                     ("203.0.113.10", (4,))]
+    (_, six), (_, four) = [rule_for(g, [], g.versions[0]) for g in grants]
+    assert six[0] == {"match": {"op": "==", "left": {"payload": {"protocol": "ip6",
+                                                                 "field": "daddr"}},
+                                "right": "2001:db8::10"}}
+    assert six[-1] == {"dnat": {"family": "ip6", "addr": "fd00:96::a", "port": 80}}
+    assert four[-1] == {"dnat": {"family": "ip", "addr": "10.96.0.10", "port": 80}}
+    # another spelling of a taken or a node's address is the same address
+    other = svc("other", "2", ns="ns2", external_ips=["2001:db8::0:10", "FD00:77::5",
+                                                       "fd00:16::9"])
+    other["spec"]["clusterIPs"] = ["10.96.0.11", "fd00:96::b"]
+    grants, refused = ex.exposures([dual, other], CLUSTER + ["fd00:16::/64"],
+                                   node_ips={"fd00:77::5"}, allowed=both)
+    assert {g.service for g in grants} == {"ns/dual"}
+    assert refused["ns2/other"] == [
+        "externalIP FD00:77::5 is an infrastructure address (a node's, OVN central's or "
+        "otherwise reserved)",
+        "externalIP fd00:16::9 is inside the cluster network fd00:16::/64",
+        "externalIP 2001:db8::10 belongs to another namespace"]
+    # an IPv4-only Service: its IPv6 external IP has nowhere to go
+    grants, refused = ex.exposures([svc("four", "3", external_ips=["2001:db8::11"])], CLUSTER,
+                                   allowed=both)
+    assert grants == [] and "is IPv6 and the Service has no IPv6 cluster IP" in \
+        refused["ns/four"][0]
+
+
+def test_local_policy_over_ipv6_is_sent_to_this_node_s_ipv6_endpoints():
+    from pacific import contract
+    rec = contract.PodRecord(uid="u1", port="pod:ns/p1", ip="10.16.0.5", mac="0a:58:0a:10:00:05",
+                             cidr="10.16.0.0/16", gateway="10.16.0.1", subnet="s",
+                             ips=("10.16.0.5", "fd00:16::5"), cidrs=("10.16.0.0/16", "fd00:16::/64"),
+                             gateways=("10.16.0.1", "fd00:16::1"))
+    pods = [{"metadata": {"name": "p1", "namespace": "ns", "uid": "u1",
+                          "annotations": rec.annotations()}}]
+    port = [{"name": "http", "port": 8080, "protocol": "TCP"}]
+    slices = [{"metadata": {"namespace": "ns", "labels": {ex.SERVICE_NAME_LABEL: "a"}},
+               "addressType": family, "ports": port,
+               "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}]}
+              for family, ip in (("IPv4", "10.16.0.5"), ("IPv6", "fd00:16::5"))]
+    s = svc("a", "1", type_="NodePort", local=True)
+    s["spec"]["clusterIPs"] = ["10.96.0.10", "fd00:96::a"]
+    (_, four), (_, six) = frontends([s], slices, pods).rules()
+    assert four[-1] == {"dnat": {"family": "ip", "addr": "10.16.0.5", "port": 8080}}
+    assert six[-1] == {"dnat": {"family": "ip6", "addr": "fd00:16::5", "port": 8080}}
 
 
 def test_backends_and_vips_spell_ipv6_in_brackets():
@@ -179,7 +247,7 @@ class Cache:
 
 def frontends(services, slices=(), pods=()):
     return ServiceFrontends(Cache(services), Cache(slices), Cache([]), Cache([]), Cache(pods),
-                            join_cidr=lambda: "100.64.0.0/16", service_cidr="10.96.0.0/12",
+                            join_cidrs=lambda: ["100.64.0.0/16"], service_cidr="10.96.0.0/12",
                             allowed=ANYWHERE)
 
 

@@ -59,6 +59,19 @@ def test_the_first_external_ip_is_the_first_granted_one():
     assert grants["ns/web"].ip == "192.168.77.202"
 
 
+def test_an_ipv6_external_ip_is_never_a_source():
+    both = ["0.0.0.0/0", "::/0"]
+    six, dual = svc("six", "1", ["2001:db8::10"]), svc("dual", "2", ["2001:db8::11",
+                                                                      "192.168.77.203"])
+    for s in (six, dual):
+        s["spec"]["clusterIPs"] = ["10.96.0.10", "fd00:96::a"]
+    assert not servicesnat.opted_in(six) and servicesnat.opted_in(dual)
+    grants, _ = servicesnat.egress_ips([six, dual], [eps("six", "10.16.0.5"),
+                                                     eps("dual", "10.16.0.6")],
+                                       CLUSTER, allowed=both)
+    assert list(grants) == ["ns/dual"] and grants["ns/dual"].ip == "192.168.77.203"
+
+
 def test_the_snat_rule_names_the_service_and_changes_with_its_endpoints():
     a = snat_rule(servicesnat.SnatGrant("ns/web", "192.168.77.200", ("10.16.0.5",)))
     b = snat_rule(servicesnat.SnatGrant("ns/web", "192.168.77.200", ("10.16.0.5", "10.16.0.6")))
