@@ -25,6 +25,14 @@ and runs a querier (SWITCH_CONFIG): a group reaches only ports that joined it
 OVN always floods on the switch, which the gate still confines to enabled
 pods.  The cluster router relays groups between Subnets (`mcast_relay`), so a
 sender needs an IP TTL of 2 or more for receivers on another Subnet.
+
+IPv6 (a cluster with IPv6 Subnets): the gate has IPv6 twins (GATE_ACLS6,
+rule names with names.RULE_SUFFIX_IP6), so a namespace that has not enabled
+multicast sends and receives no IPv6 multicast either; OVN exempts neighbour
+discovery and MLD from every ACL, so they are not cut.  An enabled pod's
+IPv6 multicast from its own addresses or its link-local one (the source of
+link-local groups) reaches enabled pods that joined the group (MLD snooping
+on the same switches); the relay between Subnets is IPv4's only.
 """
 from __future__ import annotations
 
@@ -85,6 +93,22 @@ GATE_ACLS = (
      "mcast-igmp-in"),
 )
 
+# the same drops for IPv6 (a cluster with IPv6 Subnets)
+GATE_ACLS6 = (
+    (_OFF, "from-lport", names.PRIO_ACL_MCAST_GATE, f"inport == @{_OFF} && ip6.mcast", "drop",
+     "mcast-off-sends" + names.RULE_SUFFIX_IP6),
+    (_OFF, "to-lport", names.PRIO_ACL_MCAST_GATE, f"outport == @{_OFF} && ip6.mcast", "drop",
+     "mcast-off-receives" + names.RULE_SUFFIX_IP6),
+    (_ON, "to-lport", names.PRIO_ACL_MCAST_GATE,
+     f"outport == @{_ON} && ip6.mcast && ip6.src != ${_ON}_ip6 && ip6.src != fe80::/10", "drop",
+     "mcast-foreign-source" + names.RULE_SUFFIX_IP6),
+)
+
+
+def gate(ipv6: bool) -> tuple:
+    """The gate's ACLs: IPv4's, and IPv6's in a cluster with IPv6 Subnets."""
+    return GATE_ACLS + (GATE_ACLS6 if ipv6 else ())
+
 
 def why_dropped(rule: str) -> str:
     """What a gate ACL's rule name means, for `pacific trace`."""
@@ -95,4 +119,4 @@ def why_dropped(rule: str) -> str:
                               f"({names.ANN_MULTICAST})",
         "mcast-foreign-source": "multicast reaches enabled pods only from pods of enabled "
                                 "namespaces",
-    }.get(rule, rule)
+    }.get(rule.removesuffix(names.RULE_SUFFIX_IP6), rule)

@@ -31,17 +31,18 @@ def multicast_ids() -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME}
 
 
-def gate_acls(group: str) -> list[acl.AclSpec]:
+def gate_acls(group: str, ipv6: bool = False) -> list[acl.AclSpec]:
     # from-lport: in the stage of the policies' egress ACLs (AclSpec.after_lb),
     # which the gate's IGMP allow is above
     return [acl.AclSpec(direction, prio, match, action, name=rule,
                         external_ids={**multicast_ids(), names.EXT_RULE: rule})
-            for g, direction, prio, match, action, rule in multicast.GATE_ACLS if g == group]
+            for g, direction, prio, match, action, rule in multicast.gate(ipv6) if g == group]
 
 
-def group_builders(group: str) -> list:
-    """One of the two groups with its ACLs (idempotent)."""
-    specs = gate_acls(group)
+def group_builders(group: str, ipv6: bool = False) -> list:
+    """One of the two groups with its ACLs (idempotent); `ipv6`: with the
+    gate's IPv6 twins (a cluster with IPv6 Subnets)."""
+    specs = gate_acls(group, ipv6)
     return [lambda api: ensure.EnsurePortGroup(api, group, multicast_ids()),
             lambda api: acl.EnsurePortGroupACLs(api, group, specs)]
 
@@ -54,6 +55,7 @@ class MulticastFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self._warnings = OnceEvents(ctl, "InvalidMulticast", LOG)
+        self.ipv6 = ctl.cfg.ipv6_subnets          # the gate's IPv6 twins (alpha)
 
     def handlers(self):
         return {"namespaces": self._on_namespace}
@@ -78,7 +80,7 @@ class MulticastFeature(Feature):
         if not self.ctl.cfg.multicast:
             return []
         group = multicast.group_of(self.enabled(model.meta(pod)["namespace"]))
-        return [*group_builders(group),
+        return [*group_builders(group, self.ipv6),
                 lambda api: ensure.PortGroupAddPorts(api, group, [lsp])]
 
     # -- reconcile --------------------------------------------------------------------
@@ -103,7 +105,7 @@ class MulticastFeature(Feature):
                 changes.append(lambda api, p=lsp: ensure.PortGroupAddPorts(api, want, [p]))
         if not changes:
             return
-        self.ctl.writer.run([*group_builders(want), *changes],
+        self.ctl.writer.run([*group_builders(want, self.ipv6), *changes],
                             what=f"multicast of namespace {key}")
         LOG.info("namespace %s: multicast %s for %d pod ports", key, "on" if on else "off",
                  sum(want not in held for held in holding.values()))
@@ -117,8 +119,9 @@ class MulticastFeature(Feature):
                                     what="multicast off: its port groups")
                 LOG.info("multicast off (--no-multicast): removed %s", ", ".join(sorted(there)))
             return
-        if all(g in there and acl.acls_are(self.ctl.nb, g, gate_acls(g)) for g in GROUPS):
+        if all(g in there and acl.acls_are(self.ctl.nb, g, gate_acls(g, self.ipv6))
+               for g in GROUPS):
             return
-        self.ctl.writer.run([b for g in GROUPS for b in group_builders(g)],
+        self.ctl.writer.run([b for g in GROUPS for b in group_builders(g, self.ipv6)],
                             what="multicast gate")
         LOG.info("multicast: port groups %s with their gate", ", ".join(GROUPS))

@@ -300,8 +300,9 @@ def _advertise(sb, sender: str) -> None:
 def test_a_pod_cannot_become_another_pods_router(env):
     sb, _, _ = env
     rogue = link_local(sb, "c1")
-    # the path carries c1's multicast to the global pod g1 of its switch...
-    assert _heard(sb, "c1", "g1", 128)
+    # the path carries c1's neighbour discovery to the global pod g1 of its
+    # switch (a router advertisement: exempt from every ACL)...
+    assert _heard(sb, "c1", "g1", 134)
     # ...but no redirect, to anyone
     assert not _heard(sb, "c1", "g1", 137)
     # a router advertisement crosses (OVN exempts neighbour discovery from
@@ -605,3 +606,31 @@ def test_an_ipv6_external_ip_reaches_the_endpoints_and_no_other_spelling_takes_i
         r.delete(api, r.SERVICES, "steal-ext6", "dsb")
         sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{EXTERNAL_IP6}/128"],
                 check=False)
+
+
+def _multicast(api, ns: str, on: bool) -> None:
+    r.patch_merge(api, r.NAMESPACES, ns, {"metadata": {"annotations": {
+        names.ANN_MULTICAST: "true" if on else None}}})
+
+
+def test_the_multicast_gate_holds_for_ipv6(env):
+    """Namespaces dsc and dsg (one switch) have not enabled multicast: c1's
+    IPv6 multicast (an echo request to ff02::1) does not reach g1, though the
+    same switch carries c1's neighbour discovery to it (the control).  Once
+    the administrator enables multicast on both namespaces it does; enabled
+    on dsg only, it no longer does."""
+    sb, api, _ = env
+    assert _heard(sb, "c1", "g1", 134)
+    assert not _heard(sb, "c1", "g1", 128)
+    try:
+        for ns in ("dsc", "dsg"):
+            _multicast(api, ns, True)
+        wait_until(lambda: _heard(sb, "c1", "g1", 128), 30, interval=0.5,
+                   what="IPv6 multicast between enabled namespaces")
+        _multicast(api, "dsc", False)
+        wait_until(lambda: not _heard(sb, "c1", "g1", 128), 30, interval=0.5,
+                   what="the sender's namespace off again")
+        assert not _heard(sb, "c1", "g1", 128)
+    finally:
+        for ns in ("dsc", "dsg"):
+            _multicast(api, ns, False)

@@ -153,3 +153,22 @@ def test_off_means_no_groups_no_snooping_no_relay():
     snoop = [c for _, cs in on.writer.writes for c in cs if isinstance(c, ensure.EnsureSwitch)
              and c.name == names.DEFAULT_SUBNET]
     assert snoop and snoop[-1].columns["other_config"]["mcast_snoop"] == "true"
+
+
+def test_a_cluster_with_ipv6_gates_ipv6_multicast_too():
+    ipv4 = gate_acls(names.PG_MCAST_OFF)
+    both = gate_acls(names.PG_MCAST_OFF, ipv6=True)
+    assert both[:len(ipv4)] == ipv4 and all("ip6" not in a.match for a in ipv4)
+    assert {a.match for a in both[len(ipv4):]} == {
+        f"inport == @{names.PG_MCAST_OFF} && ip6.mcast",
+        f"outport == @{names.PG_MCAST_OFF} && ip6.mcast"}
+    foreign, = [a for a in gate_acls(names.PG_MCAST, ipv6=True) if "ip6" in a.match]
+    assert foreign.match == (f"outport == @{names.PG_MCAST} && ip6.mcast && "
+                             f"ip6.src != ${names.PG_MCAST}_ip6 && ip6.src != fe80::/10")
+    assert foreign.name == "mcast-foreign-source" + names.RULE_SUFFIX_IP6
+    assert multicast.why_dropped(foreign.name) == multicast.why_dropped("mcast-foreign-source")
+    # the controller of a cluster with IPv6 Subnets writes them
+    ctl = make_controller(ipv6_subnets=True, default_cidr="10.16.0.0/16,fd00:16::/64")
+    drain(ctl)
+    gates = {c.group: c.specs for c in ctl.writer.commands(acl.EnsureACLs) if c.group in GROUPS}
+    assert gates[names.PG_MCAST_OFF] == both
