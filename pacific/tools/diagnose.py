@@ -13,7 +13,8 @@ Checks, each a function returning Findings:
   controller  the leader's Lease is held and renewed
   nodes       every node daemon's health report (Lease pacific-node-<node>,
               pacific.node.health) is fresh, ready, and sees its tunnels up
-  subnets     Subnets 90 % full or more, Subnets not Ready
+  subnets     Subnets 90 % full or more (a dual-stack one in either family: a
+              pod needs an address of each), Subnets not Ready
   multicast   the groups joined on each Subnet and their member ports (IGMP
               snooping's table in SB); a Subnet whose switch does not snoop
               while the multicast gate exists
@@ -142,17 +143,26 @@ def check_nodes(kube, nodes: list[str]) -> list[Finding]:
 
 
 def check_subnets(kube) -> list[Finding]:
+    return subnet_findings(r.list_(kube, r.SUBNETS)[0])
+
+
+def subnet_findings(subnets: list[dict]) -> list[Finding]:
     out = []
-    for s in r.list_(kube, r.SUBNETS)[0]:
+    for s in subnets:
         name, st = s["metadata"]["name"], s.get("status") or {}
         ready = [c for c in st.get("conditions") or [] if c.get("type") == "Ready"]
         if ready and ready[0].get("status") != "True":
             out.append(Finding("fail", "subnets", f"Subnet {name} is not Ready: "
                                f"{ready[0].get('message')}"))
-        used, avail = st.get("usedIPs") or 0, st.get("availableIPs") or 0
-        if used + avail and used / (used + avail) >= FULL:
-            out.append(Finding("warn", "subnets", f"Subnet {name} is {used / (used + avail):.0%} "
-                               f"full ({avail} addresses left)"))
+        used = st.get("usedIPs") or 0
+        # a dual-stack or IPv6 Subnet counts each family (v4/v6availableIPs)
+        per_family = [(f" in IPv{v}", st[f"v{v}availableIPs"]) for v in (4, 6)
+                      if isinstance(st.get(f"v{v}availableIPs"), (int, float))]
+        for family, avail in per_family or [("", st.get("availableIPs") or 0)]:
+            if used + avail and used / (used + avail) >= FULL:
+                out.append(Finding("warn", "subnets", f"Subnet {name} is "
+                                   f"{used / (used + avail):.0%} full{family} ({int(avail)} "
+                                   "addresses left)"))
     return out or [Finding("ok", "subnets", "every Subnet Ready, none 90 % full")]
 
 
