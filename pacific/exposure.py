@@ -144,11 +144,28 @@ def canonical(ip) -> str | None:
         return None
 
 
+def _special(addr) -> str | None:
+    """What kind of address no external IP may be, whatever range the
+    administrator grants: a node would catch traffic for it that is not the
+    Service's (a link-local 169.254.169.254 is every pod's cloud metadata,
+    fe80:: a node's own link)."""
+    for kind, test in (("loopback", addr.is_loopback), ("link-local", addr.is_link_local),
+                       ("multicast", addr.is_multicast), ("unspecified", addr.is_unspecified),
+                       ("reserved", addr.is_reserved)):
+        if test:
+            return kind
+    return None
+
+
 def _external_ip_problem(ip, networks, node_ips, allowed) -> str | None:
     try:
         addr = ipaddress.ip_address(ip)
     except (TypeError, ValueError):
         return f"externalIP {ip!r} is not an IP address"
+    special = _special(addr)
+    if special:
+        article = "an" if special[0] in "aeiou" else "a"
+        return f"externalIP {ip} is {article} {special} address, which no Service may take"
     for net in networks:
         if addr in net:
             return f"externalIP {ip} is inside the cluster network {net}"

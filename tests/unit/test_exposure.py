@@ -103,6 +103,12 @@ def test_endpoints_are_confined_to_the_service_s_namespace():
     ("192.168.77.11", "an infrastructure address"),
     ("not-an-ip", "is not an IP address"),
     ("2001:db8::1", "outside the ranges external IPs may come from (0.0.0.0/0)"),
+    # never, whatever the grant: the node would catch traffic that is not the Service's
+    ("169.254.169.254", "is a link-local address, which no Service may take"),
+    ("127.0.0.1", "is a loopback address"),
+    ("224.0.0.251", "is a multicast address"),
+    ("0.0.0.0", "is an unspecified address"),
+    ("240.0.0.1", "is a reserved address"),
 ])
 def test_refused_external_ips_name_the_reason(ip, why):
     grants, refused = ex.exposures([svc("a", "1", external_ips=[ip])], CLUSTER,
@@ -184,6 +190,12 @@ def test_an_ipv6_external_ip_is_served_in_its_canonical_spelling_and_checked_as_
         "otherwise reserved)",
         "externalIP fd00:16::9 is inside the cluster network fd00:16::/64",
         "externalIP 2001:db8::10 belongs to another namespace"]
+    for special, kind in (("fe80::1", "link-local"), ("::1", "loopback"), ("ff05::2", "multicast"),
+                          ("::", "unspecified")):
+        grants, refused = ex.exposures([svc("odd", "4", external_ips=[special])], CLUSTER,
+                                       allowed=both)
+        assert grants == [] and f" {kind} address, which no Service may take" in \
+            refused["ns/odd"][0]
     # an IPv4-only Service: its IPv6 external IP has nowhere to go
     grants, refused = ex.exposures([svc("four", "3", external_ips=["2001:db8::11"])], CLUSTER,
                                    allowed=both)
