@@ -86,9 +86,18 @@ class PodRecord:
     def ip_cidr(self) -> str:
         return f"{self.ip}/{ipaddress.ip_network(self.cidr).prefixlen}"
 
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """Every family's address, IPv4 first (one record of one family: its ip)."""
+        return self.ips or (self.ip,)
+
+    def address(self, version: int) -> str | None:
+        """The address of IP `version`, None without one."""
+        return next((a for a in self.addresses if (":" in a) == (version == 6)), None)
+
     def families(self) -> list[tuple[str, str, str | None]]:
         """(address/prefix, cidr, gateway) of each family, IPv4 first."""
-        ips, cidrs, gws = self.ips or (self.ip,), self.cidrs or (self.cidr,), \
+        ips, cidrs, gws = self.addresses, self.cidrs or (self.cidr,), \
             self.gateways or (self.gateway,)
         return [(f"{i}/{ipaddress.ip_network(c).prefixlen}", c, g) for i, c, g in zip(ips, cidrs, gws)]
 

@@ -35,7 +35,8 @@ from pacific.controller import informers, model
 from pacific.controller.dnsnames import DnsUsers
 from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
-from pacific.controller.policy_model import family_set_name, rule_suffix
+from pacific.controller.policy_model import rule_suffix
+from pacific.names import family_set_name
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 

@@ -55,7 +55,7 @@ def _pod_ips(pod: dict | None) -> tuple:
     if not pod or not model.needs_network(pod):
         return ()
     rec = contract.own_record(pod)
-    return (rec.ips or (rec.ip,)) if rec else ()
+    return rec.addresses if rec else ()
 
 
 def by_family(addresses) -> dict[int, set[str]]:
@@ -120,22 +120,24 @@ class EgressFirewallFeature(Feature):
         else:
             self._namespace(key)
 
-    def _cluster_rows(self, family: int, create: bool) -> list:
-        """Builders making the cluster's destinations of one family what they
-        are; [] if they are (or the set does not exist and `create` is False)."""
-        name = names.family_set_name(names.EFW_CLUSTER_SET, family)
+    def _cluster_rows(self, families: dict[int, bool]) -> list:
+        """Builders making the cluster's destinations of each family (-> create
+        the set if missing) what they are; [] for a family whose set holds them
+        (or is missing and not to be created)."""
         want = by_family(set(cluster_cidrs(self.ctl)) | exposure.node_addresses(
-            self.ctl.informer("nodes").list()))[family]
-        have = ensure.address_set_addresses(self.ctl.nb, name)
-        if (have is None and not create) or have == want:
-            return []
-        return ensure.address_set_rows(name, cluster_ids(), want, have)
+            self.ctl.informer("nodes").list()))
+        out = []
+        for family, create in families.items():
+            name = names.family_set_name(names.EFW_CLUSTER_SET, family)
+            have = ensure.address_set_addresses(self.ctl.nb, name)
+            if (have is not None or create) and have != want[family]:
+                out += ensure.address_set_rows(name, cluster_ids(), want[family], have)
+        return out
 
     def _cluster(self) -> None:
         exits = self._exits()
         # the IPv6 set exists in a cluster with IPv6, or once a firewall names it
-        builders = self._cluster_rows(4, create=True) + \
-            self._cluster_rows(6, create=6 in self.ctl.cfg.families)
+        builders = self._cluster_rows({4: True, 6: 6 in self.ctl.cfg.families})
         if exits:
             builders.append(lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP,
                                                                  exits))
@@ -196,7 +198,7 @@ class EgressFirewallFeature(Feature):
         have6 = ensure.address_set_addresses(self.ctl.nb, src6)
         ipv6 = 6 in self.ctl.cfg.families      # then a firewall decides IPv6 too
         if ipv6 or fw.decides_ipv6:    # the IPv6 ACLs' sets exist before the ACLs naming them
-            builders += [*self._cluster_rows(6, create=True),
+            builders += [*self._cluster_rows({6: True}),
                          *ensure.address_set_rows(src6, ids, self.pod_index.addresses_in(ns, 6),
                                                   have6)]
         elif have6 is not None:

@@ -59,17 +59,16 @@ def rotated(nodes: list[str], index: int) -> list[str]:
 
 
 def _pod_entry(pod: dict | None):
-    """(namespace, labels, IPv4 address or None, IPv6 addresses) of an allocated
-    pod, else None.  Kept apart: every set fed from them holds one family."""
+    """(namespace, labels, IPv4 address, IPv6 address) of an allocated pod
+    (None for a family it lacks), else None.  Kept apart: every set fed from
+    them holds one family."""
     if not pod or not model.needs_network(pod):
         return None
     rec = contract.own_record(pod)
     if rec is None:
         return None
     m = model.meta(pod)
-    ips = rec.ips or (rec.ip,)
-    return m.get("namespace"), m.get("labels") or {}, \
-        next((a for a in ips if ":" not in a), None), tuple(a for a in ips if ":" in a)
+    return m.get("namespace"), m.get("labels") or {}, rec.address(4), rec.address(6)
 
 
 class EgressIPFeature(Feature):
@@ -125,9 +124,7 @@ class EgressIPFeature(Feature):
         the index)."""
         with self._lock:
             entries = list(self._pods.get(namespace, {}).values())
-        if family == 4:
-            return {ip for _, ip, _ in entries if ip}
-        return {a for _, _, six in entries for a in six}
+        return {ip for ip in (e[1] if family == 4 else e[2] for e in entries) if ip}
 
     def _on_pod(self, old, new):
         """Keeps the index of allocated pods (a decision reads it, never parses

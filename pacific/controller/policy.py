@@ -49,8 +49,9 @@ from pacific.controller.feature import Feature
 from pacific.controller.policy_index import PolicyIndex
 from pacific.controller.policy_model import (NO_LABELS, PodInfo, PolicyError, World,
                                              base_set_name, canonical, compile_policy,
-                                             family_set_name, peer_addresses, peer_moved,
-                                             merged, pod_matters, rule_suffix, selector_matches)
+                                             peer_addresses, peer_moved, merged, pod_matters,
+                                             rule_suffix, selector_matches)
+from pacific.names import family_set_name
 from pacific.controller.reports import Reports
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
@@ -140,9 +141,7 @@ def pod_info(pod: dict, rec=None) -> PodInfo | None:
     named = tuple((p.get("name"), p.get("containerPort"), p.get("protocol") or "TCP")
                   for c in (pod.get("spec") or {}).get("containers") or []
                   for p in c.get("ports") or [] if p.get("name"))
-    ips = rec.ips or (rec.ip,)
-    ip4 = next((a for a in ips if ":" not in a), "")
-    ip6 = next((a for a in ips if ":" in a), "")
+    ip4, ip6 = rec.address(4) or "", rec.address(6) or ""
     return PodInfo(m.get("namespace"), m.get("name"), m.get("labels") or NO_LABELS, ip4,
                    rec.port, named, ip6)
 

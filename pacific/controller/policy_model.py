@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from pacific import names, selectors
-from pacific.names import family_set_name  # noqa: F401 - the peers' sets are named so
 
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 
@@ -400,7 +399,7 @@ def _compile_rule(rule: dict, direction: str, i: int, peers_key: str, addr_field
         any_pod_peer = True
         name = set_name(ns, peer)
         members_all += peer_pods(peer, ns, world, name)
-        fname = family_set_name(name, family)
+        fname = names.family_set_name(name, family)
         sets.append((fname, peer_addresses(peer, ns, world, name, family)))
         sources.append(f"{addr_field} == ${fname}")
     if peers and not sources:

@@ -136,7 +136,7 @@ class ServiceFrontends:
         for pod in self.pods.list():
             rec = contract.own_record(pod)
             if rec is not None:
-                for ip in rec.ips or (rec.ip,):
+                for ip in rec.addresses:
                     out[ip] = (pod.get("metadata") or {}).get("namespace")
         return out
 

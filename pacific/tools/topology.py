@@ -89,7 +89,7 @@ def read(kube, nb: Query, global_namespaces=frozenset()) -> dict:
             "subnets": sorted(n for n, s in subnets.items()
                               if not s["metadata"].get("deletionTimestamp")),
             "nodes": sorted(nodes),
-            "pods": {k: (rec.port, rec.subnet, " ".join((rec.mac, *(rec.ips or (rec.ip,)))))
+            "pods": {k: (rec.port, rec.subnet, " ".join((rec.mac, *rec.addresses)))
                      for k, p in pods.items()
                      if (rec := contract.own_record(p)) and not p["metadata"].get("deletionTimestamp")},
             "kept_ips": sorted(ip_objects),

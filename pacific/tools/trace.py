@@ -86,7 +86,7 @@ def _pod_endpoint(pod: dict) -> Endpoint:
                          f"allocation for it (see its {names.ANN_ALLOCATION_ERROR} annotation "
                          "and Events)")
     return Endpoint("pod", key, rec.ip, rec.mac, rec.port, rec.subnet,
-                    pod["spec"].get("nodeName"), md["namespace"], ips=rec.ips or (rec.ip,))
+                    pod["spec"].get("nodeName"), md["namespace"], ips=rec.addresses)
 
 
 def _node_endpoint(node: dict) -> Endpoint:

@@ -2,7 +2,8 @@
 allow rule gets an IPv6 twin naming the peers' IPv6 set, IPv6 blocks and the
 destinations' IPv6 addresses for named ports; nothing of IPv6 without it."""
 from pacific.controller.policy_model import (PodInfo, World, base_set_name, compile_policy,
-                                             family_set_name, merged, set_name)
+                                             merged, set_name)
+from pacific.names import family_set_name
 
 
 def world(families=(4, 6)):
