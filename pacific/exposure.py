@@ -147,8 +147,9 @@ def canonical(ip) -> str | None:
 def _special(addr) -> str | None:
     """What kind of address no external IP may be, whatever range the
     administrator grants: a node would catch traffic for it that is not the
-    Service's (a link-local 169.254.169.254 is every pod's cloud metadata,
-    fe80:: a node's own link)."""
+    Service's (a multicast group pods send to, a node's own link).  The API
+    server refuses loopback and link-local ones itself; the multicast and
+    reserved ones it accepts."""
     for kind, test in (("loopback", addr.is_loopback), ("link-local", addr.is_link_local),
                        ("multicast", addr.is_multicast), ("unspecified", addr.is_unspecified),
                        ("reserved", addr.is_reserved)):

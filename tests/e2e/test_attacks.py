@@ -94,9 +94,12 @@ def service_events(admin, ns, name) -> str:
 def test_1_a_tenant_cannot_claim_an_ungranted_or_infrastructure_address_as_external_ip(env):
     """CVE-2020-8554: the sandbox's administrator grants 203.0.113.0/24 and
     192.168.77.192/27; OVN central's address, the underlay router and any
-    other outside address stay unclaimed, on every node."""
+    other outside address stay unclaimed, on every node.  A multicast group
+    (which the API server accepts; it refuses link-local and loopback itself)
+    is refused as such, whatever an administrator grants: a node would catch
+    every pod's datagrams to it on their way out."""
     sb, admin, atk = env
-    wanted = [sb.central_ip, sb.external_ip, "198.18.0.7"]
+    wanted = [sb.central_ip, sb.external_ip, "198.18.0.7", "239.1.2.3"]
     r.create(atk, r.SERVICES, service(ATK, "hijack", [tcp_port(80)], {"app": "none"},
                                       external_ips=wanted), ATK)
     # a granted one after it: once every node programs it, each has seen "hijack"
@@ -112,6 +115,7 @@ def test_1_a_tenant_cannot_claim_an_ungranted_or_infrastructure_address_as_exter
     assert f"externalIP {sb.central_ip} is an infrastructure address" in text, text
     assert f"externalIP {sb.external_ip} is an infrastructure address" in text, text
     assert "externalIP 198.18.0.7 is outside the ranges external IPs may come from" in text, text
+    assert "externalIP 239.1.2.3 is a multicast address, which no Service may take" in text, text
 
 
 # --- 3. an external IP belongs to one namespace, for every port and protocol ---
