@@ -15,17 +15,20 @@ The fields are ovn-kubernetes' (`spec.egressIPs`, `spec.namespaceSelector`,
 `spec.podSelector`), so its users' YAML moves by changing the apiVersion.
 
 Rules, in this order:
-* an address is IPv4 (IPv6 waits for dual-stack), inside the administrator's
-  `--egress-ip-cidrs`, not in the cluster's networks, not reserved (a node's,
-  OVN central's, --infrastructure-ips); an address named by two EgressIPs
-  belongs to the older one (creationTimestamp, then name);
+* an address (IPv4 or IPv6, compared in its canonical spelling) is inside
+  the administrator's `--egress-ip-cidrs`, not in the cluster's networks, not
+  reserved (a node's, OVN central's, --infrastructure-ips); an address named
+  by two EgressIPs belongs to the older one (creationTimestamp, then name);
 * selected pods: allocated pods of namespaces matching `namespaceSelector`
   (required: none selects nothing) whose labels match `podSelector` (absent
   or empty: all of them);
 * a pod selected by two EgressIPs leaves with the older one's (a note for
   the younger);
-* an EgressIP's pods are spread over its granted addresses by their own
-  address (stable: a pod keeps its address while others come and go).
+* an EgressIP's pods are spread over its granted addresses of each family by
+  their own address of that family (stable: a pod keeps its address while
+  others come and go): a pod's IPv4 leaves with an IPv4 address, its IPv6
+  with an IPv6 one.  A family without a granted address decides nothing
+  (IPv4 leaves as without the EgressIP; IPv6 is held: controller/egress_v6.py).
 """
 from __future__ import annotations
 
@@ -43,7 +46,11 @@ class Grant:
     name: str                 # the EgressIP
     ip: str
     index: int                # the address's place among the EgressIP's granted ones
-    sources: tuple[str, ...]  # pod addresses, sorted
+    sources: tuple[str, ...]  # pod addresses of the address's family, sorted
+
+    @property
+    def version(self) -> int:
+        return ipaddress.ip_address(self.ip).version
 
 
 @dataclass
@@ -72,7 +79,7 @@ def address_set_name(key: str) -> str:
 def ip_of_key(key: str) -> str | None:
     """The address a gateway key names (nodes read it from SB port names)."""
     try:
-        return str(ipaddress.IPv4Address(key.rsplit("/", 1)[-1]))
+        return str(ipaddress.ip_address(key.rsplit("/", 1)[-1]))
     except ValueError:
         return None
 
@@ -105,18 +112,19 @@ def _check(ip: str, allowed: list, reserved: set[str], cluster: list) -> str | N
         addr = ipaddress.ip_address(ip)
     except ValueError:
         return f"{ip!r} is not an IP address"
-    if addr.version != 4:
-        return "IPv6 egress IPs are not supported yet"
-    if any(addr in c for c in cluster):
+    if any(addr.version == c.version and addr in c for c in cluster):
         return "inside the cluster's networks"
     if str(addr) in reserved:
         return "an infrastructure address (a node's, OVN central's or reserved)"
-    nets = [n for n in allowed if addr in n]
+    nets = [n for n in allowed if n.version == addr.version and addr in n]
     if not nets:
         return ("outside the networks egress IPs may come from (--egress-ip-cidrs "
                 f"{','.join(map(str, allowed)) or 'is empty: none'})")
-    if any(addr in (n.network_address, n.broadcast_address) for n in nets if n.prefixlen < 31):
+    if any(addr in (n.network_address, n.broadcast_address) for n in nets
+           if n.version == 4 and n.prefixlen < 31):
         return "the network or broadcast address of its network"
+    if addr.version == 6 and any(addr == n.network_address for n in nets if n.prefixlen < 127):
+        return "the subnet-router anycast address of its network"
     return None
 
 
@@ -124,11 +132,16 @@ def _spread(ip: str, n: int) -> int:
     return int.from_bytes(hashlib.sha1(ip.encode()).digest()[:4], "big") % n
 
 
+def _ordered(ip: str) -> tuple[int, int]:
+    a = ipaddress.ip_address(ip)
+    return a.version, int(a)
+
+
 def decide(egressips: Iterable[dict], pods: Iterable[tuple[str, dict, str]],
            namespaces: dict[str, dict], allowed: Iterable[str] = (),
            reserved: Iterable[str] = (), cluster_cidrs: Iterable[str] = ()) -> Decision:
-    """`pods`: (namespace, labels, address) of allocated pods; `namespaces`:
-    name -> labels."""
+    """`pods`: (namespace, labels, address) of allocated pods, one entry per
+    address (a dual-stack pod has two); `namespaces`: name -> labels."""
     allowed_n = [ipaddress.ip_network(c, strict=False) for c in allowed]
     cluster = [ipaddress.ip_network(c, strict=False) for c in cluster_cidrs]
     reserved_s = set(reserved)
@@ -160,20 +173,22 @@ def decide(egressips: Iterable[dict], pods: Iterable[tuple[str, dict, str]],
                            if selectors.matches(spec.get("namespaceSelector"),
                                                 namespaces.get(ns, {}))
                            and selectors.matches(spec.get("podSelector") or {}, labels or {})},
-                          key=ipaddress.ip_address)
+                          key=_ordered)
         except selectors.SelectorError as e:
             out.notes.setdefault(name, []).append(f"selector: {e}")
             mine = []
+        family = {v: [a for a in granted if ipaddress.ip_address(a).version == v] for v in (4, 6)}
         kept = []
         for ip in mine:
             if ip in taken:
                 out.notes.setdefault(name, []).append(
                     f"pod address {ip} leaves with the older EgressIP {taken[ip]}")
-            elif granted:
+            elif family[ipaddress.ip_address(ip).version]:
                 taken[ip] = name
                 kept.append(ip)
         for i, addr in enumerate(granted):
-            key = key_of(name, addr)
+            key, same = key_of(name, addr), family[ipaddress.ip_address(addr).version]
             out.grants[key] = Grant(key, name, addr, i, tuple(
-                ip for ip in kept if _spread(ip, len(granted)) == i))
+                ip for ip in kept if ipaddress.ip_address(ip).version == ipaddress.ip_address(
+                    addr).version and _spread(ip, len(same)) == same.index(addr)))
     return out

@@ -184,6 +184,7 @@ SANDBOX_EXTERNAL_REMOTE_CIDR6 = "2001:db8:100::1/64"  # ... and its IPv6 (sandbo
 SANDBOX_EXTERNAL_IP_CIDRS = "203.0.113.0/24,192.168.77.192/27"
 SANDBOX_EXTERNAL_IP_CIDR6 = "2001:db8:200::/64"     # ... and IPv6 ones, in a dual-stack sandbox
 SANDBOX_EGRESS_IP_CIDRS = "192.168.77.0/24"      # EgressIP addresses: the underlay
+SANDBOX_EGRESS_IP_CIDR6 = "fd00:77::/64"         # ... and its IPv6, in a dual-stack sandbox
 POD_MTU_OVERHEAD = 100                        # pod MTU = underlay MTU - this (Geneve+OVN)
 OVN_NB_PORT = 6641
 OVN_SB_PORT = 6642
@@ -235,6 +236,8 @@ PRIO_POLICY_CENTRALIZED_EGRESS = 29500
 
 # --- Centralized egress gateways (controller/gateway.py, node/egressgw.py) ----
 EGRESS_TRANSIT_CIDR = "100.65.0.0/16"   # one /24 per centralized Subnet: router .1, host .2
+EGRESS_TRANSIT_CIDR6 = "fd00:65::/48"   # an IPv6 EgressIP's gateway: the /64 of its index, ::1, ::2
+EGRESS_ADDR_PROTO = 0x50                # IFA_PROTO of the IPv6 egress addresses a node holds
 EGRESS_PHYSNET = "pacific-egress"       # the transit switches' localnet network_name
 EGRESS_BRIDGE = "br-egress"             # on every node: ovn-bridge-mappings physnet:bridge
 EGRESS_PORT = "pegress0"                # its internal port: where a gateway's host gets it

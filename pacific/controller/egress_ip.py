@@ -13,7 +13,10 @@ kind EgressIP, owner the key:
 * an address set of the pods that leave with this address (the EgressIP's
   pods spread over its addresses), changed by mutation;
 * a router policy PRIO_POLICY_EGRESS_IP: `ip4.src == $<set>` reroute to the
-  transit host address, above a Service's and a Subnet's gateway.
+  transit host address, above a Service's and a Subnet's gateway.  An IPv6
+  address's gateway port has an IPv6 transit network too (transit6), its set
+  holds the pods' IPv6 addresses and its policy is `ip6.src == $<set>`
+  rerouted to the IPv6 transit host address.
 
 The node holding the port (node/egresssnat.py) reads the address from the
 port's name and the members from the address set in SB: it holds the address
@@ -33,7 +36,7 @@ from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.reports import Reports
 from pacific.controller.service import cluster_cidrs, infrastructure_ips
-from pacific.controller.transit import transit
+from pacific.controller.transit import transit, transit6
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -175,7 +178,7 @@ class EgressIPFeature(Feature):
             if self._decided is not None and self._decided[0] == gen:
                 return self._decided[1]
             pods = [(ns, labels, ip) for ns, by_key in self._pods.items()
-                    for labels, ip, _ in by_key.values() if ip]
+                    for labels, ip4, ip6 in by_key.values() for ip in (ip4, ip6) if ip]
         cfg = self.ctl.cfg
         namespaces = {model.meta(n)["name"]: model.labels_of(n)
                       for n in self.ctl.informer("namespaces").list()}
@@ -212,17 +215,21 @@ class EgressIPFeature(Feature):
         sw = names.egress_switch_name(gname)
         lrp = names.router_port_name(sw)
         ids, as_name = eip_ids(g.key), egressip.address_set_name(g.key)
-        router_cidr, host_ip, mac = transit(self.ctl.transit.index(self.ctl.nb, lrp))
+        index = self.ctl.transit.index(self.ctl.nb, lrp)
+        router_cidr, host_ip, mac = transit(index)
+        networks, match = [router_cidr], f"ip4.src == ${as_name}"
+        if g.version == 6:      # the port has both: the IPv4 network numbers it
+            router6, host_ip = transit6(index)
+            networks, match = [router_cidr, router6], f"ip6.src == ${as_name}"
         with self._lock:
             ranked = gateway.ranked(self._first.first(g.key), rotated(nodes, g.index))
         want = set(g.sources)
         cur = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
         self.ctl.writer.run([
             *ensure.address_set_rows(as_name, ids, want, cur),
-            *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(gname), router_cidr, mac,
+            *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(gname), networks, mac,
                                   ids, ranked,
-                                  [(names.PRIO_POLICY_EGRESS_IP, f"ip4.src == ${as_name}",
-                                    "reroute", [host_ip])]),
+                                  [(names.PRIO_POLICY_EGRESS_IP, match, "reroute", [host_ip])]),
         ], what=f"EgressIP {g.key}")
         if want != cur:
             LOG.info("EgressIP %s: %d pods leave as %s through %s", g.name, len(want), g.ip,

@@ -1,10 +1,12 @@
 """Which pods' IPv6 may leave the cluster through their node (distributed
 egress in IPv6, controller/egress.py), and which is held back.
 
-These egress features decide in IPv4 only yet: an EgressIP (reroutes
-`ip4.src`), a Service whose endpoints leave with its external IP
-(servicesnat.opted_in), a centralized Subnet (its gateway's policy matches
-`ip4.src`).  (An EgressFirewall decides both families itself: a firewall
+These egress features decide in IPv4 only yet: a Service whose endpoints
+leave with its external IP (servicesnat.opted_in), a centralized Subnet (its
+gateway's policy matches `ip4.src`).  An EgressIP decides both families (its
+IPv6 addresses reroute the pods' `ip6.src`, above this node reroute), but a
+namespace it selects is held all the same: its pods the EgressIP has no IPv6
+address for, or does not select, must not get out over IPv6 past it.  (An EgressFirewall decides both families itself: a firewall
 naming no IPv6 CIDR denies IPv6 at the exits, egressfirewall.py.)  A pod one of
 them decides for must not get out over IPv6 past the administrator's choice,
 so its IPv6 is *held*: left out of its node's IPv6 reroute set, it has no way

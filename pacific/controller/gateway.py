@@ -33,6 +33,7 @@ that it ranks first: a node that comes back does not take the traffic back
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import logging
 import threading
 import time
@@ -74,15 +75,21 @@ def centralized_spec(obj: dict | None) -> tuple[str | None, list[str]]:
     return cidr, list(dict.fromkeys(nodes))
 
 
-def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str, mac: str, ids: dict,
+def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str | list[str], mac: str, ids: dict,
                  ranked: list[str], policies: list) -> list:
     """NB writer builders of one gateway: transit switch `sw` with its router
-    and localnet ports, router port `lrp` bound by HA chassis group `sw` of
-    `ranked` (first = highest priority), and `policies` owned by `ids`."""
+    and localnet ports, router port `lrp` (its network, or networks: IPv4
+    first) bound by HA chassis group `sw` of `ranked` (first = highest
+    priority), and `policies` owned by `ids`."""
+    networks = [router_cidr] if isinstance(router_cidr, str) else list(router_cidr)
+    # the IPv6 transit host's MAC, known (gw.EnsureStaticMacBindings says why)
+    hosts6 = {str(ipaddress.ip_interface(n).ip + 1): names.EGRESS_PORT_MAC
+              for n in networks if ":" in n}
     return [
         lambda api: ensure.EnsureSwitch(api, sw, ids, merge_ids=False),
-        lambda api: ensure.EnsureRouterPort(api, names.CLUSTER_ROUTER, lrp, mac, [router_cidr],
+        lambda api: ensure.EnsureRouterPort(api, names.CLUSTER_ROUTER, lrp, mac, networks,
                                             ids, peer=None),
+        *([lambda api: gw.EnsureStaticMacBindings(api, lrp, hosts6)] if hosts6 else []),
         lambda api: ensure.EnsurePort(api, sw, names.switch_router_port_name(sw), ["router"], [],
                                       ids, type="router", options={"router-port": lrp}),
         lambda api: ensure.EnsurePort(api, sw, ln, ["unknown"], [], ids, type="localnet",
@@ -102,6 +109,7 @@ def remove_gateway_rows(ctl, sw: str, lrp: str, ids: dict, what: str,
     its transit network released."""
     ctl.writer.run([
         lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, []),
+        lambda api: gw.EnsureStaticMacBindings(api, lrp, {}),
         lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
         lambda api: ensure.DeleteSwitch(api, sw),
         *([lambda api: ensure.DeleteAddressSet(api, address_set)] if address_set else []),

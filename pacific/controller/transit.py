@@ -32,6 +32,18 @@ def transit(index: int) -> tuple[str, str, str]:
     return f"{net + 1}/24", str(net + 2), f"0e:00:64:41:{index:02x}:01"
 
 
+_BASE6 = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR6)
+
+
+def transit6(index: int) -> tuple[str, str]:
+    """(router CIDR, host address) of transit network `index` in IPv6 (an IPv6
+    EgressIP's gateway port has both): the /64 of EGRESS_TRANSIT_CIDR6 numbered
+    by the index, ::1 and ::2."""
+    transit(index)          # the same bounds
+    net = _BASE6.network_address + (index << 64)
+    return f"{net + 1}/64", str(net + 2)
+
+
 def transit_index(networks) -> int | None:
     """The index of the transit network among a router port's `networks`."""
     for n in networks or []:

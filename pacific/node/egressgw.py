@@ -11,9 +11,11 @@ nodes (the controller's record, `status.egressGateway.nodes`) name this node:
 * route table EGRESS_ROUTE_TABLE sends the Subnet's CIDR back via the transit
   router address (`.1`) on `pegress0`.
 
-Egress SNAT to Services' external IPs (node/egresssnat.py) adds its own:
-the transit host address of each Service's gateway and a /32 route back for
-each of its endpoints.
+Egress SNAT to Services' external IPs and EgressIPs (node/egresssnat.py)
+adds its own: the transit host address of each gateway and a /32 route back
+for each of its endpoints; for an IPv6 EgressIP, the IPv6 transit host
+address (EGRESS_TRANSIT_CIDR6, without duplicate address detection) and a
+/128 route back for each member, in the same table, with an IPv6 rule too.
 
 The host firewall marks connections that came in on `pegress0`, and an `ip
 rule` sends their replies (marked EGRESS_FWMARK) to that table: the answers
@@ -39,6 +41,8 @@ from pacific.node.feature import SUBNETS, NodeFeature
 log = logging.getLogger(__name__)
 REPAIR = 5.0
 RT_PROTO_STATIC = 4
+IFA_F_NODAD = 0x02
+TRANSIT_CIDRS = (names.EGRESS_TRANSIT_CIDR, names.EGRESS_TRANSIT_CIDR6)
 MAPPINGS = "ovn-bridge-mappings"
 
 
@@ -61,6 +65,18 @@ def wanted(subnets: list[dict], node: str) -> dict[str, tuple[str, str]]:
         host = ipaddress.ip_interface(f"{router.ip + 1}/{router.network.prefixlen}")
         out[cidr] = (str(host), str(router.ip))
     return out
+
+
+def _ipv6_on(ifname: str) -> None:
+    """IPv6 on `ifname` (ovs-vswitchd creates it with the netns' default,
+    which may have IPv6 off), never configured by router advertisements."""
+    for key, value in (("disable_ipv6", "0"), ("accept_ra", "0")):
+        path = f"/proc/sys/net/ipv6/conf/{ifname}/{key}"
+        with open(path) as f:
+            if f.read().strip() == value:
+                continue
+        with open(path, "w") as f:
+            f.write(value)
 
 
 def merged_mappings(current: str | None) -> str:
@@ -117,31 +133,37 @@ class EgressGateway(NodeFeature):
                 for i in ipr.link_lookup(ifname=ifname):
                     if not ipr.link("get", index=i)[0]["flags"] & 1:
                         ipr.link("set", index=i, state="up")
-            base = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR)
-            have = {f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}"
-                    for a in ipr.addr("dump", index=idx, family=2)}
+            bases = [ipaddress.ip_network(c) for c in TRANSIT_CIDRS]
             addrs = {h for h, _ in want.values()}
+            families = [2] + ([10] if any(":" in a for a in addrs) else [])   # wanted
+            if 10 in families:
+                _ipv6_on(names.EGRESS_PORT)
+            have = {f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}"
+                    for fam in (2, 10) for a in ipr.addr("dump", index=idx, family=fam)}
             for a in have - addrs:
-                if ipaddress.ip_interface(a).ip in base:
+                if any(ipaddress.ip_interface(a).ip in b for b in bases):
                     ipr.addr("del", index=idx, address=a.split("/")[0],
                              prefixlen=int(a.split("/")[1]))
             for a in addrs - have:
-                ipr.addr("add", index=idx, address=a.split("/")[0], prefixlen=int(a.split("/")[1]))
+                ipr.addr("add", index=idx, address=a.split("/")[0], prefixlen=int(a.split("/")[1]),
+                         **({"flags": IFA_F_NODAD} if ":" in a else {}))
             routes = {}
-            for rt in ipr.route("dump", table=names.EGRESS_ROUTE_TABLE, family=2):
-                if rt.get_attr("RTA_TABLE") == names.EGRESS_ROUTE_TABLE and rt["dst_len"] > 0:
-                    routes[f"{rt.get_attr('RTA_DST')}/{rt['dst_len']}"] = rt.get_attr("RTA_GATEWAY")
+            for fam in (2, 10):
+                for rt in ipr.route("dump", table=names.EGRESS_ROUTE_TABLE, family=fam):
+                    if rt.get_attr("RTA_TABLE") == names.EGRESS_ROUTE_TABLE and rt["dst_len"] > 0:
+                        routes[f"{rt.get_attr('RTA_DST')}/{rt['dst_len']}"] = \
+                            rt.get_attr("RTA_GATEWAY")
             for cidr, (_, via) in want.items():
                 if routes.get(cidr) != via:
                     ipr.route("replace", dst=cidr, gateway=via, oif=idx,
                               table=names.EGRESS_ROUTE_TABLE, proto=RT_PROTO_STATIC)
             for cidr in set(routes) - set(want):
                 ipr.route("del", dst=cidr, table=names.EGRESS_ROUTE_TABLE)
-            rules = [r for r in ipr.get_rules(family=2)
-                     if r.get_attr("FRA_FWMARK") == names.EGRESS_FWMARK]
-            if not rules:
-                ipr.rule("add", fwmark=names.EGRESS_FWMARK, table=names.EGRESS_ROUTE_TABLE,
-                         priority=1000)
+            for fam in families:
+                if not [r for r in ipr.get_rules(family=fam)
+                        if r.get_attr("FRA_FWMARK") == names.EGRESS_FWMARK]:
+                    ipr.rule("add", family=fam, fwmark=names.EGRESS_FWMARK,
+                             table=names.EGRESS_ROUTE_TABLE, priority=1000)
         if want != self._last:
             log.info("egress gateway of %s", ", ".join(
                 f"{c} (transit {h}, back via {v})" for c, (h, v) in sorted(want.items())) or

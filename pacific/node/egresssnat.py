@@ -11,12 +11,15 @@ port this node holds, it:
 
 * holds the external IP on its underlay interface (the one with the node's
   address), labelled `<ifname>:pe`, and announces it with gratuitous ARP when
-  it takes it over; it gives the address up when another node holds the port;
+  it takes it over; it gives the address up when another node holds the port.
+  An IPv6 EgressIP address is held as a /128 marked IFA_PROTO
+  names.EGRESS_ADDR_PROTO (IPv6 addresses have no labels), without duplicate
+  address detection, and announced by unsolicited neighbour advertisements;
 * provides the host firewall's `snat` chain: the endpoints' traffic to the
   outside leaves with the external IP;
 * provides pacific.node.egressgw with the transit host address and the
-  return routes (each endpoint /32 back via the transit router address), so
-  replies re-enter OVN where the requests left it.
+  return routes (each endpoint /32, or IPv6 /128, back via the transit router
+  address of its family), so replies re-enter OVN where the requests left it.
 
 What comes to the external IP from outside arrives here too (this node
 answers ARP for it) and reaches the Service through the firewall's Service
@@ -47,24 +50,26 @@ from pacific.ovn.sb import SbView, SouthboundWatch
 log = logging.getLogger(__name__)
 RECHECK = 5.0       # s between passes (and re-reads of the held addresses) when nothing changed
 LABEL_SUFFIX = ":pe"
+IFA_F_NODAD = 0x02
 GARP_AGAIN = (0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)   # s after a takeover: announce again
 
 
-def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str]],
+def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str, str | None]],
                                               dict[str, set[str]]]:
     """(Service key -> (the chassis holding its gateway port or None, the
-    transit router address); Service key of `keys` -> the members the
-    controller admitted: its address set, which names only pods of the
-    Service's own namespace), from the SB replica."""
+    transit router address, its IPv6 one or None); Service key of `keys` ->
+    the members the controller admitted: its address set, which names only
+    pods of the Service's own namespace), from the SB replica."""
     prefix = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX))
     holders = view.held_under("cr-" + prefix)
     members = {key: set(view.address_sets.get(servicesnat.address_set_name(key), ()))
                for key in keys}
-    out = {key: (holders.get(key), ip) for key, ip in view.transits_under(prefix).items()}
+    out = {key: (holders.get(key), ip, None) for key, ip in view.transits_under(prefix).items()}
     # EgressIPs', under the key egress_ip_grants gives them
     prefix = names.router_port_name(names.egress_switch_name(""))
-    holders = view.held_under("cr-" + prefix)
-    out.update({key: (holders.get(key), ip) for key, ip in view.transits_under(prefix).items()
+    holders, six = view.held_under("cr-" + prefix), view.transits_under(prefix, 6)
+    out.update({key: (holders.get(key), ip, six.get(key))
+                for key, ip in view.transits_under(prefix).items()
                 if key.startswith(names.EIP_GATEWAY_PREFIX)})
     return out, members
 
@@ -86,8 +91,20 @@ def egress_ip_grants(view: SbView) -> dict[str, servicesnat.SnatGrant]:
 
 
 def garp(ifname: str, mac: str, ip: str) -> None:
-    """One gratuitous ARP request for `ip` from `mac` on `ifname`."""
+    """Announce that `mac` on `ifname` now has `ip`: one gratuitous ARP request
+    (IPv4) or one unsolicited neighbour advertisement (IPv6, RFC 4861 7.2.6:
+    to all nodes, override flag set, the target's link-layer address)."""
     hw = bytes.fromhex(mac.replace(":", ""))
+    if ":" in ip:
+        idx = socket.if_nametoindex(ifname)
+        na = (struct.pack("!BBHI", 136, 0, 0, 0x20000000) + socket.inet_pton(socket.AF_INET6, ip)
+              + bytes((2, 1)) + hw)       # the kernel computes an ICMPv6 socket's checksum
+        with socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6) as s:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, 255)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, idx)
+            s.bind((ip, 0, 0, 0))
+            s.sendto(na, ("ff02::1", 0, 0, idx))
+        return
     addr = socket.inet_aton(ip)
     frame = (b"\xff" * 6 + hw + struct.pack("!H", 0x0806)
              + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + hw + addr + b"\x00" * 6 + addr)
@@ -131,7 +148,7 @@ class EgressSnat(NodeFeature):
         self._rules: list[tuple[str, list]] | None = None  # the snat chain, None: not known
         self._held: set[str] = set()
         self._checked = float("-inf")     # monotonic time _held was last read from the kernel
-        self._network: ipaddress.IPv4Network | None = None     # the underlay's, once read
+        self._networks: list | None = None     # the underlay interface's networks, once read
         self._off_underlay: set[str] = set()      # EgressIP addresses said so once
         self._stopping = threading.Event()        # ends the repeated announcements
         # this chassis' BFD sessions: OVN's claim race on a node coming back (bfd.py)
@@ -200,15 +217,19 @@ class EgressSnat(NodeFeature):
             sb, grants = {}, {}
         rules, routes, hold, keep = [], {}, set(), set()
         for key, g in grants.items():
-            holder, router_ip = sb.get(key, (None, None))
+            holder, router_ip, router_ip6 = sb.get(key, (None, None, None))
             eip = key.startswith(names.EIP_GATEWAY_PREFIX)
+            if ":" in g.ip:       # an IPv6 EgressIP: its members and return routes are IPv6
+                router_ip, plen, host_plen = router_ip6, 128, 64
+            else:
+                plen, host_plen = 32, 24
             if router_ip is None or not (g.sources or eip):
                 continue        # an EgressIP address is held even while it has no pods
             if g.sources:
                 rules.append(snat_rule(g))
-            host = f"{ipaddress.ip_address(router_ip) + 1}/24"
+            host = f"{ipaddress.ip_address(router_ip) + 1}/{host_plen}"
             for src in g.sources:
-                routes.setdefault(f"{src}/32", (host, router_ip))
+                routes.setdefault(f"{src}/{plen}", (host, router_ip))
             claim = self._claim(g.ip, holder)
             if claim and eip and not self._on_underlay(g.ip):
                 continue          # not on this node's network: never held here
@@ -276,22 +297,30 @@ class EgressSnat(NodeFeature):
         """An EgressIP address must be on this node's underlay network: held
         anywhere else, nobody would route it here (the controller checks
         --egress-ip-cidrs; this is the node's own word)."""
-        if self._network is None:
+        if self._networks is None:
             with IPRoute() as ipr:
-                for a in ipr.addr("dump", family=2):
-                    if a.get_attr("IFA_ADDRESS") == self.underlay_ip:
-                        self._network = ipaddress.ip_interface(
-                            f"{self.underlay_ip}/{a['prefixlen']}").network
-            if self._network is None:
-                raise ValueError(f"no interface holds the node's address {self.underlay_ip}")
-        if ipaddress.ip_address(ip) in self._network:
+                idx = self._underlay_index(ipr)
+                # its global addresses of both families, not the ones held here
+                self._networks = [ipaddress.ip_interface(
+                    f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}").network
+                    for a in ipr.addr("dump", index=idx)
+                    if a["scope"] == 0 and not _held_here(a, idx, ipr)]
+        addr = ipaddress.ip_address(ip)
+        if any(addr.version == n.version and addr in n for n in self._networks):
             return True
         if ip not in self._off_underlay:
             self._off_underlay.add(ip)
-            log.error("EgressIP address %s is outside this node's underlay network %s: not "
-                      "held (fix --egress-ip-cidrs or the node's %s label)", ip, self._network,
+            log.error("EgressIP address %s is outside this node's underlay networks %s: not "
+                      "held (fix --egress-ip-cidrs or the node's %s label)", ip,
+                      ", ".join(map(str, self._networks)) or "(none)",
                       names.LABEL_EGRESS_ASSIGNABLE)
         return False
+
+    def _underlay_index(self, ipr) -> int:
+        for a in ipr.addr("dump", family=2):
+            if a.get_attr("IFA_ADDRESS") == self.underlay_ip:
+                return a["index"]
+        raise ValueError(f"no interface holds the node's address {self.underlay_ip}")
 
     def _hold(self, want: set[str], keep: set[str] = frozenset()) -> None:
         """Hold `want` on the underlay interface, and of `keep` what is held."""
@@ -301,34 +330,45 @@ class EgressSnat(NodeFeature):
         if not keep and want == self._held and time.monotonic() - self._checked < RECHECK:
             return
         with IPRoute() as ipr:
-            idx = ifname = mac = None
-            for a in ipr.addr("dump", family=2):
-                if a.get_attr("IFA_ADDRESS") == self.underlay_ip:
-                    idx = a["index"]
-            if idx is None:
-                raise ValueError(f"no interface holds the node's address {self.underlay_ip}")
+            idx = self._underlay_index(ipr)
             link = ipr.link("get", index=idx)[0]
             ifname, mac = link.get_attr("IFLA_IFNAME"), link.get_attr("IFLA_ADDRESS")
-            label = (ifname + LABEL_SUFFIX)[:15]
-            have = {a.get_attr("IFA_ADDRESS") for a in ipr.addr("dump", index=idx, family=2)
-                    if a.get_attr("IFA_LABEL") == label}
+            have = {a.get_attr("IFA_ADDRESS") for a in ipr.addr("dump", index=idx)
+                    if _held_here(a, idx, ipr, ifname)}
             for ip in have - want - keep:
-                ipr.addr("del", index=idx, address=ip, prefixlen=32)
+                ipr.addr("del", index=idx, address=ip, prefixlen=128 if ":" in ip else 32)
                 log.info("egress SNAT: %s given up (another node holds it)", ip)
             for ip in sorted(want - have):
-                ipr.addr("add", index=idx, address=ip, prefixlen=32, label=label)
+                if ":" in ip:       # usable at once: no duplicate address detection
+                    ipr.addr("add", index=idx, address=ip, prefixlen=128, flags=IFA_F_NODAD,
+                             proto=names.EGRESS_ADDR_PROTO)
+                else:
+                    ipr.addr("add", index=idx, address=ip, prefixlen=32,
+                             label=(ifname + LABEL_SUFFIX)[:15])
                 for _ in range(2):
                     garp(ifname, mac, ip)
                 self._announce_again(ifname, mac, ip)
-                log.info("egress SNAT: %s held on %s, announced by gratuitous ARP", ip, ifname)
+                log.info("egress SNAT: %s held on %s, announced by %s", ip, ifname,
+                         "unsolicited neighbour advertisement" if ":" in ip else "gratuitous ARP")
         self._held, self._checked = want | (keep & have), time.monotonic()
 
 
+def _held_here(a, idx: int, ipr, ifname: str | None = None) -> bool:
+    """Is address message `a` one this feature holds: IPv4 labelled
+    `<ifname>:pe`, IPv6 marked names.EGRESS_ADDR_PROTO."""
+    if a["family"] == socket.AF_INET6:
+        return a.get_attr("IFA_PROTO") == names.EGRESS_ADDR_PROTO
+    if ifname is None:
+        ifname = ipr.link("get", index=idx)[0].get_attr("IFLA_IFNAME")
+    return a.get_attr("IFA_LABEL") == (ifname + LABEL_SUFFIX)[:15]
+
+
 def snat_rule(g: servicesnat.SnatGrant) -> tuple[str, list]:
-    expr = [{"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "saddr"}},
+    fam, cluster = ("ip6", "@cluster_cidrs6") if ":" in g.ip else ("ip", "@cluster_cidrs")
+    expr = [{"match": {"op": "==", "left": {"payload": {"protocol": fam, "field": "saddr"}},
                        "right": {"set": list(g.sources)}}},
-            {"match": {"op": "!=", "left": {"payload": {"protocol": "ip", "field": "daddr"}},
-                       "right": "@cluster_cidrs"}},
-            {"snat": {"family": "ip", "addr": g.ip}}]
+            {"match": {"op": "!=", "left": {"payload": {"protocol": fam, "field": "daddr"}},
+                       "right": cluster}},
+            {"snat": {"family": fam, "addr": g.ip}}]
     digest = hashlib.sha1(json.dumps(expr, sort_keys=True).encode()).hexdigest()[:10]
     return f"{g.service} snat {g.ip} #{digest}"[-128:], expr

@@ -5,6 +5,7 @@ router port (a distributed gateway port), and NB_Global options.
                                    external_ids=ids, router_port="lrp:egw:audited"))
     nb.commit(DeleteHAChassisGroup(nb, "egw:audited"))
     nb.commit(SetGlobalOptions(nb, {"bfd-min-rx": "100"}))
+    nb.commit(EnsureStaticMacBindings(nb, "lrp:egw:x", {"fd00:65::2": "0e:00:64:41:ff:fe"}))
 
 ovn-controller then binds the port's chassisredirect port on the live chassis
 of highest priority, and moves it when BFD over the Geneve tunnels says that
@@ -16,6 +17,7 @@ from pacific.ovn.ensure import LRP, Command, _DeleteNamed, _set_if_changed, find
 
 HCG = "HA_Chassis_Group"
 HC = "HA_Chassis"
+SMB = "Static_MAC_Binding"
 
 
 class EnsureHAChassisGroup(Command):
@@ -77,3 +79,37 @@ class SetGlobalOptions(Command):
             cur = dict(row.options)
             if any(cur.get(k) != v for k, v in self.options.items()):
                 row.options = {**cur, **self.options}
+
+
+class EnsureStaticMacBindings(Command):
+    """Router port `port`'s static MAC bindings become exactly `bindings`
+    (address -> MAC), overriding what the router would learn.  For a gateway's
+    IPv6 transit host: OVN solicits a router policy's IPv6 next hop at the
+    solicited-node group of the packet's destination, not of the next hop, so
+    the host never hears the solicitation; every node's gateway interface has
+    one fixed MAC (names.EGRESS_PORT_MAC), so the binding never changes."""
+
+    def __init__(self, api, port: str, bindings: dict[str, str]):
+        super().__init__(api)
+        self.port, self.bindings = port, dict(bindings)
+
+    def describe(self):
+        return f"{self.port}: {self.bindings}"
+
+    def run_idl(self, txn):
+        have = {}
+        for row in list(self.api.tables[SMB].rows.values()):
+            if row.logical_port != self.port:
+                continue
+            if row.ip in self.bindings and row.ip not in have:
+                have[row.ip] = row
+                _set_if_changed(row, "mac", self.bindings[row.ip])
+                _set_if_changed(row, "override_dynamic_mac", True)
+            else:
+                row.delete()
+        for ip, mac in self.bindings.items():
+            if ip not in have:
+                row = txn.insert(self.api.tables[SMB])
+                row.logical_port, row.ip, row.mac = self.port, ip, mac
+                row.override_dynamic_mac = True
+        self.result = True

@@ -66,7 +66,7 @@ NB_TABLES = (
     "Logical_Router_Port", "Logical_Router_Static_Route",
     "Logical_Router_Policy", "NAT", "ACL", "Address_Set", "Port_Group",
     "Load_Balancer", "Load_Balancer_Group", "QoS", "Gateway_Chassis", "HA_Chassis_Group",
-    "HA_Chassis", "Meter", "Meter_Band",
+    "HA_Chassis", "Meter", "Meter_Band", "Static_MAC_Binding",
 )
 
 # What pacific-controller monitors (``NorthboundAPI(..., monitor=CONTROLLER_MONITOR)``):
@@ -91,6 +91,8 @@ CONTROLLER_MONITOR: dict[str, tuple[str, ...] | None] = {
     # centralized egress gateways (controller/gateway.py, ovn/gateway.py)
     "HA_Chassis_Group": ("name", "ha_chassis", "external_ids"),
     "HA_Chassis": ("chassis_name", "priority", "external_ids"),
+    # an IPv6 gateway's transit host (ovn/gateway.py EnsureStaticMacBindings)
+    "Static_MAC_Binding": ("logical_port", "ip", "mac", "override_dynamic_mac"),
     # NetworkPolicy / tenant isolation (ensure.EnsurePortGroup, ...)
     "Port_Group": ("name", "ports", "acls", "external_ids"),
     "Address_Set": ("name", "addresses", "external_ids"),

@@ -41,6 +41,8 @@ class SbView:
     holders: dict[str, str | None]      # chassisredirect port -> chassis name holding it
     transits: dict[str, str]            # patch port -> its router address (mac column)
     address_sets: dict[str, frozenset]  # name -> addresses (those the watch was asked for)
+    # patch port -> its IPv6 router address, for a port that has one (an IPv6 EgressIP's)
+    transits6: dict[str, str] = dataclasses.field(default_factory=dict)
     # switch -> (multicast groups joined on it, member ports over every chassis):
     # IGMP snooping's table (OVN's own "mrouters" rows left out)
     multicast: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
@@ -49,9 +51,10 @@ class SbView:
         """The rest of each chassisredirect port's name after `prefix` -> its holder."""
         return _under(self.holders, prefix)
 
-    def transits_under(self, prefix: str) -> dict[str, str]:
-        """The rest of each patch port's name after `prefix` -> its router address."""
-        return _under(self.transits, prefix)
+    def transits_under(self, prefix: str, version: int = 4) -> dict[str, str]:
+        """The rest of each patch port's name after `prefix` -> its router
+        address (IPv4; `version` 6: its IPv6 one, ports that have one)."""
+        return _under(self.transits if version == 4 else self.transits6, prefix)
 
 
 def _under(by_name: dict, prefix: str) -> dict:
@@ -66,19 +69,20 @@ def build_view(tables, address_sets: str | None) -> SbView:
     """The view of the replica's `tables` (ovs IDL tables: .rows of Row objects);
     the Address_Sets whose name starts with `address_sets` (None: none)."""
     chassis = {uuid: row.name for uuid, row in tables["Chassis"].rows.items()}
-    holders, transits = {}, {}
+    holders, transits, transits6 = {}, {}, {}
     for row in tables["Port_Binding"].rows.values():
         if row.type == "chassisredirect":
             holders[row.logical_port] = chassis.get(row.chassis[0].uuid) if row.chassis else None
         elif row.type == "patch":
             for mac in row.mac:
-                parts = mac.split()
-                if len(parts) > 1:
-                    transits[row.logical_port] = str(ipaddress.ip_interface(parts[1]).ip)
+                for part in mac.split()[1:]:
+                    ip = ipaddress.ip_interface(part).ip
+                    (transits if ip.version == 4 else transits6).setdefault(row.logical_port,
+                                                                            str(ip))
     sets = ({} if address_sets is None else
             {row.name: frozenset(row.addresses) for row in tables["Address_Set"].rows.values()
              if row.name.startswith(address_sets)})
-    return SbView(holders, transits, sets, _multicast(tables))
+    return SbView(holders, transits, sets, transits6=transits6, multicast=_multicast(tables))
 
 
 def _multicast(tables) -> dict[str, tuple[int, int]]:

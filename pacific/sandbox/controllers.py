@@ -36,7 +36,8 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
             # short lease in the sandbox: failover within a few seconds
             "--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "1",
             "--lag-probe-interval", "2", *exposure_args(sandbox),
-            "--egress-ip-cidrs", names.SANDBOX_EGRESS_IP_CIDRS,
+            "--egress-ip-cidrs", ",".join([names.SANDBOX_EGRESS_IP_CIDRS] + (
+                [names.SANDBOX_EGRESS_IP_CIDR6] if getattr(sandbox, "dual_stack", False) else [])),
             "--dns-servers", dns_server(sandbox), *trusted_args(sandbox),
             *dual_stack_args(sandbox), *extra]
 

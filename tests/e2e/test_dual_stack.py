@@ -634,3 +634,93 @@ def test_the_multicast_gate_holds_for_ipv6(env):
     finally:
         for ns in ("dsc", "dsg"):
             _multicast(api, ns, False)
+
+
+EIP4, EIP6 = "192.168.77.160", "fd00:77::160"
+
+
+def _neighbour_mac(sb, ip: str) -> str | None:
+    out = sb.exec(sb.external_netns, ["ip", "-6", "neigh", "show", ip], check=False).stdout
+    m = re.search(r"lladdr ([0-9a-f:]{17})", out)
+    return m.group(1) if m else None
+
+
+def _underlay_mac(sb, node: str) -> str:
+    """The MAC of the node's interface holding its underlay address."""
+    n = sb.node(node)
+    addrs = sb.exec(n.netns, ["ip", "-o", "-4", "addr", "show"]).stdout
+    dev = next(line.split()[1] for line in addrs.splitlines() if f" {n.underlay_ip}/" in line)
+    out = sb.exec(n.netns, ["ip", "-o", "link", "show", dev]).stdout
+    return re.search(r"link/ether ([0-9a-f:]{17})", out).group(1)
+
+
+def test_an_egress_ip_of_each_family_carries_its_pods_out_and_moves_between_nodes(env):
+    """An EgressIP with an IPv4 and an IPv6 address selects namespace dsb: b1
+    (on node2) reaches the outside as 192.168.77.160 and as fd00:77::160, held
+    by node1, the one node labelled assignable (the pod's IPv6 rerouted to
+    node1's IPv6 transit address and SNATed there).  a1 of dsa, on node1, is
+    the control: it leaves with its own addresses throughout.  node2 labelled
+    and node1's label removed, node2 takes both addresses over and announces
+    the IPv6 one by an unsolicited neighbour advertisement: the outside's
+    neighbour entry moves to node2's MAC before it sends anything.  Deleted,
+    b1 leaves with its own address again."""
+    sb, api, recs = env
+    out4, out6 = sb.external_remote_ip, sb.external_remote_ip6
+    routes = [(recs["a1"].ip, sb.node("node1").underlay_ip, "-4", 32),
+              (v6(recs["a1"]), sb.node("node1").underlay_ip6, "-6", 128),
+              (recs["b1"].ip, sb.node("node2").underlay_ip, "-4", 32),
+              (v6(recs["b1"]), sb.node("node2").underlay_ip6, "-6", 128)]
+    for ip, via, flag, plen in routes:
+        sb.exec(sb.external_netns, ["ip", flag, "route", "replace", f"{ip}/{plen}", "via", via])
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
+                               NETCHECK, "serve", str(EGRESS_PORT), "outside"],
+                              stdout=subprocess.PIPE, text=True)
+
+    def assignable(node, on):
+        r.patch_merge(api, r.NODES, node, {"metadata": {"labels": {
+            names.LABEL_EGRESS_ASSIGNABLE: "" if on else None}}})
+
+    def holds(node, ip):
+        return f" {ip}/128 " in sb.exec(sb.node(node).netns, ["ip", "-6", "-o", "addr",
+                                                               "show"]).stdout
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        r.patch_merge(api, r.NAMESPACES, "dsb", {"metadata": {"labels": {"eipv6": "yes"}}})
+        assignable("node1", True)
+        r.create(api, r.EGRESSIPS, {
+            "apiVersion": names.API_VERSION, "kind": "EgressIP", "metadata": {"name": "eipv6"},
+            "spec": {"egressIPs": [EIP4, EIP6],
+                     "namespaceSelector": {"matchLabels": {"eipv6": "yes"}}}})
+        wait_until(lambda: _ask_outside(sb, "b1", out6) == f"outside {EIP6}", 60, interval=0.5,
+                   what="b1 leaving over IPv6 as the EgressIP's IPv6 address")
+        assert _ask_outside(sb, "b1", out4) == f"outside {EIP4}"
+        assert holds("node1", EIP6) and not holds("node2", EIP6)
+        assert _ask_outside(sb, "a1", out6) == f"outside {v6(recs['a1'])}"
+        assert _ask_outside(sb, "a1", out4) == f"outside {recs['a1'].ip}"
+        items = wait_until(lambda: [i for i in ((r.get(api, r.EGRESSIPS, "eipv6") or {}).get(
+            "status") or {}).get("items", []) if i.get("node")] or None, 30,
+            what="the status naming the holders")
+        assert {(i["egressIP"], i["node"], i["pods"]) for i in items} == {
+            (EIP4, "node1", 1), (EIP6, "node1", 1)}
+        assert _neighbour_mac(sb, EIP6) == _underlay_mac(sb, "node1")
+        assignable("node2", True)
+        assignable("node1", False)
+        node2_mac = _underlay_mac(sb, "node2")
+        wait_until(lambda: _neighbour_mac(sb, EIP6) == node2_mac, 30, interval=0.2,
+                   what="the outside's neighbour entry moved to node2 by its advertisement")
+        assert holds("node2", EIP6) and not holds("node1", EIP6)
+        assert _ask_outside(sb, "b1", out6) == f"outside {EIP6}"
+        assert _ask_outside(sb, "b1", out4) == f"outside {EIP4}"
+        r.delete(api, r.EGRESSIPS, "eipv6")
+        wait_until(lambda: _ask_outside(sb, "b1", out6) == f"outside {v6(recs['b1'])}", 60,
+                   interval=0.5, what="b1 leaving with its own IPv6 once the EgressIP is gone")
+        wait_until(lambda: not holds("node2", EIP6), 30, what="the address given up")
+    finally:
+        server.kill()
+        server.wait()
+        r.delete(api, r.EGRESSIPS, "eipv6")
+        for node in ("node1", "node2"):
+            assignable(node, False)
+        r.patch_merge(api, r.NAMESPACES, "dsb", {"metadata": {"labels": {"eipv6": None}}})
+        for ip, _, flag, plen in routes:
+            sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)

@@ -89,3 +89,44 @@ def test_a_service_cannot_take_an_egressip_address():
         "egressIPs": [A], "namespaceSelector": {}}})
     drain(ctl)
     assert A in taken_ips(ctl)
+
+
+DUAL = dict(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64",
+            default_cidr="10.16.0.0/16,fd00:16::/64", service_cidr="10.96.0.0/16,fd00:96::/108",
+            egress_ip_cidrs="192.168.77.0/24,fd00:77::/64")
+
+
+def test_an_ipv6_address_reroutes_the_pods_ipv6_through_an_ipv6_transit_network():
+    """Dual-stack pods: the IPv6 address's set holds their IPv6 addresses, its
+    policy matches ip6.src and reroutes to the IPv6 transit host, its gateway
+    port has both transit networks; the IPv4 address's stays IPv4."""
+    ctl = make_controller(**DUAL)
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1", "labels": {
+        names.LABEL_EGRESS_ASSIGNABLE: ""}}, "status": {"addresses": [
+            {"type": "InternalIP", "address": "192.168.77.11"},
+            {"type": "InternalIP", "address": "fd00:77::11"}]}})
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "blue", "labels": {"team": "blue"}}})
+    for i in range(3):
+        ctl.kube.add(r.PODS, {"metadata": {"name": f"p{i}"},
+                              "spec": {"nodeName": "node1", "containers": []}}, "blue")
+    ctl.kube.add(r.EGRESSIPS, {"metadata": {"name": "web"}, "spec": {
+        "egressIPs": [A, "fd00:77::150", "fd00:77::11"],
+        "namespaceSelector": {"matchLabels": {"team": "blue"}}}})
+    drain(ctl)
+    recs = [contract.PodRecord.of(p) for p in ctl.kube.of(r.PODS)]
+    assert members(ctl, f"web/{A}") == {rec.address(4) for rec in recs}
+    assert members(ctl, "web/fd00:77::150") == {rec.address(6) for rec in recs}
+    assert all(rec.address(6) for rec in recs)
+    six = egressip.address_set_name("web/fd00:77::150")
+    policies = {m: hops for c in ctl.writer.commands(ensure.EnsureRouterPolicies)
+                for (p, m), (_, hops) in c.specs.items() if p == names.PRIO_POLICY_EGRESS_IP}
+    hop6 = policies[f"ip6.src == ${six}"]
+    assert len(hop6) == 1 and hop6[0].startswith("fd00:65:")
+    lrp = names.router_port_name(names.egress_switch_name(
+        egressip.gateway_name("web/fd00:77::150")))
+    port = [c for c in ctl.writer.commands(ensure.EnsureRouterPort) if c.name == lrp][-1]
+    assert port.networks[0].startswith("100.65.") and port.networks[1].startswith("fd00:65:")
+    assert port.networks[1] == hop6[0][:-1] + "1/64"          # router ::1, host ::2
+    st = r.get(ctl.kube, r.EGRESSIPS, "web")["status"]
+    assert [i["egressIP"] for i in st["items"]] == [A, "fd00:77::150"]
+    assert [x["egressIP"] for x in st["refused"]] == ["fd00:77::11"]     # node1's

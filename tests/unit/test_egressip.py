@@ -37,13 +37,13 @@ def test_no_namespace_selector_selects_nothing():
 
 def test_bad_addresses_are_refused_with_a_reason():
     d = decide([eip("a", ["192.168.77.10", "10.16.0.9", "203.0.113.5", "fd00::5", "nope",
-                          "192.168.77.255", "192.168.77.51"])])
+                          "192.168.77.255", "192.168.77.51"])])         # no IPv6 range granted
     assert list(d.grants) == ["a/192.168.77.51"]
     why = d.refused["a"]
     assert "infrastructure" in why["192.168.77.10"]
     assert "cluster" in why["10.16.0.9"]
     assert "--egress-ip-cidrs" in why["203.0.113.5"]
-    assert "IPv6" in why["fd00::5"]
+    assert "--egress-ip-cidrs" in why["fd00::5"]
     assert "not an IP" in why["nope"]
     assert "broadcast" in why["192.168.77.255"]
 
@@ -85,3 +85,47 @@ def test_a_bad_selector_is_a_note_not_a_crash():
         {"key": "app", "operator": "Like"}]})])
     assert d.grants["a/192.168.77.50"].sources == ()
     assert "Like" in d.notes["a"][0]
+
+
+ALLOWED6 = ALLOWED + ["fd00:77::/64"]
+CLUSTER6 = CLUSTER + ["fd00:16::/64"]
+PODS6 = [("blue", {"app": "web"}, "10.16.0.5"), ("blue", {"app": "web"}, "fd00:16::5"),
+         ("blue", {"app": "web"}, "fd00:16::6"), ("red", {"app": "web"}, "fd00:16::7")]
+
+
+def decide6(objs, pods=PODS6):
+    return egressip.decide(objs, pods, NS, ALLOWED6, ("fd00:77::10",), CLUSTER6)
+
+
+def test_ipv6_addresses_carry_the_pods_ipv6_and_ipv4_ones_their_ipv4():
+    d = decide6([eip("a", ["192.168.77.50", "fd00:77::50"])])
+    assert d.grants["a/192.168.77.50"].sources == ("10.16.0.5",)
+    assert d.grants["a/fd00:77::50"].sources == ("fd00:16::5", "fd00:16::6")
+    assert d.grants["a/fd00:77::50"].version == 6 and d.grants["a/fd00:77::50"].index == 1
+    # only IPv6: the pods' IPv4 is decided by nothing here (leaves as without it)
+    d = decide6([eip("a", ["fd00:77::50"])])
+    assert [g.sources for g in d.grants.values()] == [("fd00:16::5", "fd00:16::6")]
+
+
+def test_ipv6_addresses_are_checked_in_their_canonical_spelling():
+    d = decide6([eip("a", ["FD00:77:0::50", "fd00:77::10", "fd00:16::9", "2001:db8::5",
+                          "fd00:77::"]),
+                 eip("b", ["fd00:77::50"], created="2026-11-27T00:00:00Z")])
+    assert list(d.grants) == ["a/fd00:77::50"]
+    why = d.refused["a"]
+    assert "infrastructure" in why["fd00:77::10"]
+    assert "cluster" in why["fd00:16::9"]
+    assert "--egress-ip-cidrs" in why["2001:db8::5"]
+    assert "anycast" in why["fd00:77::"]
+    assert "older EgressIP a" in d.refused["b"]["fd00:77::50"]
+    assert "fd00:77::50" in egressip.claimed([eip("a", ["FD00:77:0::50"])])
+    assert egressip.ip_of_key("a/fd00:77::50") == "fd00:77::50"
+
+
+def test_ipv6_pods_spread_over_the_ipv6_addresses_only():
+    pods = [("blue", {}, f"fd00:16::{i:x}") for i in range(1, 40)]
+    d = decide6([eip("a", ["192.168.77.50", "fd00:77::50", "fd00:77::51"])], pods)
+    six = [d.grants["a/fd00:77::50"].sources, d.grants["a/fd00:77::51"].sources]
+    assert d.grants["a/192.168.77.50"].sources == ()
+    assert all(six) and sorted(six[0] + six[1], key=lambda a: int(a.rsplit(":", 1)[1], 16)) == \
+        [p[2] for p in pods]

@@ -101,3 +101,12 @@ def test_a_taken_over_address_is_announced_again_while_held(monkeypatch):
     assert done.wait(5)
     holder._stopping.wait(0.6)
     assert sent == ["192.168.77.150"] * 3
+
+
+def test_an_ipv6_egress_address_snats_ipv6_members_outside_the_cluster_only():
+    rule = snat_rule(servicesnat.SnatGrant("egw:eip:web/fd00:77::150", "fd00:77::150",
+                                           ("fd00:16::5",)))
+    match, dest, nat = rule[1]
+    assert match["match"]["left"]["payload"] == {"protocol": "ip6", "field": "saddr"}
+    assert dest["match"]["right"] == "@cluster_cidrs6"
+    assert nat == {"snat": {"family": "ip6", "addr": "fd00:77::150"}}

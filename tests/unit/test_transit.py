@@ -30,6 +30,14 @@ def test_transit_networks_are_24s_of_the_transit_cidr():
         tr.transit(256)
 
 
+def test_an_ipv6_transit_network_is_the_64_of_its_index():
+    assert tr.transit6(0) == ("fd00:65::1/64", "fd00:65::2")
+    assert tr.transit6(7) == ("fd00:65:0:7::1/64", "fd00:65:0:7::2")
+    assert tr.transit_index(["100.65.7.1/24", "fd00:65:0:7::1/64"]) == 7
+    with pytest.raises(ValueError):
+        tr.transit6(256)
+
+
 def test_ports_reconciled_at_once_never_share_a_network():
     nb, nets = FakeNB(), tr.TransitNetworks()    # NB shows none of them: not committed yet
     got, start = {}, threading.Barrier(50)
