@@ -22,8 +22,9 @@ firewall).  Keys: ``node/<name>`` and ``cluster``.
 IPv6 (a dual-stack join network: the nodes' ovn0 has IPv6): the same per
 node, ``ip6.src == $<set>_6`` -> reroute to ovn0's IPv6, the cluster's IPv6
 destinations allowed and ``::/0`` via the join network's IPv6 gateway.  A
-pod that an IPv4-only egress feature decides for is left out of its node's
-IPv6 set, and so has no way out over IPv6 (egress_v6.py: held).
+pod of a namespace an EgressIP or an IPv4-only egress feature decides for is
+left out of its node's IPv6 set, and so has no way out over IPv6 through its
+node (egress_v6.py: held).
 """
 from __future__ import annotations
 
@@ -56,25 +57,21 @@ def cluster_ids() -> dict:
 
 
 def _pod_node_ip(pod: dict | None) -> tuple[str | None, tuple | None]:
-    """(its node, (IPv4 address, IPv6 address or None, namespace, Subnet)) of
-    an allocated pod; (None, None) for any other."""
+    """(its node, (IPv4 address, IPv6 address, namespace, Subnet)) of an
+    allocated pod, None for a family it lacks (each set holds one family: OVN
+    drops a flow whose set mixes them); (None, None) for any other."""
     if not pod or (pod.get("spec") or {}).get("hostNetwork"):
         return None, None
     rec = contract.own_record(pod)
     if rec is None:
         return None, None
-    ip6 = next((a for a in rec.ips[1:] if ":" in a), None)
     return (pod.get("spec") or {}).get("nodeName"), (
-        rec.ip, ip6, model.meta(pod).get("namespace"), rec.subnet)
+        rec.address(4), rec.address(6), model.meta(pod).get("namespace"), rec.subnet)
 
 
 # what decides which pods' IPv6 is held (egress_v6.py), read with IPv6 egress only
 HOLD_INFORMERS = {"egressips": informers.EGRESSIPS, "namespaces": informers.NAMESPACES,
                   "services": informers.SERVICES}
-
-
-def _centralized(subnet: dict | None) -> bool:
-    return gateway.centralized_spec(subnet)[0] is not None
 
 
 def v6_set_name(node: str) -> str:
@@ -129,8 +126,7 @@ class EgressFeature(Feature):
                 return self._held
         inf = self.ctl.informer
         h = egress_v6.held(inf("egressips").list(),
-                           inf("namespaces").list(), inf("services").list(),
-                           inf("subnets").list())
+                           inf("namespaces").list(), inf("services").list())
         with self._lock:
             self._held = h
         return h
@@ -163,11 +159,8 @@ class EgressFeature(Feature):
         obj = new or old
         return [f"node/{model.meta(obj)['name']}"]
 
-    def _on_subnet(self, old, new):
-        # a Subnet made centralized (or not) holds its pods' IPv6 (or not); its
-        # status, written as pods come and go, changes nothing of the hold
-        if self.v6 and _centralized(old) != _centralized(new):
-            return [CLUSTER_KEY, *self._on_hold(old, new)]
+    @staticmethod
+    def _on_subnet(old, new):
         return [CLUSTER_KEY]
 
     def resync_keys(self):
@@ -230,7 +223,7 @@ class EgressFeature(Feature):
             return
         with self._lock:
             pods = list(self._by_node.get(node, {}).values())
-        want = {ip for ip, _, _, _ in pods}
+        want = {ip for ip, _, _, _ in pods if ip}
         if rec.service_source:     # the node's own connections to Services that OVN sends out
             want.add(rec.service_source)
         have = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
@@ -239,7 +232,7 @@ class EgressFeature(Feature):
         rows6, want6 = [], set()
         if self.v6 and rec.ip6:
             held = self.held()
-            want6 = {ip6 for _, ip6, ns, subnet in pods if ip6 and not held.holds(ns, subnet)}
+            want6 = {ip6 for _, ip6, ns, _ in pods if ip6 and not held.holds(ns)}
             have6 = ensure.address_set_addresses(self.ctl.nb, as6)
             rows6 = ensure.address_set_rows(as6, ids, want6, have6) if want6 != have6 else []
             specs.append((names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip6.src == ${as6}", "reroute",

@@ -1,43 +1,43 @@
 """Which pods' IPv6 may leave the cluster through their node (distributed
 egress in IPv6, controller/egress.py), and which is held back.
 
-These egress features decide in IPv4 only yet: a Service whose endpoints
-leave with its external IP (servicesnat.opted_in), a centralized Subnet (its
-gateway's policy matches `ip4.src`).  An EgressIP decides both families (its
-IPv6 addresses reroute the pods' `ip6.src`, above this node reroute), but a
+A Service whose endpoints leave with its external IP (servicesnat.opted_in)
+decides in IPv4 only yet.  An EgressIP decides both families (its IPv6
+addresses reroute the pods' `ip6.src`, above the node reroute), but a
 namespace it selects is held all the same: its pods the EgressIP has no IPv6
-address for, or does not select, must not get out over IPv6 past it.  (An EgressFirewall decides both families itself: a firewall
-naming no IPv6 CIDR denies IPv6 at the exits, egressfirewall.py.)  A pod one of
-them decides for must not get out over IPv6 past the administrator's choice,
-so its IPv6 is *held*: left out of its node's IPv6 reroute set, it has no way
-out (the cluster router's `::/0` leads to no next hop), while its IPv4 goes
-where the feature says.  Coarse on purpose, failing closed: a namespace an
-EgressIP's namespaceSelector matches is held whole (whatever its
-podSelector), as is a namespace with a Service opted into SNAT.
+address for, or does not select, must not get out over IPv6 past it.  (A
+centralized Subnet's gateway reroutes both families, controller/gateway.py;
+an EgressFirewall decides both itself: a firewall naming no IPv6 CIDR denies
+IPv6 at the exits, egressfirewall.py.)  A pod of such a namespace must not get
+out over IPv6 past the administrator's choice, so its IPv6 is *held*: left out
+of its node's IPv6 reroute set, it has no way out but the EgressIP's (the
+cluster router's `::/0` leads to no next hop), while its IPv4 goes where the
+feature says.  Coarse on purpose, failing closed: a namespace an EgressIP's
+namespaceSelector matches is held whole (whatever its podSelector), as is a
+namespace with a Service opted into SNAT.
 
-    h = held(egressips, namespaces, services, subnets)
-    h.holds("shop", "default")     # -> the reason, or None
+    h = held(egressips, namespaces, services)
+    h.holds("shop")     # -> the reason, or None
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from pacific import selectors, servicesnat
-from pacific.controller import gateway, model
+from pacific.controller import model
 
 
 @dataclass(frozen=True)
 class Held:
     namespaces: dict[str, str] = field(default_factory=dict)   # namespace -> why
-    subnets: dict[str, str] = field(default_factory=dict)      # Subnet -> why
 
-    def holds(self, namespace: str, subnet: str | None) -> str | None:
-        """Why a pod of `namespace` on `subnet` may not leave over IPv6, or None."""
-        return self.namespaces.get(namespace) or (self.subnets.get(subnet) if subnet else None)
+    def holds(self, namespace: str) -> str | None:
+        """Why a pod of `namespace` may not leave over IPv6 through its node, or None."""
+        return self.namespaces.get(namespace)
 
 
-def held(egressips, namespaces, services, subnets) -> Held:
-    """From the caches' objects: EgressIPs, Namespaces, Services and Subnets."""
+def held(egressips, namespaces, services) -> Held:
+    """From the caches' objects: EgressIPs, Namespaces and Services."""
     ns: dict[str, str] = {}
     labels = {model.meta(n).get("name"): model.meta(n).get("labels") or {} for n in namespaces}
     for eip in egressips:
@@ -53,6 +53,4 @@ def held(egressips, namespaces, services, subnets) -> Held:
         if servicesnat.opted_in(svc):
             ns.setdefault(model.meta(svc).get("namespace"),
                           "a Service of its namespace leaves with its external IP")
-    sub = {model.meta(s).get("name"): "its Subnet leaves through gateway nodes"
-           for s in subnets if gateway.centralized_spec(s)[0] is not None}
-    return Held({k: v for k, v in ns.items() if k}, sub)
+    return Held({k: v for k, v in ns.items() if k})

@@ -15,7 +15,9 @@ Per such Subnet (key: its name; rows owned by the Subnet, rule
   bfd-* options, ~300 ms) says it died: no controller, no API server involved;
 * one router policy: `ip4.src == <cidr>` reroute to the gateway host (.2).
   Destinations inside the cluster are kept by the node-local allow policy of
-  higher priority (controller/egress.py).
+  higher priority (controller/egress.py).  A Subnet with an IPv6 CIDR: the
+  port also has the IPv6 transit /64 of its index (transit6, its host's MAC a
+  static binding), and `ip6.src == <cidr6>` reroutes to its host (::2).
 
 Which pods use a gateway (the policy names the Subnet's CIDR, never a pod) and
 where the gateway is (the group) are apart: pods coming and going write none
@@ -42,7 +44,7 @@ from pacific import contract, names
 from pacific.controller import informers, model
 from pacific.controller.feature import Feature
 from pacific.controller.reports import Reports
-from pacific.controller.transit import transit
+from pacific.controller.transit import transit, transit6
 from pacific.kube import errors as kerr
 from pacific.kube import resources as r
 from pacific.ovn import ensure
@@ -60,19 +62,20 @@ def gateway_ids(subnet: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
 
 
-def centralized_spec(obj: dict | None) -> tuple[str | None, list[str]]:
-    """(the CIDR in effect, gatewayNodes) of a centralized Subnet; (None, [])
-    for any other (distributed, not applied yet, being deleted)."""
+def centralized_spec(obj: dict | None) -> tuple[list[str] | None, list[str]]:
+    """(the CIDRs in effect, IPv4 first; gatewayNodes) of a centralized
+    Subnet; (None, []) for any other (distributed, not applied yet, being
+    deleted)."""
     if not obj or model.meta(obj).get("deletionTimestamp"):
         return None, []
     spec = obj.get("spec") or {}
     if spec.get("gatewayType") != CENTRALIZED:
         return None, []
-    cidr = contract.subnet_cidr_in_effect(obj)
-    if cidr is None:
+    cidrs = [c for c in (contract.subnet_cidr_in_effect(obj, v) for v in (4, 6)) if c]
+    if not cidrs:
         return None, []
     nodes = [n for n in spec.get("gatewayNodes") or [] if isinstance(n, str) and n]
-    return cidr, list(dict.fromkeys(nodes))
+    return cidrs, list(dict.fromkeys(nodes))
 
 
 def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str | list[str], mac: str, ids: dict,
@@ -198,29 +201,41 @@ class GatewayFeature(Feature):
     # -- reconcile -------------------------------------------------------------------
     def reconcile(self, name: str) -> None:
         obj = self.ctl.informer("subnets").get(name)
-        cidr, asked = centralized_spec(obj)
+        cidrs, asked = centralized_spec(obj)
         sw = names.egress_switch_name(name)
         lrp = names.router_port_name(sw)
         have = self._lrp(lrp)
-        if cidr is None:
+        if cidrs is None:
             if have is not None or self._owns_policy(name):
                 self._remove(name, sw, lrp)
             return
         nodes = [n for n in asked if self.ctl.informer("nodes").get(n) is not None]
         missing = [n for n in asked if n not in nodes]
-        router_cidr, host_ip, mac = transit(self.ctl.transit.index(self.ctl.nb, lrp))
+        index = self.ctl.transit.index(self.ctl.nb, lrp)
+        router_cidr, host_ip, mac = transit(index)
+        router6, host6 = transit6(index)
+        networks, policies = [router_cidr], []
+        for cidr in cidrs:
+            if ":" in cidr and not self.ctl.cfg.join_cidr_of(6):
+                continue     # IPv6 has no way out of the cluster router, nor a node-local allow
+            if ":" in cidr:
+                networks.append(router6)
+                policies.append((names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip6.src == {cidr}",
+                                 "reroute", [host6]))
+            else:
+                policies.append((names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip4.src == {cidr}",
+                                 "reroute", [host_ip]))
         ranked = self._ranked(name, nodes)
         ids = gateway_ids(name)
         self.ctl.writer.run([
-            *gateway_rows(sw, lrp, names.egress_localnet_name(name), router_cidr, mac, ids, ranked,
-                          [(names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip4.src == {cidr}",
-                            "reroute", [host_ip])]),
+            *gateway_rows(sw, lrp, names.egress_localnet_name(name), networks, mac, ids, ranked,
+                          policies),
         ], what=f"egress gateway of subnet {name}")
         problems = ([f"gatewayNodes {', '.join(missing)}: no such node"] if missing else [])
         if not nodes:
             problems.append("no gateway node available: the Subnet's traffic to the outside "
                             "is dropped")
-        self._status(obj, nodes, router_cidr, problems)
+        self._status(obj, nodes, networks, problems)
 
     def _ranked(self, name: str, nodes: list[str]) -> list[str]:
         """gatewayNodes order, except that the node that has held the gateway
@@ -249,12 +264,15 @@ class GatewayFeature(Feature):
         LOG.info("egress gateway of subnet %s removed (distributed egress)", name)
 
     # -- status ------------------------------------------------------------------------
-    def _status(self, obj: dict, nodes: list[str], router_cidr: str, problems: list[str]) -> None:
+    def _status(self, obj: dict, nodes: list[str], networks: list[str],
+                problems: list[str]) -> None:
         name = model.meta(obj)["name"]
         with self._lock:
             active, since = self._active.get(name, (None, ""))
             last = self._failover.get(name)
-        want = {"nodes": nodes, "transit": router_cidr, "active": active, "since": since or None,
+        want = {"nodes": nodes, "transit": networks[0],
+                "transit6": networks[1] if len(networks) > 1 else None,
+                "active": active, "since": since or None,
                 "lastFailover": last, "message": "; ".join(problems) or None}
         if (obj.get("status") or {}).get(names.STATUS_EGRESS) != {
                 k: v for k, v in want.items() if v is not None}:

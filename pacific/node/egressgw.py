@@ -7,9 +7,10 @@ Subnet, OVN delivers that Subnet's outbound packets there, from the Subnet's
 transit switch's localnet port.  For each centralized Subnet whose gateway
 nodes (the controller's record, `status.egressGateway.nodes`) name this node:
 
-* `pegress0` holds the transit host address (`.2` of the Subnet's transit /24);
+* `pegress0` holds the transit host address (`.2` of the Subnet's transit /24;
+  a Subnet with IPv6 also `::2` of its transit /64);
 * route table EGRESS_ROUTE_TABLE sends the Subnet's CIDR back via the transit
-  router address (`.1`) on `pegress0`.
+  router address (`.1`, `::1`) on `pegress0`.
 
 Egress SNAT to Services' external IPs and EgressIPs (node/egresssnat.py)
 adds its own: the transit host address of each gateway and a /32 route back
@@ -47,23 +48,25 @@ MAPPINGS = "ovn-bridge-mappings"
 
 
 def wanted(subnets: list[dict], node: str) -> dict[str, tuple[str, str]]:
-    """Subnet CIDR -> (host address/24, transit router address) for every
-    centralized Subnet this node is a gateway of (the controller's record)."""
+    """Subnet CIDR -> (host address/prefix, transit router address) for every
+    centralized Subnet this node is a gateway of (the controller's record):
+    its IPv4 CIDR by `transit`, its IPv6 one by `transit6`."""
     out = {}
     for s in subnets:
         rec = (s.get("status") or {}).get(names.STATUS_EGRESS) or {}
-        cidr = contract.subnet_cidr_in_effect(s)
-        if not cidr or node not in (rec.get("nodes") or []):
+        if node not in (rec.get("nodes") or []):
             continue
-        try:
-            router = ipaddress.ip_interface(rec.get("transit"))
-        except (TypeError, ValueError):
-            continue
-        base = ipaddress.ip_network(names.EGRESS_TRANSIT_CIDR)
-        if router.ip not in base:
-            continue          # not an address the controller hands out: ignored
-        host = ipaddress.ip_interface(f"{router.ip + 1}/{router.network.prefixlen}")
-        out[cidr] = (str(host), str(router.ip))
+        for version, field, base in ((4, "transit", names.EGRESS_TRANSIT_CIDR),
+                                     (6, "transit6", names.EGRESS_TRANSIT_CIDR6)):
+            cidr = contract.subnet_cidr_in_effect(s, version)
+            try:
+                router = ipaddress.ip_interface(rec.get(field))
+            except (TypeError, ValueError):
+                continue
+            if not cidr or router.version != version or router.ip not in ipaddress.ip_network(base):
+                continue          # not an address the controller hands out: ignored
+            host = ipaddress.ip_interface(f"{router.ip + 1}/{router.network.prefixlen}")
+            out[cidr] = (str(host), str(router.ip))
     return out
 
 

@@ -724,3 +724,44 @@ def test_an_egress_ip_of_each_family_carries_its_pods_out_and_moves_between_node
         r.patch_merge(api, r.NAMESPACES, "dsb", {"metadata": {"labels": {"eipv6": None}}})
         for ip, _, flag, plen in routes:
             sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)
+
+
+def test_a_centralized_subnets_ipv6_leaves_through_its_gateway_node(env):
+    """Subnet ds-b made centralized with gateway node node1 and natOutgoing:
+    b1 (on node2) reaches the outside over both families as node1's underlay
+    addresses, its IPv6 rerouted to node1's IPv6 transit address like its
+    IPv4.  a1 of another Subnet on node1 (no natOutgoing, routed back by the
+    outside) keeps its own addresses: the control.  Distributed again, b1's
+    IPv6 leaves through its own node."""
+    sb, api, recs = env
+    out4, out6 = sb.external_remote_ip, sb.external_remote_ip6
+    node1 = sb.node("node1")
+    routes = [(v6(recs["a1"]), node1.underlay_ip6, "-6", 128),
+              (v6(recs["b1"]), sb.node("node2").underlay_ip6, "-6", 128)]
+    for ip, via, flag, plen in routes:
+        sb.exec(sb.external_netns, ["ip", flag, "route", "replace", f"{ip}/{plen}", "via", via])
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
+                               NETCHECK, "serve", str(EGRESS_PORT), "outside"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        r.patch_merge(api, r.SUBNETS, "ds-b", {"spec": {
+            "gatewayType": "centralized", "gatewayNodes": ["node1"], "natOutgoing": True}})
+        wait_until(lambda: _ask_outside(sb, "b1", out6) == f"outside {node1.underlay_ip6}", 60,
+                   interval=0.5, what="b1's IPv6 leaving through gateway node node1")
+        assert _ask_outside(sb, "b1", out4) == f"outside {node1.underlay_ip}"
+        st = r.get(api, r.SUBNETS, "ds-b")["status"][names.STATUS_EGRESS]
+        assert st["transit6"].startswith("fd00:65:") and st["nodes"] == ["node1"]
+        assert _ask_outside(sb, "a1", out6) == f"outside {v6(recs['a1'])}"
+        r.patch_merge(api, r.SUBNETS, "ds-b", {"spec": {"gatewayType": "distributed",
+                                                         "gatewayNodes": None,
+                                                         "natOutgoing": False}})
+        wait_until(lambda: _ask_outside(sb, "b1", out6) == f"outside {v6(recs['b1'])}", 60,
+                   interval=0.5, what="b1's IPv6 leaving through its own node again")
+    finally:
+        server.kill()
+        server.wait()
+        r.patch_merge(api, r.SUBNETS, "ds-b", {"spec": {"gatewayType": None, "gatewayNodes": None,
+                                                         "natOutgoing": None}})
+        for ip, _, flag, plen in routes:
+            sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)

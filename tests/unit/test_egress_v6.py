@@ -18,19 +18,16 @@ def ns(name, **labels):
     return {"metadata": {"name": name, "labels": labels}}
 
 
-def test_what_holds_a_namespace_or_a_subnet():
+def test_what_holds_a_namespace():
     eip = {"metadata": {"name": "out"}, "spec": {"namespaceSelector": {"matchLabels": {"t": "x"}},
                                                  "egressIPs": ["203.0.113.5"]}}
     svc = {"metadata": {"name": "web", "namespace": "snat"},
            "spec": {"externalIPs": ["203.0.113.7"]}}
     plain = {"metadata": {"name": "plain", "namespace": "free"}, "spec": {}}
-    central = {"metadata": {"name": "gw"}, "spec": {"gatewayType": "centralized"},
-               "status": {"cidrBlock": "10.40.0.0/24,fd00:40::/64"}}
-    h = egress_v6.held([eip], [ns("chosen", t="x"), ns("free")], [svc, plain], [central])
-    assert "EgressIP out" in h.holds("chosen", "default")
-    assert "external IP" in h.holds("snat", "default")
-    assert "gateway nodes" in h.holds("free", "gw")
-    assert h.holds("free", "default") is None
+    h = egress_v6.held([eip], [ns("chosen", t="x"), ns("free")], [svc, plain])
+    assert "EgressIP out" in h.holds("chosen")
+    assert "external IP" in h.holds("snat")
+    assert h.holds("free") is None
 
 
 def _specs(ctl):
@@ -80,7 +77,7 @@ def test_an_ipv4_join_network_writes_no_ipv6_egress():
     assert "egressips" not in ctl.feature("egress").informers
 
 
-def test_a_subnet_status_write_leaves_the_hold_as_computed_a_centralized_subnet_does_not():
+def test_a_subnet_status_write_leaves_the_hold_as_computed():
     ctl = make_controller(**DUAL)
     ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
     drain(ctl)
@@ -89,5 +86,24 @@ def test_a_subnet_status_write_leaves_the_hold_as_computed_a_centralized_subnet_
     r.patch_status(ctl.kube, r.SUBNETS, r.get(ctl.kube, r.SUBNETS, names.DEFAULT_SUBNET),
                    {"v4availableIPs": 7})
     assert f.held() is held            # pods coming and going rewrite status: no recompute
-    r.patch_merge(ctl.kube, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {"gatewayType": "centralized"}})
-    assert "gateway nodes" in f.held().holds("default", names.DEFAULT_SUBNET)
+
+
+def test_an_ipv6_only_pods_address_joins_its_nodes_ipv6_set_never_the_ipv4_one():
+    """A set mixing families makes OVN drop the flow using it: an IPv6-only
+    pod in the node's IPv4 set would have cut every pod of the node off."""
+    ctl = make_controller(**DUAL)
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
+    ctl.kube.add(r.NAMESPACES, ns("six"))
+    ctl.kube.add(r.SUBNETS, {"metadata": {"name": "six"},
+                             "spec": {"cidrBlock": "fd00:81::/64", "namespaces": ["six"]}})
+    drain(ctl)
+    ctl.kube.add(r.PODS, {"metadata": {"name": "p", "namespace": "six"},
+                          "spec": {"nodeName": "node1", "containers": [{"name": "c"}]}}, "six")
+    drain(ctl)
+    rec = contract.own_record(r.get(ctl.kube, r.PODS, "p", "six"))
+    assert rec.address(4) is None and rec.address(6).startswith("fd00:81:")
+    assert rec.address(6) in _v6_added(ctl)
+    v4 = {a for c in ctl.writer.commands(ensure.AddressSetAddAddresses)
+          if c.name != v6_set_name("node1") and c.name.startswith("pacific_egress_")
+          for a in c.members}
+    assert v4 and all(":" not in a for a in v4)

@@ -18,7 +18,7 @@ def subnet(name="audited", cidr="10.70.0.0/24", gtype="centralized", nodes=("nod
 
 
 def test_only_applied_centralized_subnets_have_a_gateway():
-    assert gateway.centralized_spec(subnet()) == ("10.70.0.0/24", ["node1", "node2"])
+    assert gateway.centralized_spec(subnet()) == (["10.70.0.0/24"], ["node1", "node2"])
     assert gateway.centralized_spec(subnet(gtype="distributed")) == (None, [])
     assert gateway.centralized_spec(subnet(deleting=True)) == (None, [])
     not_applied = subnet()
@@ -37,6 +37,20 @@ def test_a_node_holds_the_transit_address_of_subnets_it_is_a_gateway_of():
     assert egressgw.wanted(subnets, "node1") == {"10.70.0.0/24": ("100.65.3.2/24", "100.65.3.1")}
     assert egressgw.wanted(subnets, "node3") == {"10.71.0.0/24": ("100.65.4.2/24", "100.65.4.1")}
     assert egressgw.wanted(subnets, "node9") == {}
+
+
+def test_a_dual_stack_gateway_holds_the_ipv6_transit_address_too():
+    rec = {names.STATUS_EGRESS: {"nodes": ["node1"], "transit": "100.65.3.1/24",
+                                 "transit6": "fd00:65:0:3::1/64"}}
+    s = subnet(cidr="10.70.0.0/24,fd00:70::/64", status=rec)
+    assert gateway.centralized_spec(s)[0] == ["10.70.0.0/24", "fd00:70::/64"]
+    assert egressgw.wanted([s], "node1") == {"10.70.0.0/24": ("100.65.3.2/24", "100.65.3.1"),
+                                             "fd00:70::/64": ("fd00:65:0:3::2/64", "fd00:65:0:3::1")}
+    # an IPv6 transit outside the controller's range, or in the IPv4 field, is ignored
+    for bad in ({"transit6": "fd00:99::1/64"}, {"transit": "fd00:65:0:3::1/64", "transit6": None}):
+        s = subnet(cidr="10.70.0.0/24,fd00:70::/64",
+                   status={names.STATUS_EGRESS: {**rec[names.STATUS_EGRESS], **bad}})
+        assert "fd00:70::/64" not in egressgw.wanted([s], "node1")
 
 
 @pytest.mark.parametrize("transit", ["10.16.0.1/24", "nonsense", None, "8.8.8.8/24"])
