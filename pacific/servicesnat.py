@@ -13,7 +13,11 @@ A Service takes part when it has externalIPs and is not annotated
 `pacific.io/egress-snat: "false"`; its first external IP that pacific.exposure
 accepts (outside the cluster's networks, not a node's, not held by an older
 Service) is the source address of its ready endpoints' traffic to the outside.
-A pod behind several such Services uses the oldest one's.
+A pod behind several such Services uses the oldest one's.  Per family: its
+first IPv6 external IP is the source of its IPv6 endpoints (`IPv6`
+EndpointSlices), a second grant keyed `<ns>/<name>` + V6 (one gateway per
+Service still: gateway_key), whose members' set is the IPv6 twin of the
+Service's (set_name).
 """
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ import ipaddress
 from dataclasses import dataclass
 
 from pacific import exposure, names
+
+
+V6 = "#6"          # an IPv6 grant's key: the Service's key and this
 
 
 @dataclass(frozen=True)
@@ -39,16 +46,28 @@ def address_set_name(key: str) -> str:
     return names.SNAT_ADDRESS_SET_PREFIX + hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
+def gateway_key(key: str) -> str:
+    """The Service (and so gateway) key of a grant's key, either family's."""
+    return key[:-len(V6)] if key.endswith(V6) else key
+
+
+def set_name(key: str) -> str:
+    """The members' address set of a grant's key: the Service's set, or its
+    IPv6 twin for an IPv6 grant."""
+    return names.family_set_name(address_set_name(gateway_key(key)),
+                                 6 if key.endswith(V6) else 4)
+
+
 def _key(svc: dict) -> str:
     m = svc.get("metadata") or {}
     return f"{m.get('namespace')}/{m.get('name')}"
 
 
 def opted_in(svc: dict) -> bool:
-    """Its endpoints leave with its (first granted) IPv4 external IP: it has
-    one and does not opt out.  An IPv6 external IP is served, never a source."""
+    """Its endpoints leave with its first granted external IP of their
+    family: it has one and does not opt out."""
     ann = (svc.get("metadata") or {}).get("annotations") or {}
-    return any(":" not in str(ip) for ip in (svc.get("spec") or {}).get("externalIPs") or []) \
+    return bool((svc.get("spec") or {}).get("externalIPs")) \
         and ann.get(names.ANN_EGRESS_SNAT, "true").lower() != "false"
 
 
@@ -62,24 +81,24 @@ def slices_by_service(slices: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def ready_addresses(slices: list[dict]) -> set[str]:
+def ready_addresses(slices: list[dict], version: int = 4) -> set[str]:
     out = set()
     for s in slices:
-        if s.get("addressType", "IPv4") != "IPv4":
+        if s.get("addressType", "IPv4") != f"IPv{version}":
             continue
         for ep in s.get("endpoints") or []:
             cond = ep.get("conditions") or {}
             if cond.get("ready") is False or cond.get("terminating") is True:
                 continue
-            out.update(a for a in ep.get("addresses") or [] if _is_ipv4(a))
+            out.update(a for a in ep.get("addresses") or [] if _version(a) == version)
     return out
 
 
-def _is_ipv4(a) -> bool:
+def _version(a) -> int | None:
     try:
-        return ipaddress.ip_address(a).version == 4
+        return ipaddress.ip_address(a).version
     except (TypeError, ValueError):
-        return False
+        return None
 
 
 def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_ips=(),
@@ -87,24 +106,26 @@ def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_
     """(Service key -> its SnatGrant, Service key -> notes worth an Event)."""
     wanted = [s for s in services if opted_in(s)]
     grants, _ = exposure.exposures(wanted, cluster_cidrs, node_ips, allowed)
-    first: dict[str, str] = {}
-    for fe in grants:                         # sorted: the Service's first granted address
-        if fe.kind == exposure.EXTERNAL_IP and fe.versions == (4,):
+    first: dict[str, str] = {}                # grant key -> the first granted address
+    for fe in grants:
+        if fe.kind == exposure.EXTERNAL_IP and len(fe.versions) == 1:
+            key = fe.service + (V6 if fe.versions == (6,) else "")
             order = [exposure.canonical(ip) for ip in _spec_ips(wanted, fe.service)]
-            cur = first.get(fe.service)
+            cur = first.get(key)
             if cur is None or order.index(fe.ip) < order.index(cur):
-                first[fe.service] = fe.ip
+                first[key] = fe.ip
     by_service = slices_by_service(slices)
     taken: dict[str, str] = {}                # pod address -> the Service it leaves by
     out: dict[str, SnatGrant] = {}
     notes: dict[str, list[str]] = {}
-    for svc in sorted(wanted, key=exposure._age):
-        key = _key(svc)
+    for svc, version in ((s, v) for s in sorted(wanted, key=exposure._age) for v in (4, 6)):
+        key = _key(svc) + (V6 if version == 6 else "")
         ip = first.get(key)
         if ip is None:
             continue
         mine = []
-        for addr in sorted(ready_addresses(by_service.get(key, [])), key=ipaddress.ip_address):
+        for addr in sorted(ready_addresses(by_service.get(_key(svc), []), version),
+                           key=ipaddress.ip_address):
             holder = taken.get(addr)
             if holder is None:
                 taken[addr] = key

@@ -12,7 +12,11 @@ after a failover, so a node that comes back takes nothing back), and:
 * an address set of the endpoints' addresses, changed by mutation: an
   endpoint coming or going changes only this set;
 * a router policy PRIO_POLICY_SNAT_EGRESS: `ip4.src == $<set>` reroute to
-  the transit host address, above the centralized and distributed ones.
+  the transit host address, above the centralized and distributed ones;
+* with an IPv6 external IP granted (and a dual-stack join network, without
+  which IPv6 has no way out): the port's IPv6 transit network, the IPv6 twin
+  of the set (the IPv6 endpoints) and `ip6.src == $<set>_6` rerouted to the
+  IPv6 transit host.
 
 The node whose chassis holds the port (pacific.node.egresssnat reads SB) holds
 the external IP on its underlay interface (answers ARP, sends a gratuitous ARP
@@ -33,7 +37,7 @@ from pacific.controller.feature import Feature
 from pacific.controller.reports import Reports
 from pacific.controller.service import (cluster_cidrs, ignored_note, pod_namespace,
                                         service_informers, taken_ips)
-from pacific.controller.transit import transit
+from pacific.controller.transit import transit, transit6
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -46,7 +50,7 @@ def snat_ids(key: str) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, names.EXT_RULE: RULE}
 
 
-set_name = servicesnat.address_set_name
+set_name = servicesnat.set_name
 
 
 def gateway_nodes(nodes: list[dict]) -> list[str]:
@@ -130,32 +134,47 @@ class EgressSnatFeature(Feature):
 
     def reconcile(self, key: str) -> None:
         grants, notes = self.grants()
-        grant = grants.get(key)
+        by_family = {4: grants.get(key)}
+        if self.ctl.cfg.join_cidr_of(6):     # else IPv6 has no way out of the cluster router
+            by_family[6] = grants.get(key + servicesnat.V6)
         sw = names.egress_switch_name(names.SNAT_GATEWAY_PREFIX + key)
         lrp = names.router_port_name(sw)
-        ids, as_name = snat_ids(key), set_name(key)
+        ids, as_name, as6 = snat_ids(key), set_name(key), set_name(key + servicesnat.V6)
         have = [row for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SERVICE, key)
                 if row.name == lrp]
-        if grant is None:
-            if have or ensure.address_set_addresses(self.ctl.nb, as_name) is not None:
+        if not any(by_family.values()):
+            if have or any(ensure.address_set_addresses(self.ctl.nb, n) is not None
+                           for n in (as_name, as6)):
                 self._remove(key, sw, lrp, as_name)
             return
-        router_cidr, host_ip, mac = transit(self.ctl.transit.index(self.ctl.nb, lrp))
+        index = self.ctl.transit.index(self.ctl.nb, lrp)
+        router_cidr, host_ip, mac = transit(index)
+        router6, host6 = transit6(index)
         nodes = gateway_nodes(self.ctl.informer("nodes").list())
         with self._lock:
             ranked = gateway.ranked(self._first.first(key), nodes)
-        want = set(grant.sources)
-        cur = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
+        networks, policies, rows = [router_cidr], [], []
+        for version, name, hop in ((4, as_name, host_ip), (6, as6, host6)):
+            grant = by_family.get(version)
+            cur = ensure.address_set_addresses(self.ctl.nb, name)
+            if grant is None:
+                if cur is not None:
+                    rows.append(lambda api, name=name: ensure.DeleteAddressSet(api, name))
+                continue
+            rows += ensure.address_set_rows(name, ids, set(grant.sources), cur or set())
+            policies.append((names.PRIO_POLICY_SNAT_EGRESS, f"ip{version}.src == ${name}",
+                             "reroute", [hop]))
+            if version == 6:
+                networks.append(router6)
         self.ctl.writer.run([
-            *ensure.address_set_rows(as_name, ids, want, cur),
+            *rows,
             *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(names.SNAT_GATEWAY_PREFIX
                                                                       + key),
-                                  router_cidr, mac, ids, ranked,
-                                  [(names.PRIO_POLICY_SNAT_EGRESS, f"ip4.src == ${as_name}",
-                                    "reroute", [host_ip])]),
+                                  networks, mac, ids, ranked, policies),
         ], what=f"egress SNAT of service {key}")
-        LOG.info("service %s: %d endpoints leave as %s through %s", key, len(want), grant.ip,
-                 ", ".join(ranked) or "no egress gateway node")
+        LOG.info("service %s: %s through %s", key, ", ".join(
+            f"{len(g.sources)} endpoints leave as {g.ip}" for g in by_family.values() if g),
+            ", ".join(ranked) or "no egress gateway node")
         problems = list(notes.get(key, []))
         if not nodes:
             problems.append(f"no node is labelled {names.LABEL_EGRESS_GATEWAY}=true: the "
@@ -164,7 +183,8 @@ class EgressSnatFeature(Feature):
 
     def _remove(self, key: str, sw: str, lrp: str, as_name: str) -> None:
         gateway.remove_gateway_rows(self.ctl, sw, lrp, snat_ids(key),
-                                    f"egress SNAT of service {key}", as_name)
+                                    f"egress SNAT of service {key}", as_name,
+                                    set_name(key + servicesnat.V6))
         with self._lock:
             self._active.pop(key, None)
             self._first.forget(key)

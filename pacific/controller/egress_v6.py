@@ -1,11 +1,11 @@
 """Which pods' IPv6 may leave the cluster through their node (distributed
 egress in IPv6, controller/egress.py), and which is held back.
 
-A Service whose endpoints leave with its external IP (servicesnat.opted_in)
-decides in IPv4 only yet.  An EgressIP decides both families (its IPv6
-addresses reroute the pods' `ip6.src`, above the node reroute), but a
-namespace it selects is held all the same: its pods the EgressIP has no IPv6
-address for, or does not select, must not get out over IPv6 past it.  (A
+An EgressIP and a Service whose endpoints leave with its external IP
+(servicesnat.opted_in) decide both families (their IPv6 addresses reroute
+the pods' `ip6.src`, above the node reroute), but a namespace they decide for
+is held all the same: its pods they have no IPv6 address for, or do not
+select, must not get out over IPv6 past them.  (A
 centralized Subnet's gateway reroutes both families, controller/gateway.py;
 an EgressFirewall decides both itself: a firewall naming no IPv6 CIDR denies
 IPv6 at the exits, egressfirewall.py.)  A pod of such a namespace must not get

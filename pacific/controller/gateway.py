@@ -107,15 +107,15 @@ def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str | list[str], mac: 
 
 
 def remove_gateway_rows(ctl, sw: str, lrp: str, ids: dict, what: str,
-                        address_set: str | None = None) -> None:
-    """What gateway_rows wrote (and the gateway's members' address set), gone;
+                        *address_sets: str) -> None:
+    """What gateway_rows wrote (and the gateway's members' address sets), gone;
     its transit network released."""
     ctl.writer.run([
         lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, []),
         lambda api: gw.EnsureStaticMacBindings(api, lrp, {}),
         lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
         lambda api: ensure.DeleteSwitch(api, sw),
-        *([lambda api: ensure.DeleteAddressSet(api, address_set)] if address_set else []),
+        *[lambda api, n=n: ensure.DeleteAddressSet(api, n) for n in address_sets],
     ], what=f"{what}: removed")
     # once no port refers to it (OVSDB checks references before it collects
     # the deleted port, so not in the same transaction)

@@ -62,9 +62,10 @@ def gateways(view: SbView, keys=()) -> tuple[dict[str, tuple[str | None, str, st
     pods of the Service's own namespace), from the SB replica."""
     prefix = names.router_port_name(names.egress_switch_name(names.SNAT_GATEWAY_PREFIX))
     holders = view.held_under("cr-" + prefix)
-    members = {key: set(view.address_sets.get(servicesnat.address_set_name(key), ()))
-               for key in keys}
-    out = {key: (holders.get(key), ip, None) for key, ip in view.transits_under(prefix).items()}
+    members = {key: set(view.address_sets.get(servicesnat.set_name(key), ())) for key in keys}
+    six = view.transits_under(prefix, 6)
+    out = {key: (holders.get(key), ip, six.get(key))
+           for key, ip in view.transits_under(prefix).items()}
     # EgressIPs', under the key egress_ip_grants gives them
     prefix = names.router_port_name(names.egress_switch_name(""))
     holders, six = view.held_under("cr-" + prefix), view.transits_under(prefix, 6)
@@ -217,7 +218,7 @@ class EgressSnat(NodeFeature):
             sb, grants = {}, {}
         rules, routes, hold, keep = [], {}, set(), set()
         for key, g in grants.items():
-            holder, router_ip, router_ip6 = sb.get(key, (None, None, None))
+            holder, router_ip, router_ip6 = sb.get(servicesnat.gateway_key(key), (None, None, None))
             eip = key.startswith(names.EIP_GATEWAY_PREFIX)
             if ":" in g.ip:       # an IPv6 EgressIP: its members and return routes are IPv6
                 router_ip, plen, host_plen = router_ip6, 128, 64

@@ -765,3 +765,58 @@ def test_a_centralized_subnets_ipv6_leaves_through_its_gateway_node(env):
                                                          "natOutgoing": None}})
         for ip, _, flag, plen in routes:
             sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)
+
+
+SNAT4, SNAT6 = "192.168.77.210", "2001:db8:200::30"
+
+
+def test_a_services_ipv6_external_ip_is_its_endpoints_ipv6_source(env):
+    """A dual-stack Service of dsa with an external IP of each family selects
+    a2 (on node2); node1 is the egress gateway node: a2 reaches the outside
+    as the Service's IPv6 external IP (routed to node1 by the outside) and as
+    its IPv4 one.  a1 of the same namespace, no endpoint, has no IPv6 way
+    out while the Service decides for its namespace (failing closed) and its
+    own IPv4; b1 of dsb keeps its own IPv6: the control.  The Service gone,
+    a2 and a1 leave with their own IPv6 addresses."""
+    sb, api, recs = env
+    out4, out6 = sb.external_remote_ip, sb.external_remote_ip6
+    node1, node2 = sb.node("node1"), sb.node("node2")
+    routes = [(SNAT6, node1.underlay_ip6, "-6", 128), (recs["a1"].ip, node1.underlay_ip, "-4", 32),
+              (v6(recs["a1"]), node1.underlay_ip6, "-6", 128),
+              (v6(recs["a2"]), node2.underlay_ip6, "-6", 128),
+              (v6(recs["b1"]), node2.underlay_ip6, "-6", 128)]
+    for ip, via, flag, plen in routes:
+        sb.exec(sb.external_netns, ["ip", flag, "route", "replace", f"{ip}/{plen}", "via", via])
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
+                               NETCHECK, "serve", str(EGRESS_PORT), "outside"],
+                              stdout=subprocess.PIPE, text=True)
+
+    def gateway_node(on):
+        r.patch_merge(api, r.NODES, "node1", {"metadata": {"labels": {
+            names.LABEL_EGRESS_GATEWAY: "true" if on else None}}})
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        gateway_node(True)
+        r.create(api, r.SERVICES, {
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "snat6", "namespace": "dsa"},
+            "spec": {"ipFamilyPolicy": "RequireDualStack", "ipFamilies": ["IPv4", "IPv6"],
+                     "selector": {"role": "server"}, "externalIPs": [SNAT4, SNAT6],
+                     "ports": [{"name": "echo", "port": 80, "protocol": "TCP"}]}}, "dsa")
+        wait_until(lambda: _ask_outside(sb, "a2", out6) == f"outside {SNAT6}", 60, interval=0.5,
+                   what="a2 leaving over IPv6 as the Service's IPv6 external IP")
+        wait_until(lambda: _ask_outside(sb, "a2", out4) == f"outside {SNAT4}", 30, interval=0.5,
+                   what="a2 leaving over IPv4 as the Service's IPv4 external IP")
+        assert _ask_outside(sb, "a1", out6) is None
+        assert _ask_outside(sb, "a1", out4) == f"outside {recs['a1'].ip}"
+        assert _ask_outside(sb, "b1", out6) == f"outside {v6(recs['b1'])}"
+        r.delete(api, r.SERVICES, "snat6", "dsa")
+        for p in ("a2", "a1"):
+            wait_until(lambda p=p: _ask_outside(sb, p, out6) == f"outside {v6(recs[p])}", 60,
+                       interval=0.5, what=f"{p} leaving with its own IPv6 once the Service is gone")
+    finally:
+        server.kill()
+        server.wait()
+        r.delete(api, r.SERVICES, "snat6", "dsa")
+        gateway_node(False)
+        for ip, _, flag, plen in routes:
+            sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)

@@ -59,17 +59,27 @@ def test_the_first_external_ip_is_the_first_granted_one():
     assert grants["ns/web"].ip == "192.168.77.202"
 
 
-def test_an_ipv6_external_ip_is_never_a_source():
+def test_an_ipv6_external_ip_is_the_source_of_the_ipv6_endpoints():
     both = ["0.0.0.0/0", "::/0"]
     six, dual = svc("six", "1", ["2001:db8::10"]), svc("dual", "2", ["2001:db8::11",
                                                                       "192.168.77.203"])
     for s in (six, dual):
         s["spec"]["clusterIPs"] = ["10.96.0.10", "fd00:96::a"]
-    assert not servicesnat.opted_in(six) and servicesnat.opted_in(dual)
-    grants, _ = servicesnat.egress_ips([six, dual], [eps("six", "10.16.0.5"),
-                                                     eps("dual", "10.16.0.6")],
-                                       CLUSTER, allowed=both)
-    assert list(grants) == ["ns/dual"] and grants["ns/dual"].ip == "192.168.77.203"
+    assert servicesnat.opted_in(six) and servicesnat.opted_in(dual)
+    slices = [eps("six", "10.16.0.5"), eps("dual", "10.16.0.6")]
+    for name, addr in (("six", "fd00:16::5"), ("dual", "fd00:16::6")):
+        sl = eps(name, addr)
+        sl["addressType"] = "IPv6"
+        slices.append(sl)
+    grants, _ = servicesnat.egress_ips([six, dual], slices, CLUSTER, allowed=both)
+    v6 = servicesnat.V6
+    assert grants == {
+        "ns/six" + v6: servicesnat.SnatGrant("ns/six" + v6, "2001:db8::10", ("fd00:16::5",)),
+        "ns/dual": servicesnat.SnatGrant("ns/dual", "192.168.77.203", ("10.16.0.6",)),
+        "ns/dual" + v6: servicesnat.SnatGrant("ns/dual" + v6, "2001:db8::11", ("fd00:16::6",))}
+    assert servicesnat.gateway_key("ns/dual" + v6) == "ns/dual"
+    assert servicesnat.set_name("ns/dual" + v6) == servicesnat.address_set_name("ns/dual") + "_6"
+    assert servicesnat.set_name("ns/dual") == servicesnat.address_set_name("ns/dual")
 
 
 def test_the_snat_rule_names_the_service_and_changes_with_its_endpoints():
