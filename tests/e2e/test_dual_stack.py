@@ -820,3 +820,53 @@ def test_a_services_ipv6_external_ip_is_its_endpoints_ipv6_source(env):
         gateway_node(False)
         for ip, _, flag, plen in routes:
             sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)
+
+
+def test_a_tenants_ipv6_external_ip_takes_no_other_tenants_pod_out(env):
+    """The attack on egress SNAT in IPv6: a tenant with `edit` in dsb gives its
+    selectorless Service an IPv6 external IP and writes Endpoints naming a1's
+    IPv6 address (dsa's) beside its own b1's.  b1 leaves as the external IP;
+    a1 still leaves with its own address, and the Event names the address
+    the tenant wrote, nothing of dsa."""
+    sb, api, recs = env
+    atk = af.tenant(sb, api, "dsb")
+    out6, ext = sb.external_remote_ip6, "2001:db8:200::31"
+    victim, own = v6(recs["a1"]), v6(recs["b1"])
+    routes = [(ext, sb.node("node1").underlay_ip6), (victim, sb.node("node1").underlay_ip6)]
+    for ip, via in routes:
+        sb.exec(sb.external_netns, ["ip", "-6", "route", "replace", f"{ip}/128", "via", via])
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
+                               NETCHECK, "serve", str(EGRESS_PORT), "outside"],
+                              stdout=subprocess.PIPE, text=True)
+    r.patch_merge(api, r.NODES, "node1", {"metadata": {"labels": {
+        names.LABEL_EGRESS_GATEWAY: "true"}}})
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        r.create(atk, r.SERVICES, {"apiVersion": "v1", "kind": "Service",
+                                   "metadata": {"name": "out6", "namespace": "dsb"},
+                                   "spec": {"ipFamilyPolicy": "RequireDualStack",
+                                            "ipFamilies": ["IPv4", "IPv6"], "externalIPs": [ext],
+                                            "ports": [{"name": "http", "port": 80,
+                                                       "protocol": "TCP"}]}}, "dsb")
+        r.create(atk, r.ENDPOINTS, {"apiVersion": "v1", "kind": "Endpoints",
+                                    "metadata": {"name": "out6", "namespace": "dsb"},
+                                    "subsets": [{"addresses": [{"ip": victim}, {"ip": own}],
+                                                 "ports": [{"name": "http", "port": 7000,
+                                                            "protocol": "TCP"}]}]}, "dsb")
+        wait_until(lambda: _ask_outside(sb, "b1", out6) == f"outside {ext}", 60, interval=0.5,
+                   what="the tenant's own pod leaving as its IPv6 external IP")
+        for _ in range(3):
+            assert _ask_outside(sb, "a1", out6) == f"outside {victim}"
+        text = wait_until(lambda: " | ".join(e.get("message") or "" for e in af.events_of(
+            api, "dsb", "out6") if e.get("reason") == "EgressSNAT"), 60,
+            what="the ignored member reported on the Service")
+        assert victim in text and "dsa" not in text, text
+    finally:
+        server.kill()
+        server.wait()
+        r.delete(api, r.SERVICES, "out6", "dsb")
+        r.delete(api, r.ENDPOINTS, "out6", "dsb")
+        r.patch_merge(api, r.NODES, "node1", {"metadata": {"labels": {
+            names.LABEL_EGRESS_GATEWAY: None}}})
+        for ip, _ in routes:
+            sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{ip}/128"], check=False)
