@@ -19,7 +19,11 @@ A rule matches its own family only: `0.0.0.0/0` says nothing about IPv6.
 In a cluster with IPv6, a firewall that names no IPv6 CIDR (one written for
 IPv4) does not let its pods' IPv6 out unfiltered: it ends in an implicit
 IPv6 deny (rule names.EFW_RULE_IPV6_DEFAULT, below its last rule), failing
-closed; `decides_ipv6` tells which.  A dnsName rule matches A records.
+closed; `decides_ipv6` tells which.  A dnsName rule matches its A records,
+and in a cluster with IPv6 its AAAA records too (an ACL per family, sets
+dns_set and its IPv6 twin); it does not make a firewall decide IPv6 (the
+implicit deny still follows: the name's AAAA records are let through or
+denied by the rule, the rest of IPv6 by it).
 """
 from __future__ import annotations
 
@@ -152,13 +156,15 @@ def matches(fw: Firewall, group: str, excluded: str, ipv6: bool = False
     that decides none gets the implicit IPv6 deny."""
     out = []
     for i, r in enumerate(fw.rules):
-        v = _family(r)
-        ip = f"ip{v}"
-        dst = f"{ip}.dst == {r.cidr}" if r.cidr else f"{ip}.dst == ${dns_set(r.dns)}"
-        match = (f"outport == @{group} && {ip}.src == ${source_set(fw.namespace, v)} && "
-                 f"{dst} && {ip}.dst != ${names.family_set_name(excluded, v)}{_ports(r.ports)}")
-        out.append((names.PRIO_ACL_EFW_TOP - i, match, "allow" if r.action == "Allow" else "drop",
-                    str(i)))
+        for v in ((4, 6) if r.dns and ipv6 else (_family(r),)):
+            ip = f"ip{v}"
+            dst = f"{ip}.dst == {r.cidr}" if r.cidr else \
+                f"{ip}.dst == ${names.family_set_name(dns_set(r.dns), v)}"
+            match = (f"outport == @{group} && {ip}.src == ${source_set(fw.namespace, v)} && "
+                     f"{dst} && {ip}.dst != ${names.family_set_name(excluded, v)}"
+                     f"{_ports(r.ports)}")
+            out.append((names.PRIO_ACL_EFW_TOP - i, match,
+                        "allow" if r.action == "Allow" else "drop", str(i)))
     if ipv6 and not fw.decides_ipv6:
         out.append((names.PRIO_ACL_EFW_TOP - len(fw.rules),
                     f"outport == @{group} && ip6.src == ${source_set(fw.namespace, 6)} && "

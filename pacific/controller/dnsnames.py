@@ -14,7 +14,8 @@ changed answer queues the keys using it:
     users.use("ns1", ["example.com"])    # started at the first name
     users.answer("example.com"); users.names()
 
-One thread resolves every wanted name (A records) and resolves it again when
+One thread resolves every wanted name (A records, and AAAA records too with
+`ipv6=True`: a name with either has an answer) and resolves it again when
 its answer's TTL expires (at least MIN_TTL s later; an error is retried after
 RETRY s); `on_change(name)` is called whenever a name's addresses or error
 change, so the rule follows the answer within its TTL plus the time to write
@@ -38,7 +39,9 @@ TIMEOUT = 2.0       # s per query
 
 
 class DnsNames:
-    def __init__(self, on_change: Callable[[str], None], servers: list[str] | None = None):
+    def __init__(self, on_change: Callable[[str], None], servers: list[str] | None = None,
+                 ipv6: bool = False):
+        self._rtypes = ("A", "AAAA") if ipv6 else ("A",)
         self._resolver = dns.resolver.Resolver(configure=not servers)
         if servers:          # "ip" or "ip:port"
             parsed = [s.rsplit(":", 1) if s.count(":") == 1 else [s] for s in servers]
@@ -81,17 +84,24 @@ class DnsNames:
             return self._answers.get(name)
 
     def resolve(self, name: str) -> tuple[frozenset, str | None, float]:
-        """(addresses, error, seconds until asking again), one query."""
-        try:
-            ans = self._resolver.resolve(name, "A")
-            ttl = ans.rrset.ttl if ans.rrset is not None else RETRY
-            return frozenset(r.address for r in ans), None, max(float(ttl), MIN_TTL)
-        except dns.resolver.NXDOMAIN:
-            return frozenset(), f"{name}: no such name (NXDOMAIN)", RETRY
-        except dns.resolver.NoAnswer:
-            return frozenset(), f"{name}: no A record", RETRY
-        except (dns.exception.DNSException, OSError) as e:
-            return frozenset(), f"{name}: not resolved ({type(e).__name__}: {e})", RETRY
+        """(addresses, error, seconds until asking again), a query per record
+        type; asked again when the first of their TTLs runs out."""
+        addrs: set[str] = set()
+        ttls = []
+        for rtype in self._rtypes:
+            try:
+                ans = self._resolver.resolve(name, rtype)
+            except dns.resolver.NXDOMAIN:
+                return frozenset(), f"{name}: no such name (NXDOMAIN)", RETRY
+            except dns.resolver.NoAnswer:
+                continue        # the other type may have records
+            except (dns.exception.DNSException, OSError) as e:
+                return frozenset(), f"{name}: not resolved ({type(e).__name__}: {e})", RETRY
+            ttls.append(ans.rrset.ttl if ans.rrset is not None else RETRY)
+            addrs.update(r.address for r in ans)
+        if not addrs:
+            return frozenset(), f"{name}: no {' or '.join(self._rtypes)} record", RETRY
+        return frozenset(addrs), None, max(float(min(ttls)), MIN_TTL)
 
     def _run(self) -> None:
         while True:
@@ -120,12 +130,13 @@ class DnsUsers:
     """Which keys of one feature use which DNS names, over a DnsNames of its own
     (started at the first name): a changed answer queues the keys using it."""
 
-    def __init__(self, queue_keys: Callable[[list[str]], object], servers: list[str] | None = None):
+    def __init__(self, queue_keys: Callable[[list[str]], object], servers: list[str] | None = None,
+                 ipv6: bool = False):
         self._lock = threading.Lock()
         self._users: dict[str, set[str]] = {}       # DNS name -> keys using it
         self._started = False
         self._queue_keys = queue_keys
-        self.dns = DnsNames(self._changed, servers=servers)
+        self.dns = DnsNames(self._changed, servers=servers, ipv6=ipv6)
 
     def _changed(self, name: str) -> None:
         with self._lock:

@@ -77,7 +77,9 @@ class EgressFirewallFeature(Feature):
 
     def __init__(self, ctl):
         super().__init__(ctl)
-        self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None)
+        # AAAA records too in a cluster with IPv6: a dnsName rule matches both families
+        self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None,
+                            ipv6=6 in ctl.cfg.families)
         # status.enforced: a new generation's rules in force on every chassis
         self.enforced = EnforcedTracker(self, self._report_enforced)
 
@@ -141,7 +143,7 @@ class EgressFirewallFeature(Feature):
         if exits:
             builders.append(lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP,
                                                                  exits))
-        used = {efw.dns_set(n) for n in self.dns.names()}
+        used = {names.family_set_name(efw.dns_set(n), v) for n in self.dns.names() for v in (4, 6)}
         for row in self.ctl.nb.rows_owned(ensure.AS, names.OWNER_KIND_EGRESS_FIREWALL, ""):
             if row.name.startswith(names.EFW_DNS_SET_PREFIX) and row.name not in used:
                 builders.append(lambda api, n=row.name: ensure.DeleteAddressSet(api, n))
@@ -209,9 +211,11 @@ class EgressFirewallFeature(Feature):
             addrs, err = answer if answer is not None else (frozenset(), f"{name}: resolving")
             if err:
                 messages.append(err + " (the rule matches nothing)")
-            set_name = efw.dns_set(name)
-            cur = ensure.address_set_addresses(self.ctl.nb, set_name) or set()
-            builders += ensure.address_set_rows(set_name, cluster_ids(), addrs, cur)
+            for v in ((4, 6) if ipv6 else (4,)):      # one family per set
+                set_name = names.family_set_name(efw.dns_set(name), v)
+                cur = ensure.address_set_addresses(self.ctl.nb, set_name) or set()
+                builders += ensure.address_set_rows(
+                    set_name, cluster_ids(), {a for a in addrs if (":" in a) == (v == 6)}, cur)
         mode, problems = audit.of(obj, policy=False)
         messages += problems
         specs = [audit.logged(acl.AclSpec("to-lport", prio, match, action,

@@ -91,7 +91,8 @@ def serve_dns(sandbox, hosts: str):
     return subprocess.Popen(["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts",
                              f"--addn-hosts={hosts}", "--listen-address=127.0.0.1",
                              "--bind-interfaces", f"--port={port}", "--local-ttl=1",
-                             "--pid-file="], stderr=subprocess.DEVNULL)
+                             # every name local: a type a name lacks is NODATA, not REFUSED
+                             "--local=/#/", "--pid-file="], stderr=subprocess.DEVNULL)
 
 
 def exposure_args(sandbox) -> list[str]:

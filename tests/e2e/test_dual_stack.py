@@ -870,3 +870,56 @@ def test_a_tenants_ipv6_external_ip_takes_no_other_tenants_pod_out(env):
             names.LABEL_EGRESS_GATEWAY: None}}})
         for ip, _ in routes:
             sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{ip}/128"], check=False)
+
+
+def test_a_dnsname_rule_matches_the_names_aaaa_records_too(env):
+    """An EgressFirewall of dsc allows dnsName outside.example on one port and
+    denies the rest of both families: c1 reaches the name's IPv6 address (its
+    AAAA record) and its IPv4 one on that port, not the next port.  The AAAA
+    record gone from DNS (1 s TTL), c1's IPv6 to it is denied, its IPv4 still
+    allowed."""
+    import signal
+
+    from pacific.sandbox import controllers
+    sb, api, recs = env
+    out4, out6 = sb.external_remote_ip, sb.external_remote_ip6
+    node1 = sb.node("node1")
+    routes = [(recs["c1"].ip, node1.underlay_ip, "-4", 32),
+              (v6(recs["c1"]), node1.underlay_ip6, "-6", 128)]
+    for ip, via, flag, plen in routes:
+        sb.exec(sb.external_netns, ["ip", flag, "route", "replace", f"{ip}/{plen}", "via", via])
+    hosts = os.path.join(sb.dir, "efw6-hosts")
+    with open(hosts, "w") as f:
+        f.write(f"{out4} outside.example\n{out6} outside.example\n")
+    dnsmasq = controllers.serve_dns(sb, hosts)
+    servers = [subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
+                                 NETCHECK, "serve", str(port), "outside"],
+                                stdout=subprocess.PIPE, text=True)
+               for port in (EGRESS_PORT, EGRESS_PORT + 1)]
+    try:
+        assert all(s.stdout.readline().strip() == "ready" for s in servers)
+        _firewall(api, {"type": "Allow", "to": {"dnsName": "outside.example"},
+                        "ports": [{"protocol": "TCP", "port": EGRESS_PORT}]},
+                  {"type": "Deny", "to": {"cidrSelector": "0.0.0.0/0"}},
+                  {"type": "Deny", "to": {"cidrSelector": "::/0"}})
+        got = wait_until(lambda: _ask_outside(sb, "c1", out6), 60, interval=0.5,
+                         what="c1 reaching the name's AAAA address")
+        assert got == f"outside {v6(recs['c1'])}"
+        assert _ask_outside(sb, "c1", out4) == f"outside {recs['c1'].ip}"
+        wait_until(lambda: _ask_outside(sb, "c1", out6, EGRESS_PORT + 1) is None, 30,
+                   interval=0.5, what="the next port denied")
+        with open(hosts, "w") as f:
+            f.write(f"{out4} outside.example\n")
+        dnsmasq.send_signal(signal.SIGHUP)          # re-reads the hosts file
+        wait_until(lambda: _ask_outside(sb, "c1", out6) is None, 60, interval=0.5,
+                   what="c1's IPv6 denied once the AAAA record is gone")
+        assert _ask_outside(sb, "c1", out4) == f"outside {recs['c1'].ip}"
+    finally:
+        r.delete(api, r.EGRESSFIREWALLS, "default", "dsc")
+        dnsmasq.kill()
+        dnsmasq.wait()
+        for s in servers:
+            s.kill()
+            s.wait()
+        for ip, _, flag, plen in routes:
+            sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)

@@ -53,7 +53,11 @@ def test_a_firewall_naming_no_ipv6_cidr_denies_ipv6_last_in_a_cluster_with_ipv6(
                       {"type": "Allow", "to": {"dnsName": "example.com"}}]))
     assert not f.decides_ipv6
     *rules, last = efw.matches(f, "exits", "cluster", ipv6=True)
-    assert len(rules) == 2 and all("ip6" not in m for _, m, _, _ in rules)
+    # the CIDR rule in IPv4 only; the dnsName rule for its A and its AAAA records
+    assert [(p, r, "ip6" in m) for p, m, _, r in rules] == [
+        (names.PRIO_ACL_EFW_TOP, "0", False), (names.PRIO_ACL_EFW_TOP - 1, "1", False),
+        (names.PRIO_ACL_EFW_TOP - 1, "1", True)]
+    assert f"ip6.dst == ${efw.dns_set('example.com')}_6" in rules[2][1]
     assert last == (names.PRIO_ACL_EFW_TOP - 2, f"outport == @exits && ip6.src == "
                     f"${efw.source_set('blue', 6)} && ip6.dst != $cluster_6", "drop",
                     names.EFW_RULE_IPV6_DEFAULT)
@@ -78,3 +82,8 @@ def test_bad_firewalls_are_refused_naming_the_field(rules, name, field):
     with pytest.raises(efw.FirewallError) as e:
         efw.parse(fw(rules, name))
     assert field in str(e.value)
+
+
+def test_a_dnsname_rule_matches_a_records_only_in_an_ipv4_cluster():
+    f = efw.parse(fw([{"type": "Deny", "to": {"dnsName": "example.com"}}]))
+    assert [("ip6" in m) for _, m, _, _ in efw.matches(f, "exits", "cluster")] == [False]
