@@ -32,9 +32,12 @@ multicast sends and receives no IPv6 multicast either; OVN exempts neighbour
 discovery and MLD from every ACL, so they are not cut.  An enabled pod's
 IPv6 multicast from its own addresses or its link-local one (the source of
 link-local groups) reaches enabled pods that joined the group (MLD snooping
-on the same switches); the relay between Subnets is IPv4's only.
+on the same switches, each with an MLD querier); the cluster router relays
+IPv6 groups between Subnets as it does IPv4's.
 """
 from __future__ import annotations
+
+import ipaddress
 
 from pacific import names
 
@@ -63,16 +66,31 @@ def group_of(on: bool) -> str:
     return names.PG_MCAST if on else names.PG_MCAST_OFF
 
 
-def switch_config(gateway: str, router_mac: str,
-                  query_interval: int = names.MCAST_QUERY_INTERVAL) -> dict[str, str]:
-    """A Subnet switch's other_config: IGMP snooping and a querier that speaks
-    from the Subnet's gateway (address and router MAC); a membership not
+def switch_config(gateway: str | None, router_mac: str,
+                  query_interval: int = names.MCAST_QUERY_INTERVAL,
+                  ipv6: bool = False) -> dict[str, str]:
+    """A Subnet switch's other_config: IGMP and MLD snooping and a querier that
+    speaks from the Subnet's router port: IGMP from its IPv4 gateway (None:
+    an IPv6-only Subnet, no IGMP queries), MLD (`ipv6`) from the link-local
+    address of its MAC, as RFC 3810 wants a query's source; a membership not
     refreshed for two query intervals (and 5 s) ages out."""
-    return {"mcast_snoop": TRUE, "mcast_querier": TRUE,
-            "mcast_flood_unregistered": FALSE,
-            "mcast_ip4_src": gateway, "mcast_eth_src": router_mac,
-            "mcast_query_interval": str(query_interval),
-            "mcast_idle_timeout": str(2 * query_interval + 5)}
+    out = {"mcast_snoop": TRUE, "mcast_querier": TRUE,
+           "mcast_flood_unregistered": FALSE, "mcast_eth_src": router_mac,
+           "mcast_query_interval": str(query_interval),
+           "mcast_idle_timeout": str(2 * query_interval + 5)}
+    if gateway:
+        out["mcast_ip4_src"] = gateway
+    if ipv6:
+        out["mcast_ip6_src"] = link_local(router_mac)
+    return out
+
+
+def link_local(mac: str) -> str:
+    """The EUI-64 link-local IPv6 address of `mac` (what the kernel and OVN give
+    an interface of that MAC)."""
+    b = bytes.fromhex(mac.replace(":", ""))
+    eui = bytes([b[0] ^ 0x02]) + b[1:3] + b"\xff\xfe" + b[3:]
+    return str(ipaddress.IPv6Address(b"\xfe\x80" + bytes(6) + eui))
 
 
 ROUTER_OPTIONS = {"mcast_relay": TRUE}

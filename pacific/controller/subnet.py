@@ -246,11 +246,12 @@ class SubnetFeature(Feature):
             return
         ids = subnet_ids(name)
         acls = private_acls(spec, ctl.cfg.join_cidrs) + ipv6_acls(spec)
-        # IGMP snooping and a querier on every Subnet (none: --no-multicast)
-        # (IPv4's querier; an IPv6-only Subnet has no multicast yet)
-        mcast = (multicast.switch_config(spec.gateway, model.router_mac(spec.gateway),
-                                         ctl.cfg.multicast_query_interval)
-                 if ctl.cfg.multicast and 4 in spec.families else {})
+        # IGMP and MLD snooping and a querier of each family the Subnet has
+        # (none: --no-multicast)
+        gw4 = next((g for g in spec.gateways if ":" not in g), None)
+        mcast = (multicast.switch_config(gw4, model.router_mac(spec.gateway),
+                                         ctl.cfg.multicast_query_interval, 6 in spec.families)
+                 if ctl.cfg.multicast else {})
         ctl.writer.run([lambda api: ensure.EnsureSwitch(api, name, ids, other_config=mcast),
                         lambda api: lb.AttachLoadBalancerGroup(api, name, names.LB_GROUP),
                         *cluster_router.router_link_builders(name, spec.gateway, spec.networks(), ids),

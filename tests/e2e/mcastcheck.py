@@ -1,6 +1,7 @@
 """Multicast probes for e2e tests and bench/bench_multicast.py, run inside pod
 network namespaces (stdlib only, one process per role).
 
+    (recv and send take an IPv6 GROUP too: MLD joins, the IPv6 hop limit)
     python3 mcastcheck.py recv GROUP PORT [--igmp 2|3] [--no-join]
         # joins GROUP on the pod's eth0 (IGMPv3 by default; --igmp 2 forces
         # IGMPv2 on eth0 first; --no-join: never), prints "joined" (or
@@ -49,7 +50,47 @@ def _words(payload: bytes) -> str:
     return " ".join(payload.decode(errors="replace").split()[:2])
 
 
+def _mreq6(group: str) -> bytes:
+    # struct ipv6_mreq: group, interface index
+    return socket.inet_pton(socket.AF_INET6, group) + struct.pack("@I", _eth0_index())
+
+
+def recv6(group: str, port: int, join: bool = True) -> None:
+    wire = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x86DD))
+    wire.bind(("eth0", 0))
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((group, port, 0, _eth0_index()))
+    gaddr = socket.inet_pton(socket.AF_INET6, group)
+    op = {"join": socket.IPV6_JOIN_GROUP, "leave": socket.IPV6_LEAVE_GROUP}
+    if join:
+        s.setsockopt(socket.IPPROTO_IPV6, op["join"], _mreq6(group))
+    print("joined" if join else "listening", flush=True)
+    stdin = sys.stdin.fileno()
+    while True:
+        ready, _, _ = select.select([wire, s, stdin], [], [])
+        if wire in ready:
+            data, addr = wire.recvfrom(65535)
+            if addr[2] != socket.PACKET_OUTGOING and data[6] == 17 and data[24:40] == gaddr \
+                    and struct.unpack("!H", data[42:44])[0] == port:
+                print("wire", socket.inet_ntop(socket.AF_INET6, data[8:24]), _words(data[48:]),
+                      flush=True)
+        if s in ready:
+            data, peer = s.recvfrom(65535)
+            print("got", peer[0].split("%")[0], _words(data), flush=True)
+        if stdin in ready:
+            line = os.read(stdin, 256)
+            if not line:
+                return
+            for cmd in line.decode().split():
+                if cmd in op:
+                    s.setsockopt(socket.IPPROTO_IPV6, op[cmd], _mreq6(group))
+                    print("left" if cmd == "leave" else "joined", flush=True)
+
+
 def recv(group: str, port: int, igmp: int = 3, join: bool = True) -> None:
+    if ":" in group:
+        return recv6(group, port, join)
     if igmp == 2:
         with open("/proc/sys/net/ipv4/conf/eth0/force_igmp_version", "w") as f:
             f.write("2")
@@ -89,11 +130,16 @@ def recv(group: str, port: int, igmp: int = 3, join: bool = True) -> None:
 
 def send(group: str, port: int, count: int, interval: float = 0.01, ttl: int = 8,
          size: int = 0, tag: str = "m") -> None:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
-    s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
-                 struct.pack("@4s4si", socket.inet_aton("0.0.0.0"), socket.inet_aton("0.0.0.0"),
-                             _eth0_index()))
+    if ":" in group:
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_HOPS, ttl)
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_MULTICAST_IF, _eth0_index())
+    else:
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                     struct.pack("@4s4si", socket.inet_aton("0.0.0.0"),
+                                 socket.inet_aton("0.0.0.0"), _eth0_index()))
     for seq in range(count):
         s.sendto(f"{seq} {tag} ".encode().ljust(size, b"x"), (group, port))
         if interval:

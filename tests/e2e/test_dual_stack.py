@@ -923,3 +923,31 @@ def test_a_dnsname_rule_matches_the_names_aaaa_records_too(env):
             s.wait()
         for ip, _, flag, plen in routes:
             sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)
+
+
+def test_an_ipv6_group_is_relayed_between_subnets_to_joined_pods_only(env):
+    """Namespaces dsg (global, Subnet ds-s) and dsa (Subnet ds-a) enable
+    multicast: g1's datagrams to an IPv6 group (hop limit 8) reach a1 and a2
+    of the other Subnet, on both nodes, which joined it by MLD, relayed by the
+    cluster router; once a1 leaves they stop reaching it and still reach a2.
+    b1 (dsb, not enabled) joined too and hears nothing."""
+    import mcast_fixtures as mf
+    sb, api, _ = env
+    group, port = "ff0e::db8:77", 7175
+    netns = {p: sandboxpods.load(sb, ns_of(p), p).netns for p in ("g1", "a1", "a2", "b1")}
+    for ns in ("dsg", "dsa"):
+        _multicast(api, ns, True)
+    rx = {p: mf.Receiver(sb, netns[p], group, port, name=p) for p in ("a1", "a2", "b1")}
+    try:
+        tag = mf.deliver(sb, netns["g1"], group, port, [rx["a1"], rx["a2"]])
+        assert not rx["b1"].wire(tag)
+        rx["a1"].leave()
+        wait_until(lambda: mf.none_reach(sb, netns["g1"], group, port, [rx["a1"]]), 30,
+                   interval=0.2, what="a1's leave in effect")
+        tag = mf.deliver(sb, netns["g1"], group, port, [rx["a2"]])
+        assert not rx["a1"].wire(tag) and not rx["b1"].wire(tag)
+    finally:
+        for r_ in rx.values():
+            r_.close()
+        for ns in ("dsg", "dsa"):
+            _multicast(api, ns, False)

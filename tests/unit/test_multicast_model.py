@@ -68,6 +68,15 @@ def test_the_querier_speaks_from_the_gateway_and_memberships_age_after_two_queri
     assert cfg["mcast_flood_unregistered"] == "false"
     assert (cfg["mcast_ip4_src"], cfg["mcast_eth_src"]) == ("10.16.0.1", "0e:00:0a:10:00:01")
     assert (cfg["mcast_query_interval"], cfg["mcast_idle_timeout"]) == ("30", "65")
+    assert "mcast_ip6_src" not in cfg
+
+
+def test_an_ipv6_subnets_mld_querier_speaks_from_its_router_ports_link_local_address():
+    dual = multicast.switch_config("10.16.0.1", "0e:00:0a:10:00:01", 30, ipv6=True)
+    assert dual["mcast_ip6_src"] == "fe80::c00:aff:fe10:1" and dual["mcast_ip4_src"] == "10.16.0.1"
+    six = multicast.switch_config(None, "0e:00:00:00:00:01", 30, ipv6=True)
+    assert "mcast_ip4_src" not in six and six["mcast_querier"] == "true"
+    assert multicast.link_local("02:42:ac:11:00:02") == "fe80::42:acff:fe11:2"
 
 
 @pytest.mark.parametrize("group,mac", [("239.1.1.1", "01:00:5e:01:01:01"),
