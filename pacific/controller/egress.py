@@ -33,7 +33,7 @@ import logging
 import threading
 
 from pacific import contract, multicast, names, servicesnat
-from pacific.controller import egress_v6, gateway, informers, model
+from pacific.controller import egress_v6, informers, model
 from pacific.controller.feature import Feature
 from pacific.kube.resources import object_key
 from pacific.ovn import ensure

@@ -37,6 +37,7 @@ from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from pacific import contract, names
+from pacific.node import sysctl
 from pacific.node.feature import SUBNETS, NodeFeature
 
 log = logging.getLogger(__name__)
@@ -68,18 +69,6 @@ def wanted(subnets: list[dict], node: str) -> dict[str, tuple[str, str]]:
             host = ipaddress.ip_interface(f"{router.ip + 1}/{router.network.prefixlen}")
             out[cidr] = (str(host), str(router.ip))
     return out
-
-
-def _ipv6_on(ifname: str) -> None:
-    """IPv6 on `ifname` (ovs-vswitchd creates it with the netns' default,
-    which may have IPv6 off), never configured by router advertisements."""
-    for key, value in (("disable_ipv6", "0"), ("accept_ra", "0")):
-        path = f"/proc/sys/net/ipv6/conf/{ifname}/{key}"
-        with open(path) as f:
-            if f.read().strip() == value:
-                continue
-        with open(path, "w") as f:
-            f.write(value)
 
 
 def merged_mappings(current: str | None) -> str:
@@ -139,8 +128,8 @@ class EgressGateway(NodeFeature):
             bases = [ipaddress.ip_network(c) for c in TRANSIT_CIDRS]
             addrs = {h for h, _ in want.values()}
             families = [2] + ([10] if any(":" in a for a in addrs) else [])   # wanted
-            if 10 in families:
-                _ipv6_on(names.EGRESS_PORT)
+            if 10 in families:   # ovs-vswitchd creates it with the netns' default: maybe off
+                sysctl.ipv6_conf(names.EGRESS_PORT, disable_ipv6="0", accept_ra="0")
             have = {f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}"
                     for fam in (2, 10) for a in ipr.addr("dump", index=idx, family=fam)}
             for a in have - addrs:

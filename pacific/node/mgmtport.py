@@ -23,6 +23,7 @@ from pyroute2 import IPRoute
 
 from pacific import exposure, names
 from pacific.contract import ContractError, NodeRecord, subnet_cidrs_in_effect
+from pacific.node import sysctl
 from pacific.node.feature import SUBNETS, THIS_NODE, NodeFeature, service_cidrs
 from pacific.ovn.base import Owner
 
@@ -170,10 +171,4 @@ class MgmtPort(NodeFeature):
     def _enable_ipv6(self) -> None:
         """IPv6 on ovn0 (a node may run with IPv6 off by default), without
         router advertisements (its routes are Pacific's) or DAD delay."""
-        for key, value in (("disable_ipv6", "0"), ("accept_ra", "0"), ("accept_dad", "0")):
-            path = f"/proc/sys/net/ipv6/conf/{self.ifname}/{key}"
-            with open(path) as f:
-                if f.read().strip() == value:
-                    continue
-            with open(path, "w") as f:
-                f.write(value)
+        sysctl.ipv6_conf(self.ifname, disable_ipv6="0", accept_ra="0", accept_dad="0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ovsdb_fixtures import nbdb  # noqa: F401 (a fixture)
+from ovsdb_fixtures import nbdb  # noqa: F401,F811 (a fixture)
 from pacific import names
 from pacific.ovn import NorthboundAPI, nb as nbmod
 from pacific.ovn.gateway import SMB, EnsureStaticMacBindings
