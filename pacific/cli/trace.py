@@ -28,10 +28,11 @@ an address.  Without --tcp/--udp the trace is an ICMP echo.  With -6, over
 IPv6: each end by its IPv6 address (a dual-stack Service by its IPv6 cluster
 IP); an end without one is named.
 
-DST a multicast group (224.0.0.0/4, with --udp PORT): which pods the group's
-datagram reaches (the members IGMP snooping knows, on every Subnet through
-the cluster router's relay), which copies are dropped and why; --receiver
-NS/POD (repeatable) also says why that pod is not reached.
+DST a multicast group (224.0.0.0/4 or ff00::/8, with --udp PORT): which pods
+the group's datagram reaches (the members IGMP or MLD snooping knows, on every
+Subnet through the cluster router's relay), which copies are dropped and why;
+--receiver NS/POD (repeatable) also says why that pod is not reached.  An
+IPv6 group is sent from the source's IPv6 address.
 
 Exit status: 0 when the trace (and the probe, if asked) says it gets through,
 1 when it does not, 2 on a usage or lookup error."""

@@ -5,8 +5,9 @@
     print(render(res))
 
 One `ovn-trace --detailed` of a UDP datagram from the source pod to the group
-(pacific.tools.trace runs it the same way).  ovn-trace follows IGMP
-snooping's table: the datagram fans out to the group's members on the
+(pacific.tools.trace runs it the same way), from the source's address of the
+group's family (an IPv6 group: its IPv6 address).  ovn-trace follows IGMP
+and MLD snooping's table: the datagram fans out to the group's members on the
 source's Subnet and, through the cluster router's relay, on other Subnets;
 each copy is one egress section of the output, delivered or dropped by an ACL
 (the multicast gate, tenant isolation, a NetworkPolicy: named by
@@ -35,8 +36,12 @@ def is_group(ref: str) -> bool:
 
 
 def group_mac(group: str) -> str:
-    """The Ethernet address IPv4 multicast to `group` is sent to (RFC 1112)."""
-    low = int(ipaddress.IPv4Address(group)) & 0x7FFFFF
+    """The Ethernet address multicast to `group` is sent to: IPv4's low 23
+    bits under 01:00:5e (RFC 1112), IPv6's low 32 bits under 33:33 (RFC 2464)."""
+    addr = ipaddress.ip_address(group)
+    if addr.version == 6:
+        return "33:33:" + ":".join(f"{b:02x}" for b in addr.packed[-4:])
+    low = int(addr) & 0x7FFFFF
     return "01:00:5e:" + ":".join(f"{b:02x}" for b in low.to_bytes(3, "big"))
 
 
@@ -67,11 +72,12 @@ def _copies(sections: list[traceparse.Section]):
 def trace_group(kube, nb_remote: str, sb_remote: str, src_ref: str, group: str,
                 port: int = 5000, receivers: list[str] = (), ovs: str | None = None,
                 global_namespaces=frozenset()) -> GroupResult:
-    if not is_group(group) or ipaddress.ip_address(group).version != 4:
-        raise TraceError(f"{group}: not an IPv4 multicast group (224.0.0.0/4)")
+    if not is_group(group):
+        raise TraceError(f"{group}: not a multicast group (224.0.0.0/4 or ff00::/8)")
     if not 0 < port < 65536:
         raise TraceError("a UDP port 1-65535 is needed")
-    src = resolve(kube, src_ref, "source")
+    # an IPv6 group from the source's IPv6 address (TraceError naming a pod without one)
+    src = resolve(kube, src_ref, "source").in_family(ipaddress.ip_address(group).version)
     if src.kind != "pod":
         raise TraceError(f"{src_ref}: a multicast source is a pod")
     flow = microflow(src, group, group_mac(group), "udp", SOURCE_PORT, port)
@@ -122,8 +128,8 @@ def _why_missing(kube, namer: Namer, src: Endpoint, rx: Endpoint, group: str) ->
     if "global" not in (mine, theirs) and mine != theirs:
         return f"another tenant ({theirs!r}): groups stay inside tenant {mine!r}"
     return (f"not a member of {group} on switch {rx.switch}: it has not joined the group "
-            "(IGMP snooping sends a group only to the ports that joined it), or the sender's "
-            "TTL ends before the cluster router relays it")
+            "(IGMP and MLD snooping send a group only to the ports that joined it), or the "
+            "sender's TTL ends before the cluster router relays it")
 
 
 def render(res: GroupResult, detailed: bool = False) -> str:

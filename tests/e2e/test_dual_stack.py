@@ -929,8 +929,9 @@ def test_an_ipv6_group_is_relayed_between_subnets_to_joined_pods_only(env):
     """Namespaces dsg (global, Subnet ds-s) and dsa (Subnet ds-a) enable
     multicast: g1's datagrams to an IPv6 group (hop limit 8) reach a1 and a2
     of the other Subnet, on both nodes, which joined it by MLD, relayed by the
-    cluster router; once a1 leaves they stop reaching it and still reach a2.
-    b1 (dsb, not enabled) joined too and hears nothing."""
+    cluster router, as `pacific trace` of the group says; once a1 leaves they
+    stop reaching it and still reach a2.  b1 (dsb, not enabled) joined too
+    and hears nothing (the trace: its copy dropped by the gate)."""
     import mcast_fixtures as mf
     sb, api, _ = env
     group, port = "ff0e::db8:77", 7175
@@ -941,6 +942,14 @@ def test_an_ipv6_group_is_relayed_between_subnets_to_joined_pods_only(env):
     try:
         tag = mf.deliver(sb, netns["g1"], group, port, [rx["a1"], rx["a2"]])
         assert not rx["b1"].wire(tag)
+
+        def traced():       # pacific trace follows MLD snooping's table too
+            cp = _cli(sb, "trace", "dsg/g1", group, "--udp", str(port))
+            return cp if all(f"delivered: pod dsa/{p}" in cp.stdout for p in ("a1", "a2")) \
+                else None
+        cp = wait_until(traced, 30, interval=0.5, what="trace naming both members")
+        assert cp.returncode == 0 and cp.stdout.startswith("OK: delivered to 2 members"), cp.stdout
+        assert "not delivered: pod dsb/b1" in cp.stdout and "multicast" in cp.stdout, cp.stdout
         rx["a1"].leave()
         wait_until(lambda: mf.none_reach(sb, netns["g1"], group, port, [rx["a1"]]), 30,
                    interval=0.2, what="a1's leave in effect")

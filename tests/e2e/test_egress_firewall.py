@@ -81,8 +81,10 @@ def env(sandbox):
             cnipods.delete_pod(sb, ns, pod["metadata"]["name"], api=api)
         r.delete(api, r.NAMESPACES, ns)
     from gateway_fixtures import remove_gateway_subnet
-    remove_gateway_subnet(sb, api, GWNS)
-    r.delete(api, r.SUBNETS, NS)
+    try:
+        remove_gateway_subnet(sb, api, GWNS)
+    finally:        # the next module on this sandbox may use the same CIDR
+        r.delete(api, r.SUBNETS, NS)
 
 
 def reach(sb, netns, ip, port=PORT, proto="tcp", timeout=1.0):

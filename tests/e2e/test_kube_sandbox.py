@@ -4,6 +4,7 @@ runners through Pacific, RBAC enforced on Pacific's own identities, deploy/
 accepted by the server."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -44,8 +45,16 @@ def kube(sandbox):
 def test_kubectl_namespace_deployment_scale_and_delete(kube):
     sb, api = kube
     kubectl(sb, "create", "namespace", "kc")
-    kubectl(sb, "-n", "kc", "create", "deployment", "web", "--image=localhost/busybox:latest",
-            "--replicas=6")
+    body = json.loads(kubectl(sb, "-n", "kc", "create", "deployment", "web",
+                              "--image=localhost/busybox:latest", "--replicas=6",
+                              "--dry-run=client", "-o", "json").stdout)
+    # the image's process ignores SIGTERM: each pod scaled away would take the
+    # default 30 s grace period before it is killed (and then its DEL)
+    body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
+    body["metadata"]["namespace"] = "kc"
+    subprocess.run([bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}", "-n", "kc",
+                    "apply", "-f", "-"], input=json.dumps(body), capture_output=True, text=True,
+                   check=True, timeout=60)
     pods = wait_until(lambda: len(running_pods(api, "kc", "app=web")) == 6 and
                       running_pods(api, "kc", "app=web"), 90, what="6 web pods Running")
     assert len({p["spec"]["nodeName"] for p in pods}) >= 2, "the scheduler spread them"

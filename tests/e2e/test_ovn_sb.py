@@ -95,7 +95,9 @@ def test_the_replica_follows_sb_and_holds_only_gateway_ports(sb):
         # the first copy arrives inside the connection's constructor: _api, read
         # below, is set when that returns
         wait(lambda: watch.view() is not None and watch._api is not None, "the first copy")
-        assert gateways(watch.view(), [KEY]) == ({KEY: (None, "100.64.1.1")}, {KEY: {"10.0.0.5"}})
+        # (holder, transit router address, its IPv6 one: none for this IPv4 port)
+        assert gateways(watch.view(), [KEY]) == ({KEY: (None, "100.64.1.1", None)},
+                                                 {KEY: {"10.0.0.5"}})
         assert set(watch.view().address_sets) == {servicesnat.address_set_name(KEY)}
         ports = {r.logical_port for r in watch._api.tables["Port_Binding"].rows.values()}
         assert ports == {PORT, "cr-" + PORT}          # never the pods' ports

@@ -312,10 +312,17 @@ def test_mirror_modes_all_and_off(env):
         nodedaemons.wait_ready(sb, "node2")
         wait(lambda: "pacific-mirror" in node.vsctl("--bare", "--columns=name", "list", "Mirror"),
              10, "Mirror row in mode all")
-        cap = Capture(sb, "node2")
-        assert sb.exec(netns(sb, "lim"), ["ping", "-c1", "-W2", far], check=False).returncode == 0
-        seen = cap.stop()
-        assert f"{lim} > {far}: ICMP echo request" in seen and f"{far} > {lim}: ICMP echo reply" in seen
+
+        def mirrored():
+            """A ping's both directions on mirror0 (the Mirror row is written
+            before ovs-vswitchd applies it: a ping right away may go unseen)."""
+            cap = Capture(sb, "node2")
+            ok = sb.exec(netns(sb, "lim"), ["ping", "-c1", "-W2", far], check=False).returncode
+            seen = cap.stop()
+            assert ok == 0
+            return f"{lim} > {far}: ICMP echo request" in seen and \
+                f"{far} > {lim}: ICMP echo reply" in seen
+        wait(mirrored, 20, "a ping mirrored both ways in mode all")
 
         nodedaemons.restart(sb, "node2", extra=("--mirror-mode", "off"))
         nodedaemons.wait_ready(sb, "node2")

@@ -81,7 +81,9 @@ def test_an_ipv6_subnets_mld_querier_speaks_from_its_router_ports_link_local_add
 
 @pytest.mark.parametrize("group,mac", [("239.1.1.1", "01:00:5e:01:01:01"),
                                        ("224.128.0.1", "01:00:5e:00:00:01"),
-                                       ("239.255.255.250", "01:00:5e:7f:ff:fa")])
+                                       ("239.255.255.250", "01:00:5e:7f:ff:fa"),
+                                       ("ff0e::db8:77", "33:33:0d:b8:00:77"),
+                                       ("ff02::1:ff00:2", "33:33:ff:00:00:02")])
 def test_group_mac(group, mac):
     assert is_group(group) and group_mac(group) == mac
 
