@@ -132,6 +132,10 @@ def _spread(ip: str, n: int) -> int:
     return int.from_bytes(hashlib.sha1(ip.encode()).digest()[:4], "big") % n
 
 
+def _version(ip: str) -> int:
+    return ipaddress.ip_address(ip).version
+
+
 def _ordered(ip: str) -> tuple[int, int]:
     a = ipaddress.ip_address(ip)
     return a.version, int(a)
@@ -177,18 +181,18 @@ def decide(egressips: Iterable[dict], pods: Iterable[tuple[str, dict, str]],
         except selectors.SelectorError as e:
             out.notes.setdefault(name, []).append(f"selector: {e}")
             mine = []
-        family = {v: [a for a in granted if ipaddress.ip_address(a).version == v] for v in (4, 6)}
+        family = {v: [a for a in granted if _version(a) == v] for v in (4, 6)}
         kept = []
         for ip in mine:
             if ip in taken:
                 out.notes.setdefault(name, []).append(
                     f"pod address {ip} leaves with the older EgressIP {taken[ip]}")
-            elif family[ipaddress.ip_address(ip).version]:
+            elif family[_version(ip)]:
                 taken[ip] = name
                 kept.append(ip)
         for i, addr in enumerate(granted):
-            key, same = key_of(name, addr), family[ipaddress.ip_address(addr).version]
+            key, v = key_of(name, addr), _version(addr)
+            place, same = family[v].index(addr), len(family[v])
             out.grants[key] = Grant(key, name, addr, i, tuple(
-                ip for ip in kept if ipaddress.ip_address(ip).version == ipaddress.ip_address(
-                    addr).version and _spread(ip, len(same)) == same.index(addr)))
+                ip for ip in kept if _version(ip) == v and _spread(ip, same) == place))
     return out

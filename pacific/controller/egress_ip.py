@@ -14,7 +14,8 @@ kind EgressIP, owner the key:
   pods spread over its addresses), changed by mutation;
 * a router policy PRIO_POLICY_EGRESS_IP: `ip4.src == $<set>` reroute to the
   transit host address, above a Service's and a Subnet's gateway.  An IPv6
-  address's gateway port has an IPv6 transit network too (transit6), its set
+  address's gateway port has an IPv6 transit network too (gateway.reroutes:
+  with a dual-stack join network only), its set
   holds the pods' IPv6 addresses and its policy is `ip6.src == $<set>`
   rerouted to the IPv6 transit host address.
 
@@ -36,7 +37,6 @@ from pacific.controller.enforced import EnforcedTracker
 from pacific.controller.feature import Feature
 from pacific.controller.reports import Reports
 from pacific.controller.service import cluster_cidrs, infrastructure_ips
-from pacific.controller.transit import transit, transit6
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -215,12 +215,9 @@ class EgressIPFeature(Feature):
         sw = names.egress_switch_name(gname)
         lrp = names.router_port_name(sw)
         ids, as_name = eip_ids(g.key), egressip.address_set_name(g.key)
-        index = self.ctl.transit.index(self.ctl.nb, lrp)
-        router_cidr, host_ip, mac = transit(index)
-        networks, match = [router_cidr], f"ip4.src == ${as_name}"
-        if g.version == 6:      # the port has both: the IPv4 network numbers it
-            router6, host_ip = transit6(index)
-            networks, match = [router_cidr, router6], f"ip6.src == ${as_name}"
+        networks, mac, policies = gateway.reroutes(
+            self.ctl, self.ctl.transit.index(self.ctl.nb, lrp), names.PRIO_POLICY_EGRESS_IP,
+            {g.version: f"ip{g.version}.src == ${as_name}"})
         with self._lock:
             ranked = gateway.ranked(self._first.first(g.key), rotated(nodes, g.index))
         want = set(g.sources)
@@ -228,8 +225,7 @@ class EgressIPFeature(Feature):
         self.ctl.writer.run([
             *ensure.address_set_rows(as_name, ids, want, cur),
             *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(gname), networks, mac,
-                                  ids, ranked,
-                                  [(names.PRIO_POLICY_EGRESS_IP, match, "reroute", [host_ip])]),
+                                  ids, ranked, policies),
         ], what=f"EgressIP {g.key}")
         if want != cur:
             LOG.info("EgressIP %s: %d pods leave as %s through %s", g.name, len(want), g.ip,

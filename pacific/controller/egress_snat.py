@@ -37,7 +37,6 @@ from pacific.controller.feature import Feature
 from pacific.controller.reports import Reports
 from pacific.controller.service import (cluster_cidrs, ignored_note, pod_namespace,
                                         service_informers, taken_ips)
-from pacific.controller.transit import transit, transit6
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -147,14 +146,11 @@ class EgressSnatFeature(Feature):
                            for n in (as_name, as6)):
                 self._remove(key, sw, lrp, as_name)
             return
-        index = self.ctl.transit.index(self.ctl.nb, lrp)
-        router_cidr, host_ip, mac = transit(index)
-        router6, host6 = transit6(index)
         nodes = gateway_nodes(self.ctl.informer("nodes").list())
         with self._lock:
             ranked = gateway.ranked(self._first.first(key), nodes)
-        networks, policies, rows = [router_cidr], [], []
-        for version, name, hop in ((4, as_name, host_ip), (6, as6, host6)):
+        rows, matches = [], {}
+        for version, name in ((4, as_name), (6, as6)):
             grant = by_family.get(version)
             cur = ensure.address_set_addresses(self.ctl.nb, name)
             if grant is None:
@@ -162,10 +158,10 @@ class EgressSnatFeature(Feature):
                     rows.append(lambda api, name=name: ensure.DeleteAddressSet(api, name))
                 continue
             rows += ensure.address_set_rows(name, ids, set(grant.sources), cur or set())
-            policies.append((names.PRIO_POLICY_SNAT_EGRESS, f"ip{version}.src == ${name}",
-                             "reroute", [hop]))
-            if version == 6:
-                networks.append(router6)
+            matches[version] = f"ip{version}.src == ${name}"
+        networks, mac, policies = gateway.reroutes(
+            self.ctl, self.ctl.transit.index(self.ctl.nb, lrp), names.PRIO_POLICY_SNAT_EGRESS,
+            matches)
         self.ctl.writer.run([
             *rows,
             *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(names.SNAT_GATEWAY_PREFIX

@@ -78,6 +78,27 @@ def centralized_spec(obj: dict | None) -> tuple[list[str] | None, list[str]]:
     return cidrs, list(dict.fromkeys(nodes))
 
 
+def reroutes(ctl, index: int, prio: int, matches: dict[int, str]) -> tuple[list[str], str, list]:
+    """(the gateway port's networks, its MAC, its router policies) on transit
+    network `index`: for each family of `matches` (IP version -> the match of
+    what leaves through the gateway), a reroute to that family's transit host.
+    IPv6 only with a dual-stack join network: without one IPv6 has neither a
+    way out of the cluster router nor the node-local allow that keeps the
+    cluster's own IPv6 destinations off the gateway, so the reroute would carry
+    pod-to-pod IPv6 out of the cluster."""
+    router_cidr, host, mac = transit(index)
+    networks, policies = [router_cidr], []
+    for version, match in sorted(matches.items()):
+        hop = host
+        if version == 6:
+            if not ctl.cfg.join_cidr_of(6):
+                continue
+            router6, hop = transit6(index)
+            networks.append(router6)
+        policies.append((prio, match, "reroute", [hop]))
+    return networks, mac, policies
+
+
 def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str | list[str], mac: str, ids: dict,
                  ranked: list[str], policies: list) -> list:
     """NB writer builders of one gateway: transit switch `sw` with its router
@@ -211,20 +232,10 @@ class GatewayFeature(Feature):
             return
         nodes = [n for n in asked if self.ctl.informer("nodes").get(n) is not None]
         missing = [n for n in asked if n not in nodes]
-        index = self.ctl.transit.index(self.ctl.nb, lrp)
-        router_cidr, host_ip, mac = transit(index)
-        router6, host6 = transit6(index)
-        networks, policies = [router_cidr], []
-        for cidr in cidrs:
-            if ":" in cidr and not self.ctl.cfg.join_cidr_of(6):
-                continue     # IPv6 has no way out of the cluster router, nor a node-local allow
-            if ":" in cidr:
-                networks.append(router6)
-                policies.append((names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip6.src == {cidr}",
-                                 "reroute", [host6]))
-            else:
-                policies.append((names.PRIO_POLICY_CENTRALIZED_EGRESS, f"ip4.src == {cidr}",
-                                 "reroute", [host_ip]))
+        networks, mac, policies = reroutes(
+            self.ctl, self.ctl.transit.index(self.ctl.nb, lrp),
+            names.PRIO_POLICY_CENTRALIZED_EGRESS,
+            {v: f"ip{v}.src == {c}" for c in cidrs for v in (6 if ":" in c else 4,)})
         ranked = self._ranked(name, nodes)
         ids = gateway_ids(name)
         self.ctl.writer.run([

@@ -130,3 +130,24 @@ def test_an_ipv6_address_reroutes_the_pods_ipv6_through_an_ipv6_transit_network(
     st = r.get(ctl.kube, r.EGRESSIPS, "web")["status"]
     assert [i["egressIP"] for i in st["items"]] == [A, "fd00:77::150"]
     assert [x["egressIP"] for x in st["refused"]] == ["fd00:77::11"]     # node1's
+
+
+def test_without_an_ipv6_join_network_an_ipv6_address_reroutes_nothing():
+    """As centralized gateways and a Service's SNAT (gateway.reroutes): with
+    no node-local allow for the cluster's IPv6, the reroute would carry the
+    pods' IPv6 to each other out of the cluster."""
+    ctl = make_controller(**{**DUAL, "join_cidr": "100.64.0.0/16"})
+    ctl.kube.add(r.NODES, {"metadata": {"name": "node1", "labels": {
+        names.LABEL_EGRESS_ASSIGNABLE: ""}}})
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "blue", "labels": {"team": "blue"}}})
+    ctl.kube.add(r.PODS, {"metadata": {"name": "p"}, "spec": {"nodeName": "node1",
+                                                            "containers": []}}, "blue")
+    ctl.kube.add(r.EGRESSIPS, {"metadata": {"name": "web"}, "spec": {
+        "egressIPs": ["fd00:77::150"], "namespaceSelector": {"matchLabels": {"team": "blue"}}}})
+    drain(ctl)
+    lrp = names.router_port_name(names.egress_switch_name(
+        egressip.gateway_name("web/fd00:77::150")))
+    port = [c for c in ctl.writer.commands(ensure.EnsureRouterPort) if c.name == lrp][-1]
+    assert len(port.networks) == 1
+    assert not [m for c in ctl.writer.commands(ensure.EnsureRouterPolicies)
+                for (p, m) in c.specs if p == names.PRIO_POLICY_EGRESS_IP]
