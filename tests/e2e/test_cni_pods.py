@@ -374,8 +374,10 @@ def test_a_restarted_pod_runner_keeps_its_pods_and_finishes_deletions(cluster):
     assert sbnetns.exists(gone_ns)                # nobody tore it down yet
     sb.stop(k8s.runner_tag(node))
     k8s.start_pod_runner(sb, node)
-    wait_until(lambda: not sbnetns.exists(gone_ns), 30, what="the orphan's network removed")
-    assert sandboxpods.load(sb, "rr", "gone") is None
+    # the runner deletes the namespace, then the record: done once both are gone
+    wait_until(lambda: not sbnetns.exists(gone_ns) and
+               sandboxpods.load(sb, "rr", "gone") is None, 30,
+               what="the orphan's network and record removed")
     again = sandboxpods.load(sb, "rr", "keep")
     assert again.container_id == keep.container_id          # not plumbed twice
     assert ping(sb, "rr", "peer", keep.ip)
