@@ -339,6 +339,7 @@ class NodeRecord:
     service_source: str = ""
     ip6_cidr: str = ""    # a dual-stack join network: ovn0's IPv6 "fd00:64::2/64"
     gateway6: str = ""    # ... and the cluster router's IPv6 there
+    service_source6: str = ""   # ... and the service source's IPv6 twin
 
     def annotations(self) -> dict:
         out = {names.ANN_NODE_JOIN_IP: self.ip_cidr, names.ANN_NODE_JOIN_MAC: self.mac,
@@ -348,6 +349,8 @@ class NodeRecord:
         if self.ip6_cidr:
             out[names.ANN_NODE_JOIN_IP6] = self.ip6_cidr
             out[names.ANN_NODE_JOIN_GW6] = self.gateway6
+        if self.service_source6:
+            out[names.ANN_NODE_SERVICE_SOURCE6] = self.service_source6
         return out
 
     @property
@@ -404,6 +407,13 @@ class NodeRecord:
                 raise ContractError(f"annotation {names.ANN_NODE_JOIN_IP6}: {ip6!r} is not an "
                                     "IPv6 address with a prefix length") from None
             ip6, gw6 = str(iface6), _address_in(gw6, iface6.network, names.ANN_NODE_JOIN_GW6)
+        source6 = ann.get(names.ANN_NODE_SERVICE_SOURCE6) or ""
+        if source6:
+            if not ip6:
+                raise ContractError(f"annotation {names.ANN_NODE_SERVICE_SOURCE6}: set without "
+                                    f"{names.ANN_NODE_JOIN_IP6}")
+            source6 = _address_in(source6, ipaddress.ip_interface(ip6).network,
+                                  names.ANN_NODE_SERVICE_SOURCE6)
         return cls(ip_cidr=str(iface), mac=_mac(mac, names.ANN_NODE_JOIN_MAC),
                    gateway=str(gateway), port=port, service_source=source,
-                   ip6_cidr=ip6, gateway6=gw6)
+                   ip6_cidr=ip6, gateway6=gw6, service_source6=source6)

@@ -51,6 +51,7 @@ ANN_NODE_LSP = "pacific.io/node_logical_switch_port"
 # the join address the node gives its connections into the service CIDR (not
 # on ovn0: OVN may send them back out to the node, answers come through OVN)
 ANN_NODE_SERVICE_SOURCE = "pacific.io/service_source"
+ANN_NODE_SERVICE_SOURCE6 = "pacific.io/service_source_ipv6"   # its IPv6 twin
 
 # --- OVN / OVS external_ids (ownership of every row Pacific creates) ----------
 EXT_OWNER_KIND = "pacific.io/owner-kind"   # Pod, Node, Subnet, Cluster, ...
@@ -230,6 +231,7 @@ PRIO_ACL_ISOLATION_ALLOW = 1600
 # OVN pass the node's own port twice; the second time without conntrack
 PRIO_ACL_SERVICE_SOURCE = 32000
 SERVICE_SOURCES_SET = "pacific_service_sources"   # every node's service source
+SERVICE_SOURCES_SET6 = SERVICE_SOURCES_SET + "_6"  # ... their IPv6 twins
 PRIO_POLICY_NODE_LOCAL = 31000
 PRIO_POLICY_DISTRIBUTED_EGRESS = 29000
 PRIO_POLICY_CENTRALIZED_EGRESS = 29500

@@ -56,16 +56,22 @@ def router_link_builders(switch: str, gateway: str, networks: list[str], ids: di
     ]
 
 
-def service_source_acls(service_cidr: str, ids: dict) -> list[AclSpec]:
+def service_source_acls(service_cidr: str, ids: dict, service_cidr6: str | None = None
+                        ) -> list[AclSpec]:
     """Out to a node's port without conntrack: what a node's service source sent
     (balanced already, now leaving for an endpoint outside OVN), and what comes
-    back to it from a cluster IP (its answer, the balancing undone already)."""
-    sources = f"${names.SERVICE_SOURCES_SET}"
-    return [AclSpec("to-lport", names.PRIO_ACL_SERVICE_SOURCE, f"ip4.src == {sources}",
-                    "allow-stateless", name="service-source-out", external_ids=ids),
-            AclSpec("to-lport", names.PRIO_ACL_SERVICE_SOURCE,
-                    f"ip4.dst == {sources} && ip4.src == {service_cidr}",
-                    "allow-stateless", name="service-source-back", external_ids=ids)]
+    back to it from a cluster IP (its answer, the balancing undone already).
+    With `service_cidr6` (a dual-stack join network and service CIDR) the same
+    for the sources' IPv6 twins."""
+    fams = [("ip4", names.SERVICE_SOURCES_SET, service_cidr, "")]
+    if service_cidr6:
+        fams.append(("ip6", names.SERVICE_SOURCES_SET6, service_cidr6, "-6"))
+    return [acl for ip, set_name, cidr, tail in fams for acl in (
+        AclSpec("to-lport", names.PRIO_ACL_SERVICE_SOURCE, f"{ip}.src == ${set_name}",
+                "allow-stateless", name="service-source-out" + tail, external_ids=ids),
+        AclSpec("to-lport", names.PRIO_ACL_SERVICE_SOURCE,
+                f"{ip}.dst == ${set_name} && {ip}.src == {cidr}",
+                "allow-stateless", name="service-source-back" + tail, external_ids=ids))]
 
 
 def ensure(ctl) -> None:
@@ -82,8 +88,10 @@ def ensure(ctl) -> None:
         # where traffic leaves the cluster (node ports, gateways' localnets join it)
         lambda api: EnsurePortGroup(api, names.EFW_EXITS_GROUP, ids),
         lambda api: EnsureAddressSet(api, names.SERVICE_SOURCES_SET, ids),
-        lambda api: EnsureACLs(api, cfg.join_switch, service_source_acls(cfg.service_cidr_of(4), ids),
-                               table=LS),
+        *([lambda api: EnsureAddressSet(api, names.SERVICE_SOURCES_SET6, ids)]
+          if cfg.join_cidr_of(6) else []),
+        lambda api: EnsureACLs(api, cfg.join_switch, service_source_acls(
+            cfg.service_cidr_of(4), ids, cfg.join_cidr_of(6) and cfg.service_cidr_of(6)), table=LS),
     ]
     ctl.writer.run(builders, what="startup topology")
     with ctl.ipam_lock:

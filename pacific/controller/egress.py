@@ -233,6 +233,8 @@ class EgressFeature(Feature):
         if self.v6 and rec.ip6:
             held = self.held()
             want6 = {ip6 for _, ip6, ns, _ in pods if ip6 and not held.holds(ns)}
+            if rec.service_source6:     # its twin: the node's own connections over IPv6
+                want6.add(rec.service_source6)
             have6 = ensure.address_set_addresses(self.ctl.nb, as6)
             rows6 = ensure.address_set_rows(as6, ids, want6, have6) if want6 != have6 else []
             specs.append((names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip6.src == ${as6}", "reroute",

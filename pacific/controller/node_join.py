@@ -40,6 +40,19 @@ def port_addresses(alloc, source) -> str:
                      *(m[0] for m in source.more)))
 
 
+def _ip6(alloc) -> str:
+    """An allocation's IPv6 address ("" without one)."""
+    return next((m[0] for m in alloc.more if ":" in m[0]), "")
+
+
+def source_set_builders(source, op) -> list:
+    """Add (or remove, by `op`) a node's service source to the set of its
+    family, its IPv6 twin (a dual-stack join network) to the IPv6 set."""
+    six = _ip6(source)
+    return [lambda api: op(api, names.SERVICE_SOURCES_SET, [source.ip]),
+            *([lambda api: op(api, names.SERVICE_SOURCES_SET6, [six])] if six else [])]
+
+
 class NodeFeature(Feature):
     name = "node"
     informers = {"nodes": informers.NODES}
@@ -66,8 +79,8 @@ class NodeFeature(Feature):
                 ctl.ipam.release(key)
                 source = ctl.ipam.release(model.node_source_key(name))
             ctl.writer.run([lambda api: ensure.DeletePort(api, lsp, cfg.join_switch),
-                            *([lambda api: ensure.AddressSetRemoveAddresses(
-                                api, names.SERVICE_SOURCES_SET, [source.ip])] if source else [])],
+                            *(source_set_builders(source, ensure.AddressSetRemoveAddresses)
+                              if source else [])],
                            what=f"delete node port {lsp}")
             if released:
                 LOG.info("node %s gone: released join address %s", name, released.ip)
@@ -97,14 +110,14 @@ class NodeFeature(Feature):
             node_ids(name, cfg.join_switch)),
             # an exit of the cluster (distributed egress): egress firewalls apply there
             lambda api: ensure.PortGroupAddPorts(api, names.EFW_EXITS_GROUP, [lsp]),
-            lambda api: ensure.AddressSetAddAddresses(api, names.SERVICE_SOURCES_SET,
-                                                      [source.ip])],
+            *source_set_builders(source, ensure.AddressSetAddAddresses)],
             what=f"node port {lsp}")
         six = [(ip, cidr, gw) for ip, cidr, gw in alloc.more if ":" in ip]
         rec = NodeRecord(ip_cidr=f"{alloc.ip}/{cfg.join_prefixlen}", mac=alloc.mac,
                          gateway=cfg.join_gateway, port=lsp, service_source=source.ip,
                          ip6_cidr=f"{six[0][0]}/{six[0][1].split('/')[1]}" if six else "",
-                         gateway6=six[0][2] if six else "")
+                         gateway6=six[0][2] if six else "",
+                         service_source6=_ip6(source) if six else "")
         want = rec.annotations()
         if any(ann.get(k) != v for k, v in want.items()):
             try:
@@ -122,7 +135,9 @@ class NodeFeature(Feature):
         alloc = ctl.ipam.lookup(key)
         if alloc is not None:
             return alloc
-        want = model.annotations(node).get(names.ANN_NODE_SERVICE_SOURCE) or None
+        ann = model.annotations(node)
+        want = ",".join(filter(None, (ann.get(names.ANN_NODE_SERVICE_SOURCE),
+                                      ann.get(names.ANN_NODE_SERVICE_SOURCE6)))) or None
         try:
             return ctl.ipam.allocate(ctl.cfg.join_switch, key, ip=want)
         except ipam_errors.IPAMError as exc:

@@ -13,7 +13,8 @@ change):
     set internal_cidrs pod CIDRs + the join network: the sources pods and ovn0 have
     set ovn_central    OVN central's addresses (from --ovn-remote), set ovn_ports its
                        TCP ports (the remote's, NB 6641, SB 6642, RAFT 6643/6644)
-    set node_addrs     every Node's addresses; set host_ports the host daemons' TCP
+    set node_addrs     every Node's IPv4 addresses (node_addrs6: IPv6 ones); set
+                       host_ports the host daemons' TCP
                        ports (pacific-node's metrics port, pacific-controller's)
     chain guard-underlay (filter, prerouting, before conntrack)  a packet from
                        @internal_cidrs that did not come in on one of OVN's own paths
@@ -190,6 +191,9 @@ RULES = [  # (chain, comment, expressions)
      [_saddr6("==", "@internal_cidrs6"), _tcp_dport("@host_ports"), {"drop": None}]),
     ("postrouting", "pacific-masquerade-6",
      [_saddr6("==", "@nat_cidrs6"), _daddr6("!=", "@cluster_cidrs6"), {"masquerade": None}]),
+    ("postrouting", "pacific-to-nodes-masquerade-6",
+     [_saddr6("==", "@internal_cidrs6"), _daddr6("==", "@node_addrs6"),
+      _oifname("!=", names.MGMT_PORT), {"masquerade": None}]),
     ("postrouting", "pacific-service-masquerade-6",
      [_oifname("==", names.MGMT_PORT),
       {"match": {"op": "in", "left": {"ct": {"key": "status"}}, "right": "dnat"}},
@@ -201,7 +205,8 @@ RULES = [  # (chain, comment, expressions)
     ("forward", "pacific-from-pods-6", [_saddr6("==", "@pod_cidrs6"), {"accept": None}]),
     ("forward", "pacific-to-pods-6", [_daddr6("==", "@pod_cidrs6"), {"accept": None}]),
 ]
-SETS6 = ("pod_cidrs6", "nat_cidrs6", "cluster_cidrs6", "service_cidrs6", "internal_cidrs6")
+SETS6 = ("pod_cidrs6", "nat_cidrs6", "cluster_cidrs6", "service_cidrs6", "internal_cidrs6",
+         "node_addrs6")
 SETS = ("pod_cidrs", "nat_cidrs", "cluster_cidrs", "service_cidrs", "internal_cidrs",
         "ovn_central", "node_addrs", "ovn_ports", "host_ports", *SETS6)
 PORT_SETS = ("ovn_ports", "host_ports")     # inet_service; SETS6 ipv6 intervals, the rest ipv4
@@ -210,20 +215,25 @@ SNAT = "snat"           # the chain of egress SNAT to Services' external IPs (no
 SERVICE_SOURCE = "service-source"   # this node's connections to Services (source_rules)
 
 
-def source_rules(source: str) -> list[tuple[str, list]]:
+def source_rules(source: str, source6: str = "") -> list[tuple[str, list]]:
     """The node's connections into the service CIDR through ovn0 leave with its
     service source (contract.NodeRecord), an address not on ovn0: when OVN sends
     such a connection back out to a node (an endpoint outside OVN: a host-network
     pod, the API server), the node forwards it, masqueraded, and the answer comes
     back to that address, through OVN, which undoes its balancing.  Without a
-    source (an older controller) the postrouting chain masquerades as before."""
+    source (an older controller) the postrouting chain masquerades as before.
+    `source6`, its IPv6 twin (a dual-stack join network), the same for the
+    IPv6 service CIDR."""
     if not source:
         return []
-    return [(f"pacific-service-source {source}",
-             [_oifname("==", names.MGMT_PORT), _daddr("==", "@service_cidrs"),
-              {"snat": {"family": "ip", "addr": source}}]),
-            (f"pacific-service-source-out {source}",
-             [_saddr("==", source), _oifname("!=", names.MGMT_PORT), {"masquerade": None}])]
+    return [rule for family, saddr, daddr, addr, tail in (
+        ("ip", _saddr, _daddr, source, ""), ("ip6", _saddr6, _daddr6, source6, "-6"))
+        if addr for rule in (
+            (f"pacific-service-source{tail} {addr}",
+             [_oifname("==", names.MGMT_PORT), daddr("==", "@service_cidrs" + tail[1:]),
+              {"snat": {"family": family, "addr": addr}}]),
+            (f"pacific-service-source-out{tail} {addr}",
+             [saddr("==", addr), _oifname("!=", names.MGMT_PORT), {"masquerade": None}]))]
 
 
 class FirewallError(Exception):
@@ -457,11 +467,13 @@ class HostFirewall(NodeFeature):
         join, join6 = self.join_cidr(), self.join_cidr6()
         cluster6 = pods6 | {c for c in (join6, self.service_cidr6) if c}
         cluster = set(pods) | {c for c in (join, self.service_cidr) if c}
-        nodes = set()
+        nodes, nodes6 = set(), set()
         for ip in node_ips:
             try:
                 if ipaddress.ip_address(ip).version == 4:
                     nodes.add(f"{ip}/32")
+                else:
+                    nodes6.add(f"{ip}/128")
             except ValueError:
                 continue
         return {"pod_cidrs": pods, "nat_cidrs": nat, "cluster_cidrs": cluster,
@@ -472,7 +484,8 @@ class HostFirewall(NodeFeature):
                 "host_ports": {str(p) for p in self.host_ports},
                 "pod_cidrs6": pods6, "nat_cidrs6": nat6, "cluster_cidrs6": cluster6,
                 "service_cidrs6": {self.service_cidr6} if self.service_cidr6 else set(),
-                "internal_cidrs6": pods6 | ({join6} if join6 else set())}
+                "internal_cidrs6": pods6 | ({join6} if join6 else set()),
+                "node_addrs6": nodes6}
 
     def dynamic(self) -> dict[str, list | None]:
         """chain -> its rules; None where the provider does not know yet (the
@@ -483,7 +496,8 @@ class HostFirewall(NodeFeature):
             rec = NodeRecord.of(self.nodes.get(self.node_name))
         except ContractError:
             rec = None
-        out[SERVICE_SOURCE] = source_rules(rec.service_source) if rec else None
+        out[SERVICE_SOURCE] = source_rules(rec.service_source, rec.service_source6) \
+            if rec else None
         if self.snat is not None:
             out[SNAT] = self.snat.rules()
         return out

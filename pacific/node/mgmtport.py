@@ -87,12 +87,19 @@ class MgmtPort(NodeFeature):
             # router, as OVN answers no ARP of a port for its own address.  What
             # this node answers to it (a local endpoint of a Service, reached
             # through OVN) leaves from the node's address, which the request was
-            # sent to: a UDP server bound to 0.0.0.0 answers from the route's source
-            dst = f"{rec.service_source}/32"
-            want_routes[dst] = rec.gateway
+            # sent to: a UDP server bound to 0.0.0.0 answers from the route's
+            # source.  The same for its IPv6 twin (a dual-stack join network)
             node_ips = sorted(exposure.internal_ips(self.nodes.get(self.node_name)))
-            if node_ips:
-                prefsrc[dst] = node_ips[0]
+            for source, plen, gateway in ((rec.service_source, 32, rec.gateway),
+                                          (rec.service_source6, 128, rec.gateway6)):
+                if not source or ipaddress.ip_address(source).version not in fams:
+                    continue
+                dst = f"{source}/{plen}"
+                want_routes[dst] = gateway
+                own = [a for a in node_ips if ipaddress.ip_address(a).version
+                       == ipaddress.ip_address(source).version]
+                if own:
+                    prefsrc[dst] = own[0]
 
         iface = self.ovs.get_interface(self.ifname)
         ids = {names.OVS_IFACE_ID: lsp, names.OVS_ATTACHED_MAC: mac.lower()}

@@ -5,6 +5,7 @@ nodes and Subnets; tenant isolation and NetworkPolicy's isolation hold for
 IPv6, also for link-local sources; a refused family is named."""
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -530,7 +531,7 @@ def test_a_node_port_is_reached_over_ipv6_at_every_node(env):
     """A dual-stack NodePort Service: the external host reaches the node port at
     each node's IPv6 address (the node DNATs it to the Service's IPv6 cluster
     IP; externalTrafficPolicy Cluster, so the endpoint, a2 on node2, sees the
-    node's ovn0 IPv6) and at its IPv4 address as before."""
+    node's IPv6 service source) and at its IPv4 address as before."""
     sb, api, recs = env
     sandboxpods.detach_pod(sb, "dsa", "a2", [sys.executable, NETCHECK, "serve",
                                              str(NODE_PORT_SERVER), "a2"])
@@ -552,7 +553,7 @@ def test_a_node_port_is_reached_over_ipv6_at_every_node(env):
             rec = contract.NodeRecord.of(r.get(api, r.NODES, node.name))
             got = wait_until(lambda: ask(node.underlay_ip6), 60, interval=0.5,
                              what=f"node port {port} at {node.name}'s IPv6")
-            assert got == f"a2 {rec.ip6}"
+            assert got == f"a2 {rec.service_source6 or rec.ip6}"
             assert wait_until(lambda: ask(node.underlay_ip), 30, interval=0.5,
                               what=f"node port {port} at {node.name}'s IPv4") == \
                 f"a2 {rec.service_source or rec.ip}"
@@ -574,7 +575,8 @@ def test_an_ipv6_external_ip_reaches_the_endpoints_and_no_other_spelling_takes_i
     sandboxpods.detach_pod(sb, "dsa", "a2", [sys.executable, NETCHECK, "serve",
                                              str(EXTERNAL_SERVER), "a2"])
     node1 = sb.node("node1")
-    source = contract.NodeRecord.of(r.get(api, r.NODES, "node1")).ip6
+    rec1 = contract.NodeRecord.of(r.get(api, r.NODES, "node1"))
+    source = rec1.service_source6 or rec1.ip6
 
     def service(ns, name, ip):
         return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": ns},
@@ -880,17 +882,45 @@ def test_a_dnsname_rule_matches_the_names_aaaa_records_too(env):
     allowed."""
     import signal
 
-    from pacific.sandbox import controllers
     sb, api, recs = env
     out4, out6 = sb.external_remote_ip, sb.external_remote_ip6
+    with _named_outside(sb, recs["c1"]) as (hosts, dnsmasq):
+        try:
+            _firewall(api, {"type": "Allow", "to": {"dnsName": "outside.example"},
+                            "ports": [{"protocol": "TCP", "port": EGRESS_PORT}]},
+                      {"type": "Deny", "to": {"cidrSelector": "0.0.0.0/0"}},
+                      {"type": "Deny", "to": {"cidrSelector": "::/0"}})
+            got = wait_until(lambda: _ask_outside(sb, "c1", out6), 60, interval=0.5,
+                             what="c1 reaching the name's AAAA address")
+            assert got == f"outside {v6(recs['c1'])}"
+            assert _ask_outside(sb, "c1", out4) == f"outside {recs['c1'].ip}"
+            wait_until(lambda: _ask_outside(sb, "c1", out6, EGRESS_PORT + 1) is None, 30,
+                       interval=0.5, what="the next port denied")
+            with open(hosts, "w") as f:
+                f.write(f"{out4} outside.example\n")
+            dnsmasq.send_signal(signal.SIGHUP)          # re-reads the hosts file
+            wait_until(lambda: _ask_outside(sb, "c1", out6) is None, 60, interval=0.5,
+                       what="c1's IPv6 denied once the AAAA record is gone")
+            assert _ask_outside(sb, "c1", out4) == f"outside {recs['c1'].ip}"
+        finally:
+            r.delete(api, r.EGRESSFIREWALLS, "default", "dsc")
+
+
+@contextlib.contextmanager
+def _named_outside(sb, rec):
+    """The outside host named outside.example (an A and an AAAA record in the
+    sandbox's DNS, which the controller asks), serving on EGRESS_PORT and the
+    next port, with routes back to `rec`'s pod through node1.  Yields (the
+    hosts file, dnsmasq)."""
+    from pacific.sandbox import controllers
     node1 = sb.node("node1")
-    routes = [(recs["c1"].ip, node1.underlay_ip, "-4", 32),
-              (v6(recs["c1"]), node1.underlay_ip6, "-6", 128)]
+    routes = [(rec.ip, node1.underlay_ip, "-4", 32), (v6(rec), node1.underlay_ip6, "-6", 128)]
     for ip, via, flag, plen in routes:
         sb.exec(sb.external_netns, ["ip", flag, "route", "replace", f"{ip}/{plen}", "via", via])
-    hosts = os.path.join(sb.dir, "efw6-hosts")
+    hosts = os.path.join(sb.dir, "outside-hosts")
     with open(hosts, "w") as f:
-        f.write(f"{out4} outside.example\n{out6} outside.example\n")
+        f.write(f"{sb.external_remote_ip} outside.example\n"
+                f"{sb.external_remote_ip6} outside.example\n")
     dnsmasq = controllers.serve_dns(sb, hosts)
     servers = [subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
                                  NETCHECK, "serve", str(port), "outside"],
@@ -898,24 +928,8 @@ def test_a_dnsname_rule_matches_the_names_aaaa_records_too(env):
                for port in (EGRESS_PORT, EGRESS_PORT + 1)]
     try:
         assert all(s.stdout.readline().strip() == "ready" for s in servers)
-        _firewall(api, {"type": "Allow", "to": {"dnsName": "outside.example"},
-                        "ports": [{"protocol": "TCP", "port": EGRESS_PORT}]},
-                  {"type": "Deny", "to": {"cidrSelector": "0.0.0.0/0"}},
-                  {"type": "Deny", "to": {"cidrSelector": "::/0"}})
-        got = wait_until(lambda: _ask_outside(sb, "c1", out6), 60, interval=0.5,
-                         what="c1 reaching the name's AAAA address")
-        assert got == f"outside {v6(recs['c1'])}"
-        assert _ask_outside(sb, "c1", out4) == f"outside {recs['c1'].ip}"
-        wait_until(lambda: _ask_outside(sb, "c1", out6, EGRESS_PORT + 1) is None, 30,
-                   interval=0.5, what="the next port denied")
-        with open(hosts, "w") as f:
-            f.write(f"{out4} outside.example\n")
-        dnsmasq.send_signal(signal.SIGHUP)          # re-reads the hosts file
-        wait_until(lambda: _ask_outside(sb, "c1", out6) is None, 60, interval=0.5,
-                   what="c1's IPv6 denied once the AAAA record is gone")
-        assert _ask_outside(sb, "c1", out4) == f"outside {recs['c1'].ip}"
+        yield hosts, dnsmasq
     finally:
-        r.delete(api, r.EGRESSFIREWALLS, "default", "dsc")
         dnsmasq.kill()
         dnsmasq.wait()
         for s in servers:

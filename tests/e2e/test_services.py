@@ -228,3 +228,52 @@ def test_nodes_and_pods_reach_a_service_whose_endpoint_is_outside_ovn(env):
             assert code.isdigit(), code
     finally:
         r.delete(api, r.ENDPOINTS, "kubernetes", "default")
+
+
+HOST_PORT = 7300
+
+
+def test_a_host_network_pod_of_the_namespace_is_an_endpoint_outside_ovn(env):
+    """A host-network pod of the Service's namespace on node2: its address is
+    node2's, outside OVN.  Reached from nodes (node2 itself too) through their
+    service sources (IPv6: the twin on the node's port, snat ip6 to it), and from
+    pods on two nodes, whose request leaves through their own node (IPv6:
+    masqueraded to that node's IPv6 address, as node2 drops pod sources arriving
+    from the underlay).  In IPv6 the Node lists its IPv6 InternalIP (the pod
+    runner's --node-ip), which makes node2's IPv6 the host-network pod's own.
+    Not UDP from a pod of node2 itself: the request reaches the host through
+    ovn0 unmasqueraded, and a server bound to the wildcard address answers from
+    the route's source towards the pod, ovn0's address, which no conntrack
+    entry undoes (docs/services.md)."""
+    sb, api = env.sb, env.api
+    node2 = sb.node("node2")
+    host_ip = node2.underlay_ip if env.family == "ipv4" else node2.underlay_ip6
+    r.create(api, r.PODS, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "hostecho", "namespace": env.ns, "labels": {"app": "hostecho"}},
+        "spec": {"nodeName": "node2", "hostNetwork": True, "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "app", "image": "localhost/busybox:latest"}]}}, env.ns)
+    tag = f"hostecho.{env.family}"
+    sb.spawn(tag, [sys.executable, NETCHECK, "serve", str(HOST_PORT), "hostecho"],
+             netns=node2.netns)
+    try:
+        vip = env.create("hostecho", {"app": "hostecho"}, [
+            {"name": "http", "port": 80, "targetPort": HOST_PORT, "protocol": "TCP"},
+            {"name": "dns", "port": 53, "targetPort": HOST_PORT, "protocol": "UDP"}])
+        backend = exposure.host_port(host_ip, HOST_PORT)
+        wait_until(lambda: backend in sb.nbctl(
+            "--columns=vips", "find", "Load_Balancer",
+            f'name="{names.service_lb_name(env.ns, "hostecho", "tcp")}"'), 30,
+            what=f"{backend} a backend of the Service")
+        sources = {"node1": sb.node("node1").netns, "node2": node2.netns,
+                   "node3": sb.node("node3").netns,
+                   "pod on node1": pod_netns(sb, env.ns, "echo1"),
+                   "pod on node2": pod_netns(sb, env.ns, "client")}
+        for what, src in sources.items():
+            for proto, port in (("tcp", 80), ("udp", 53))[:1 if what == "pod on node2" else 2]:
+                rc, out = wait_until(lambda: (a := ask(sb, src, proto, vip, port))[0] == 0 and a,
+                                     20, what=f"{proto} from {what} answered")
+                assert out.split()[0] == "hostecho", (what, proto, out)
+    finally:
+        sb.stop(tag)
+        r.delete(api, r.PODS, "hostecho", env.ns)

@@ -98,14 +98,22 @@ def test_node_record():
 def test_node_record_of_a_dual_stack_join_network():
     r = NodeRecord(ip_cidr="100.64.0.2/16", mac="0a:58:64:40:00:02", gateway="100.64.0.1",
                    port=names.node_lsp_name("node1"), ip6_cidr="fd00:64::2/64",
-                   gateway6="fd00:64::1")
+                   gateway6="fd00:64::1", service_source="100.64.0.9",
+                   service_source6="fd00:64::9")
     assert NodeRecord.of({"metadata": {"annotations": r.annotations()}}) == r
     assert r.ip6 == "fd00:64::2" and r.interfaces == [("100.64.0.2/16", "100.64.0.1"),
                                                        ("fd00:64::2/64", "fd00:64::1")]
     for key, bad in ((names.ANN_NODE_JOIN_IP6, "fd00:64::2"), (names.ANN_NODE_JOIN_IP6, "10.0.0.2/8"),
-                     (names.ANN_NODE_JOIN_GW6, "fd00:65::1"), (names.ANN_NODE_JOIN_GW6, "x")):
+                     (names.ANN_NODE_JOIN_GW6, "fd00:65::1"), (names.ANN_NODE_JOIN_GW6, "x"),
+                     (names.ANN_NODE_SERVICE_SOURCE6, "fd00:65::9"),
+                     (names.ANN_NODE_SERVICE_SOURCE6, "100.64.0.10")):
         with pytest.raises(ContractError, match=key):
             NodeRecord.of({"metadata": {"annotations": {**r.annotations(), key: bad}}})
+    # a source's IPv6 twin without ovn0's IPv6 names the missing annotation
+    alone = {k: v for k, v in r.annotations().items()
+             if k not in (names.ANN_NODE_JOIN_IP6, names.ANN_NODE_JOIN_GW6)}
+    with pytest.raises(ContractError, match=names.ANN_NODE_JOIN_IP6):
+        NodeRecord.of({"metadata": {"annotations": alone}})
 
 
 def test_port_names_of_different_kinds_cannot_collide():

@@ -10,7 +10,7 @@ import pytest
 from controller_fakes import drain, make_controller, events as fake_events
 from pacific import contract, names
 from pacific.controller import model, rebuild
-from pacific.controller.egress import node_set_name
+from pacific.controller.egress import node_set_name, v6_set_name
 from pacific.ovn.acl import EnsureACLs
 from pacific.controller.feature import Feature, wire_uses
 from pacific.kube import resources as r
@@ -308,7 +308,8 @@ def test_a_pod_waits_for_its_namespaces_subnet_instead_of_taking_the_default(ctl
 
 
 def test_a_dual_stack_join_network_gives_the_node_an_ipv6_address_kept_by_a_new_leader():
-    dual = dict(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64")
+    dual = dict(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64",
+                service_cidr="10.96.0.0/12,fd00:96::/108")
     ctl = make_controller(**dual)
     drain(ctl)
     ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
@@ -321,6 +322,19 @@ def test_a_dual_stack_join_network_gives_the_node_an_ipv6_address_kept_by_a_new_
     mac, ip4, source4, ip6, source6 = addresses.split()
     assert (mac, ip4, source4, ip6) == (rec.mac, rec.ip, rec.service_source, rec.ip6)
     assert source6.startswith("fd00:64::") and source6 != ip6
+    # the service source's IPv6 twin: recorded for the node, in the IPv6 set of
+    # service sources, in the node's IPv6 egress set (OVN sends it out there)
+    assert rec.service_source6 == source6
+    added = [c for c in ctl.writer.commands(ensure.AddressSetAddAddresses)
+             if c.name == names.SERVICE_SOURCES_SET6]
+    assert added[-1].members == [source6]
+    egress6 = [c for c in ctl.writer.commands(ensure.AddressSetAddAddresses)
+               if c.name == v6_set_name("node1")]
+    assert source6 in egress6[-1].members
+    (acls,) = [c for c in ctl.writer.commands(EnsureACLs) if c.group == ctl.cfg.join_switch]
+    assert {a.match for a in acls.specs} >= {
+        f"ip6.src == ${names.SERVICE_SOURCES_SET6}",
+        f"ip6.dst == ${names.SERVICE_SOURCES_SET6} && ip6.src == fd00:96::/108"}
     # the router's port on the join switch has both gateways
     (rp,) = [c for c in ctl.writer.commands(ensure.EnsureRouterPort)
              if c.name == names.router_port_name(ctl.cfg.join_switch)][-1:]
@@ -333,6 +347,18 @@ def test_a_dual_stack_join_network_gives_the_node_an_ipv6_address_kept_by_a_new_
     assert rebuild.restore_node_addresses(nxt) == 1
     assert nxt.ipam.lookup(model.node_owner_key("node1")).ips == (rec.ip, rec.ip6)
     assert nxt.ipam.lookup(model.node_source_key("node1")).ips == (rec.service_source, source6)
+    # a controller whose IPAM is empty (no port yet) keeps both annotated sources
+    fresh = make_controller(**dual)
+    drain(fresh)
+    fresh.kube.add(r.NODES, r.get(ctl.kube, r.NODES, "node1"))
+    drain(fresh)
+    assert fresh.ipam.lookup(model.node_source_key("node1")).ips == (rec.service_source, source6)
+    # the node goes: both twins leave their sets
+    r.delete(ctl.kube, r.NODES, "node1")
+    drain(ctl)
+    removed = [c for c in ctl.writer.commands(ensure.AddressSetRemoveAddresses)
+               if c.name == names.SERVICE_SOURCES_SET6]
+    assert removed[-1].members == [source6]
 
 
 def test_a_subnet_holding_a_node_s_address_is_refused(ctl):

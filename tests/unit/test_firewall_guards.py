@@ -107,6 +107,7 @@ def test_wanted_sets():
     assert w["ovn_ports"] == {"6641", "6642", "6643", "6644"}
     # every infrastructure address, IPv4 only: the Nodes' and OVN central's
     assert w["node_addrs"] == {"192.168.77.11/32", "192.168.77.2/32", "192.168.77.3/32"}
+    assert w["node_addrs6"] == {"fd00::11/128"}          # ... and the Nodes' IPv6 apart
     assert w["host_ports"] == {"9476", "9477"}
     cmds = firewall.full_commands(w)
     port_sets = [c["add"]["set"] for c in cmds if "set" in c.get("add", {})
@@ -168,6 +169,13 @@ def test_the_node_s_service_connections_leave_with_its_service_source():
     assert {"match": {"op": "==", "left": {"meta": {"key": "oifname"}}, "right": names.MGMT_PORT}} \
         in into
     assert out[-1] == {"masquerade": None} and out[0]["match"]["right"] == "100.64.0.9"
+    # the IPv6 twin (a dual-stack join network): into the IPv6 service CIDR
+    rules6 = firewall.source_rules("100.64.0.9", "fd00:64::9")
+    assert [c for c, _ in rules6] == [c1, c2, "pacific-service-source-6 fd00:64::9",
+                                      "pacific-service-source-out-6 fd00:64::9"]
+    (_, into6), (_, out6) = rules6[2:]
+    assert into6[-1] == {"snat": {"family": "ip6", "addr": "fd00:64::9"}}
+    assert into6[1]["match"]["right"] == "@service_cidrs6" and out6[-1] == {"masquerade": None}
     # before the postrouting chain, whose masquerade would otherwise take them
     assert firewall.CHAINS[firewall.SERVICE_SOURCE]["prio"] < firewall.CHAINS["postrouting"]["prio"]
 

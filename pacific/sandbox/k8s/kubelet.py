@@ -15,6 +15,7 @@ Per node (files under `<node rundir>/kubelet/`):
 - **kubelet** with the node's identity (system:node:NAME, through the forwarder at
   the central address), `--node-ip` = the node's underlay address (the Node's
   InternalIP; the API server reaches it through pacific.sandbox.k8s.egress),
+  both families' in a `--dual-stack` sandbox (host-network pods get both),
   its own root directory and cgroup root `/pac-<sandbox>-<node>`.
 
 Both run in the node's network namespace and in a mount and a UTS namespace of
@@ -285,7 +286,8 @@ def start_kubelet(sb: "Sandbox", node) -> None:
         f"--root-dir={p.kubelet_root}", f"--cert-dir={os.path.join(p.base, 'pki')}",
         "--container-runtime=remote",
         f"--container-runtime-endpoint=unix://{p.socket}",
-        f"--hostname-override={node.name}", f"--node-ip={node.underlay_ip}", "--v=1"])
+        f"--hostname-override={node.name}", "--node-ip=" + ",".join(filter(None, (node.underlay_ip, node.underlay_ip6))),
+        "--v=1"])
 
 
 def start_all(sb: "Sandbox") -> None:

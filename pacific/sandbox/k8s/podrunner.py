@@ -102,7 +102,7 @@ class PodRunner:
         cap = {"cpu": "2", "memory": "8Gi", "pods": POD_CAPACITY, "ephemeral-storage": "10Gi"}
         r.patch_merge(self.api, r.NODES, a.node, {"status": {
             "capacity": cap, "allocatable": cap,
-            "addresses": [{"type": "InternalIP", "address": a.node_ip},
+            "addresses": [*({"type": "InternalIP", "address": ip} for ip in node_ips(a)),
                           {"type": "Hostname", "address": a.node}],
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "pacific sandbox pod runner is posting ready status",
@@ -151,7 +151,7 @@ class PodRunner:
             rec = None
         if pod["spec"].get("hostNetwork"):
             if pod.get("status", {}).get("phase") != "Running":
-                self.report_running(pod, [self.a.node_ip], "host")
+                self.report_running(pod, node_ips(self.a), "host")
             return
         if rec is None:
             try:
@@ -266,7 +266,7 @@ class PodRunner:
                      "containerID": f"sandbox://{container_id}",
                      "state": {"running": {"startedAt": now}}}
                     for c in pod["spec"].get("containers", [])]
-        patch = {"status": {"phase": "Running", "hostIP": self.a.node_ip, "startTime": now,
+        patch = {"status": {"phase": "Running", "hostIP": node_ips(self.a)[0], "startTime": now,
                             "podIP": ips[0], "podIPs": [{"ip": ip} for ip in ips],
                             "conditions": conds, "containerStatuses": statuses}}
         try:
@@ -310,13 +310,19 @@ class PodRunner:
             t.join(5)
 
 
+def node_ips(args) -> list[str]:
+    """The node's InternalIP addresses (--node-ip), IPv4 first."""
+    return [ip.strip() for ip in args.node_ip.split(",")]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m pacific.sandbox.k8s.podrunner",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--kubeconfig", required=True, help="the node's own credentials")
     p.add_argument("--node", required=True, help="Node name")
     p.add_argument("--node-netns", required=True, help="the node's network namespace")
-    p.add_argument("--node-ip", required=True, help="the node's InternalIP")
+    p.add_argument("--node-ip", required=True,
+                   help="the node's InternalIP, or both families' (dual-stack: IPv4,IPv6)")
     p.add_argument("--conflist", required=True, help="the node's CNI conflist")
     p.add_argument("--cni-bin-dir", required=True)
     p.add_argument("--state-dir", required=True, help="records of the pods this runner runs")
