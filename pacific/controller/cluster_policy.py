@@ -56,17 +56,18 @@ def cnp_ids(policy: str, **extra) -> dict:
             names.EXT_CREATED_BY: names.CONTROLLER_NAME, **extra}
 
 
-def node_addresses(node: dict) -> set[str]:
-    """A Node's IPv4 addresses as peers see them: its status addresses and
-    its ovn0 join address (what node -> pod traffic comes from)."""
+def node_addresses(node: dict, family: int = 4) -> set[str]:
+    """A Node's addresses of IP `family` as peers see them: its status
+    addresses and its ovn0 join address (what node -> pod traffic comes
+    from; IPv6: ovn0's IPv6 on a dual-stack join network)."""
     out = exposure.node_addresses([node])
     try:
         rec = contract.NodeRecord.of(node)
     except contract.ContractError:
         rec = None
     if rec is not None:
-        out.add(rec.ip)
-    return {a for a in out if _v4(a)}
+        out.add(rec.ip if family == 4 else rec.ip6)
+    return {a for a in out if a and _family(a) == family}
 
 
 def _family(cidr: str) -> int:
@@ -74,10 +75,6 @@ def _family(cidr: str) -> int:
         return ipaddress.ip_network(cidr, strict=False).version
     except ValueError:
         return 0
-
-
-def _v4(addr: str) -> bool:
-    return _family(addr) == 4
 
 
 class ClusterPolicyFeature(Feature):
@@ -93,7 +90,8 @@ class ClusterPolicyFeature(Feature):
         self._parsed: dict[str, cp.Policy] = {}           # applied policies
         self.enforced = EnforcedTracker(self, self._report_enforced)
         # domainNames of Accept rules, resolved like the egress firewall's (its own resolver)
-        self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None)
+        self.dns = DnsUsers(self.queue_keys, servers=list(ctl.cfg.dns_servers) or None,
+                            ipv6=6 in ctl.cfg.families)
 
     # -- events ------------------------------------------------------------------------
     def handlers(self):
@@ -141,8 +139,8 @@ class ClusterPolicyFeature(Feature):
         return self._all()
 
     def _on_node(self, old, new):
-        if old is not None and new is not None and node_addresses(old) == node_addresses(new) \
-                and model.labels_of(old) == model.labels_of(new):
+        if old is not None and new is not None and model.labels_of(old) == model.labels_of(new) \
+                and all(node_addresses(old, f) == node_addresses(new, f) for f in (4, 6)):
             return ()
         with self._lock:
             return [n for n, p in self._parsed.items()
@@ -229,7 +227,7 @@ class ClusterPolicyFeature(Feature):
     def _compile_rule(self, key: str, pol: cp.Policy, rule: cp.Rule, family: int, world,
                       subject: list, pg: str, sets: dict, notes: list, names_used: set) -> list:
         """One rule's ACLs in one family (IPv6: pod peers' IPv6 addresses and
-        IPv6 networks; nodes and domain names are IPv4 only); [] if it matches
+        IPv6 networks, nodes' IPv6 addresses, domain names' AAAA records); [] if it matches
         no traffic now.  Its peers' set goes into `sets`."""
         nsl, ip, out = world.namespace_labels, f"ip{family}", []
         ingress = rule.direction == "ingress"
@@ -241,27 +239,26 @@ class ClusterPolicyFeature(Feature):
                 peer_pods += found
                 addrs |= {a for p in found if (a := p.address(family))}
             elif peer.kind == "nodes":
-                if family == 6:
-                    continue      # nodes have no IPv6 on the pod network yet
                 addrs |= {a for n in self.ctl.informer("nodes").list()
                           if selectors.matches(peer.selection.pod_selector or {},
                                                model.labels_of(n))
-                          for a in node_addresses(n)}
+                          for a in node_addresses(n, family)}
             elif peer.kind == "networks":
                 cidrs += [c for c in peer.values if _family(c) == family]
-            elif family == 4:     # domainNames (Accept only): their A records, kept resolved
+            else:     # domainNames (Accept only): their A (AAAA) records, kept resolved
                 for dn in peer.values:
+                    once = notes if family == 4 else []    # a note per rule, not per family
                     if dn.startswith("*."):
-                        notes.append(f"{rule.direction}[{rule.index}]: {dn} matches nothing "
-                                     "(a wildcard cannot be resolved)")
+                        once.append(f"{rule.direction}[{rule.index}]: {dn} matches nothing "
+                                    "(a wildcard cannot be resolved)")
                         continue
                     names_used.add(dn)
                     answer = self.dns.answer(dn)
                     if answer is None:
-                        notes.append(f"{rule.direction}[{rule.index}]: {dn} not resolved yet")
+                        once.append(f"{rule.direction}[{rule.index}]: {dn} not resolved yet")
                     elif answer[1]:
-                        notes.append(f"{rule.direction}[{rule.index}]: {answer[1]}")
-                    addrs |= set(answer[0]) if answer else set()
+                        once.append(f"{rule.direction}[{rule.index}]: {answer[1]}")
+                    addrs |= {a for a in answer[0] if _family(a) == family} if answer else set()
         dests = subject if ingress else peer_pods
         clauses = cp.port_clauses(rule.ports, {a: p.named_ports for p in dests
                                                if (a := p.address(family))}, f"{ip}.dst")

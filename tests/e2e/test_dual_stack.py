@@ -939,6 +939,51 @@ def _named_outside(sb, rec):
             sb.exec(sb.external_netns, ["ip", flag, "route", "del", f"{ip}/{plen}"], check=False)
 
 
+def test_an_administrators_rules_name_nodes_and_domain_names_in_ipv6_too(env):
+    """ClusterNetworkPolicy egress peers over IPv6: a `nodes` peer is the
+    nodes' IPv6 addresses too (the Node's IPv6 InternalIP and ovn0's IPv6 on
+    the join network), and a `domainNames` peer the name's AAAA records too."""
+    sb, api, recs = env
+    node2 = contract.NodeRecord.of(r.get(api, r.NODES, "node2"))
+    node_ips = (node2.ip6, sb.node("node2").underlay_ip6)
+
+    def cnp(name, priority, subject, egress):
+        return {"apiVersion": "policy.networking.k8s.io/v1alpha2", "kind": "ClusterNetworkPolicy",
+                "metadata": {"name": name},
+                "spec": {"tier": "Admin", "priority": priority, "subject": subject,
+                         "egress": egress}}
+    for ip in node_ips:
+        assert pings(sb, "a3", ip) and pings(sb, "a1", ip), ip
+    out6 = sb.external_remote_ip6
+    try:
+        r.create(api, r.CLUSTERNETWORKPOLICIES, cnp(
+            "no-nodes", 6, {"pods": {"namespaceSelector": {},
+                                     "podSelector": {"matchLabels": {"role": "client"}}}},
+            [{"name": "nodes", "action": "Deny", "to": [{"nodes": {}}]}]))
+        for ip in node_ips:
+            wait_until(lambda ip=ip: not ping(sb, "a3", ip), 30, what=f"a3 denied {ip}")
+            assert pings(sb, "a1", ip), ip               # not the subject: passes
+        # 1.20 does not label namespaces with their name itself
+        r.patch_merge(api, r.NAMESPACES, "dsc", {"metadata": {"labels": {
+            "kubernetes.io/metadata.name": "dsc"}}})
+        with _named_outside(sb, recs["c1"]):
+            assert _ask_outside(sb, "c1", out6, EGRESS_PORT + 1) is not None
+            r.create(api, r.CLUSTERNETWORKPOLICIES, cnp(
+                "only-outside", 7, {"namespaces": {"matchLabels": {
+                    "kubernetes.io/metadata.name": "dsc"}}},
+                [{"name": "named", "action": "Accept",
+                  "to": [{"domainNames": ["outside.example"]}],
+                  "protocols": [{"tcp": {"destinationPort": {"number": EGRESS_PORT}}}]},
+                 {"name": "rest", "action": "Deny", "to": [{"networks": ["0.0.0.0/0", "::/0"]}]}]))
+            wait_until(lambda: _ask_outside(sb, "c1", out6, EGRESS_PORT + 1) is None, 30,
+                       interval=0.5, what="the next port denied")
+            assert _ask_outside(sb, "c1", out6) == f"outside {v6(recs['c1'])}"
+    finally:
+        for name in ("no-nodes", "only-outside"):
+            r.delete(api, r.CLUSTERNETWORKPOLICIES, name)
+    wait_until(lambda: ping(sb, "a3", node_ips[0]), 30, what="a3 reaching node2 again")
+
+
 def test_an_ipv6_group_is_relayed_between_subnets_to_joined_pods_only(env):
     """Namespaces dsg (global, Subnet ds-s) and dsa (Subnet ds-a) enable
     multicast: g1's datagrams to an IPv6 group (hop limit 8) reach a1 and a2
