@@ -340,11 +340,15 @@ def test_a_pod_cannot_send_from_an_ipv6_address_it_was_not_given(env):
 def test_a_tenants_hand_written_ipv6_endpoints_name_no_other_tenants_pod(env):
     """CVE-2021-25740 in IPv6: a tenant with `edit` writes Endpoints for its
     selectorless dual-stack Service naming another tenant's pod's IPv6 address
-    beside its own pod's; the IPv6 cluster IP balances over its own pod only,
-    and the Event names the address it wrote, nothing of the other tenant."""
+    beside its own pod's, and a node's IPv6 addresses (no host-network pod of
+    its namespace runs there: infrastructure, outside OVN); the IPv6 cluster IP
+    balances over its own pod only, and the Event names the addresses it
+    wrote, nothing of the other tenant."""
     sb, api, recs = env
     atk = af.tenant(sb, api, "dsb")
     victim, own = v6(recs["a1"]), v6(recs["b1"])
+    nodes = [sb.node("node2").underlay_ip6,
+             contract.NodeRecord.of(r.get(api, r.NODES, "node2")).ip6]
     r.create(atk, r.SERVICES, {"apiVersion": "v1", "kind": "Service",
                                "metadata": {"name": "steal6", "namespace": "dsb"},
                                "spec": {"ipFamilyPolicy": "RequireDualStack",
@@ -353,7 +357,8 @@ def test_a_tenants_hand_written_ipv6_endpoints_name_no_other_tenants_pod(env):
                                                    "protocol": "TCP"}]}}, "dsb")
     r.create(atk, r.ENDPOINTS, {"apiVersion": "v1", "kind": "Endpoints",
                                 "metadata": {"name": "steal6", "namespace": "dsb"},
-                                "subsets": [{"addresses": [{"ip": victim}, {"ip": own}],
+                                "subsets": [{"addresses": [{"ip": victim}, {"ip": own},
+                                                           *({"ip": n} for n in nodes)],
                                              "ports": [{"name": "http", "port": 7000,
                                                         "protocol": "TCP"}]}]}, "dsb")
     vip6 = r.get(api, r.SERVICES, "steal6", "dsb")["spec"]["clusterIPs"][1]
@@ -363,10 +368,11 @@ def test_a_tenants_hand_written_ipv6_endpoints_name_no_other_tenants_pod(env):
         return sb.nbctl("--columns=vips", "find", "Load_Balancer", f'name="{lb_name}"')
     wait_until(lambda: f'"[{vip6}]:80"="[{own}]:7000"' in vips(), 60,
                what="the IPv6 VIP balanced over the tenant's own pod")
-    assert victim not in vips()
+    assert not any(a in vips() for a in (victim, *nodes))
     text = wait_until(lambda: " | ".join(e.get("message") or "" for e in af.events_of(
         api, "dsb", "steal6")), 60, what="the ignored endpoint reported on the Service")
-    assert f"endpoint addresses {victim} are not pods of namespace dsb: ignored" in text, text
+    assert all(a in text for a in (victim, *nodes)) and "are not pods of namespace dsb" in text, \
+        text
     assert "dsa" not in text          # the other tenant is not named
 
 
