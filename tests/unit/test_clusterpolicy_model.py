@@ -102,6 +102,34 @@ def test_node_addresses_are_its_status_ipv4_and_its_join_address():
                                      {"type": "InternalIP", "address": "fd00::11"},
                                      {"type": "Hostname", "address": "n1"}]}}
     assert node_addresses(node) == {"192.168.77.11", "100.64.0.2"}
+    # IPv6: its status IPv6 addresses, and ovn0's IPv6 with a dual-stack join network
+    assert node_addresses(node, 6) == {"fd00::11"}
+    dual = contract.NodeRecord("100.64.0.2/16", "0a:58:64:40:00:02", "100.64.0.1", "node:n1",
+                               ip6_cidr="fd00:64::2/64", gateway6="fd00:64::1")
+    node["metadata"]["annotations"] = dual.annotations()
+    assert node_addresses(node, 6) == {"fd00::11", "fd00:64::2"}
+    assert node_addresses(node) == {"192.168.77.11", "100.64.0.2"}
+
+
+def test_a_nodes_peer_has_an_ipv6_rule_of_the_nodes_ipv6_addresses():
+    ctl = make_controller(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64")
+    ctl.nb.acl_tier = True
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "a1", "labels": {"team": "a"}}})
+    ctl.kube.add(r.NODES, {"metadata": {"name": "n1"}, "status": {"addresses": [
+        {"type": "InternalIP", "address": "192.168.77.11"},
+        {"type": "InternalIP", "address": "fd00::11"}]}})
+    drain(ctl)
+    ctl.kube.add(r.CLUSTERNETWORKPOLICIES, cnp("nodes", egress=[
+        {"action": "Deny", "to": [{"nodes": {}}]}]))
+    drain(ctl)
+    rec = contract.NodeRecord.of(r.get(ctl.kube, r.NODES, "n1"))
+    specs, cmds = _acls(ctl, "nodes")
+    rules = {s.external_ids[names.EXT_RULE]: s.match for s in specs}
+    sets = {c.name: set(c.members) for c in cmds if isinstance(c, ensure.AddressSetAddAddresses)}
+    v4, v6 = set_name("nodes", "egress", 0), set_name("nodes", "egress", 0) + "_6"
+    assert sets[v4] == {"192.168.77.11", rec.ip}
+    assert sets[v6] == {"fd00::11", rec.ip6}
+    assert f"ip6.dst == ${v6}" in rules["egress/0" + names.RULE_SUFFIX_IP6]
 
 
 # --- the feature on the fakes ---------------------------------------------------------
