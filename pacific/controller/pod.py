@@ -147,7 +147,9 @@ class PodFeature(Feature):
             if not (spec.get("namespace") and spec.get("pod")):
                 continue
             key = model.object_key(spec["namespace"], spec["pod"])
-            if key != own:
+            # its own write is woken only when the pod went meanwhile: the release
+            # ran before the informer held the object, and would not find it
+            if key != own or self.ctl.informer("pods").get(key) is None:
                 keys.append(key)
             if spec.get("ownerKind") == names.OWNER_KIND_STATEFULSET and spec.get("ownerName"):
                 idx = (spec["namespace"], spec["ownerName"])

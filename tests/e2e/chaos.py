@@ -158,10 +158,18 @@ def check(sb, api, peers: int = 3) -> dict:
         with Query(sb.nb_remote, "OVN_Northbound") as nb:
             return topology.check(topology.read(api, nb)) == []
     wait_until(rows_clean, 120, interval=1, what="NB rows matching the live pods")
-    ip_objects = {i["metadata"]["name"] for i in r.list_(api, r.IPS)[0]
-                  if i["metadata"]["name"].endswith(f".{NS}")}
-    assert ip_objects == {f"{n}.{NS}" for n in live}, \
-        f"IP objects beyond the live pods: {sorted(ip_objects - {f'{n}.{NS}' for n in live})}"
+
+    def ip_objects():
+        return {i["metadata"]["name"] for i in r.list_(api, r.IPS)[0]
+                if i["metadata"]["name"].endswith(f".{NS}")}
+    want = {f"{n}.{NS}" for n in live}
+    # a release deletes the port, then the IP object: wait as for the rows
+    try:
+        wait_until(lambda: ip_objects() == want, 30, interval=0.5,
+                   what="IP objects of the live pods only")
+    except AssertionError:
+        raise AssertionError("IP objects beyond the live pods: "
+                             f"{sorted(ip_objects() - want)}") from None
     names_ = sorted(live)
     unreachable = []
     for i, n in enumerate(names_):

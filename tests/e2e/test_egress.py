@@ -167,7 +167,8 @@ def test_the_host_firewall_holds_its_rules_and_comes_back_after_a_flush(nat):
                         "pacific-underlay-spoof-6", "pacific-ovn-central-in-6",
                         "pacific-host-ports-in-6", "pacific-ovn-central-fwd-6",
                         "pacific-host-ports-fwd-6", "pacific-masquerade-6",
-                        "pacific-service-masquerade-6", "pacific-invalid-drop-6",
+                        "pacific-service-masquerade-6", "pacific-to-nodes-masquerade-6",
+                        "pacific-invalid-drop-6",
                         "pacific-from-pods-6", "pacific-to-pods-6"}
     sb.exec(sb.node("node1").netns, ["nft", "flush", "ruleset"])   # (the daemon may be
     # rebuilding it already: what holds is that it comes back whole)

@@ -434,3 +434,22 @@ def test_a_pod_refused_from_the_start_costs_no_nb_write_when_deleted(ctl):
     r.delete(ctl.kube, r.PODS, "far", "default")
     drain(ctl)
     assert ctl.writer.writes[before:] == []
+
+
+def test_its_own_ip_object_arriving_after_the_pod_went_wakes_the_release(ctl):
+    """A pod deleted before the informer held its new IP object: the release
+    found no object to delete.  When the object's watch event arrives, it is
+    the reconciler's own write, yet the pod is gone: woken, so the object is
+    deleted now rather than at the next resync (seen in test_chaos)."""
+    feat = ctl.feature("pod")
+    ctl.kube.add(r.PODS, pod_body("stays"), "default")
+    drain(ctl)
+    name = model.ip_object_name("default", "quick")
+    spec = {"namespace": "default", "pod": "quick", "subnet": "x", "ipAddress": "10.16.0.99"}
+    obj = {"metadata": {"name": name}, "spec": spec}
+    feat._own_ips[name] = spec
+    assert set(feat._on_ip(None, obj)) == {"default/quick"}     # no such pod: woken
+    stays = model.ip_object_name("default", "stays")
+    own = dict(r.get(ctl.kube, r.IPS, stays))
+    feat._own_ips[stays] = own["spec"]
+    assert not feat._on_ip(None, own)                           # its pod is there: not woken
