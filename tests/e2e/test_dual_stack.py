@@ -1025,3 +1025,50 @@ def test_an_ipv6_group_is_relayed_between_subnets_to_joined_pods_only(env):
             r_.close()
         for ns in ("dsg", "dsa"):
             _multicast(api, ns, False)
+
+
+def test_a_pods_bandwidth_limit_and_mirroring_hold_for_ipv6(env):
+    """Per-pod bandwidth (a tbf on the pod's interface) and mirroring (an OVS
+    Mirror of its port) act on frames, whatever their family: a1's IPv6 is
+    copied to node1's mirror0 both ways, another pod's is not; a1 sending UDP
+    over IPv6 at 40 Mbit/s under an egress limit of 2 Mbit/s: a2 receives no
+    more than the limit."""
+    from mirror_fixtures import Capture
+    sb, api, recs = env
+    a1, a2, a3 = v6(recs["a1"]), v6(recs["a2"]), v6(recs["a3"])
+    r.patch_merge(api, r.PODS, "a1", {"metadata": {"annotations": {
+        names.ANN_MIRROR: "true", names.ANN_EGRESS_RATE: "2"}}}, "dsa")
+    try:
+        def mirrored():
+            """a2's ping of a1 seen both ways (the Mirror row is written before
+            ovs-vswitchd applies it)."""
+            cap = Capture(sb, "node1", "ip6")
+            ok = ping(sb, "a2", a1)
+            seen = cap.stop()
+            return ok and f"{a2} > {a1}: ICMP6, echo request" in seen and \
+                f"{a1} > {a2}: ICMP6, echo reply" in seen
+        wait_until(mirrored, 30, interval=0.5, what="a1's IPv6 on mirror0 both ways")
+        cap = Capture(sb, "node1", "ip6")
+        assert pings(sb, "a3", a2)
+        assert f"{a3} > {a2}" not in cap.stop()                 # a3 is not mirrored
+
+        wait_until(lambda: "qdisc tbf" in run(sb, "a1", "tc", "qdisc", "show", "dev",
+                                              "eth0").stdout, 20, what="a1's egress tbf")
+        port = "5201"
+        server = subprocess.Popen(["ip", "netns", "exec", sandboxpods.load(sb, "dsa", "a2").netns,
+                                   "iperf3", "-s", "-1", "-p", port],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: run(sb, "a2", "ss", "-Hlun6t", f"sport = :{port}").stdout.strip(),
+                       10, what="iperf3 server in a2")
+            cp = run(sb, "a1", "iperf3", "-c", a2, "-p", port, "-u", "-b", "40M", "-t", "2",
+                     "--json")
+            assert cp.returncode == 0, cp.stdout[-800:] + cp.stderr
+        finally:
+            server.kill()
+            server.wait()
+        got = json.loads(cp.stdout)["end"]["sum_received"]["bits_per_second"] / 1e6
+        assert 0.5 < got <= 2.2, f"a2 received {got:.2f} Mbit/s from a1 over IPv6"
+    finally:
+        r.patch_merge(api, r.PODS, "a1", {"metadata": {"annotations": {
+            names.ANN_MIRROR: None, names.ANN_EGRESS_RATE: None}}}, "dsa")

@@ -17,6 +17,8 @@ from pacific.kube import resources as r
 from pacific.sandbox import bringup, nodedaemons
 from pacific.sandbox import cnipods as sandboxpods
 
+from mirror_fixtures import Capture
+
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
 NS = "qos"
@@ -235,25 +237,6 @@ def test_limits_survive_restarts(env, daemon):
 
 
 # --- mirroring ------------------------------------------------------------------------
-
-class Capture:
-    """tcpdump -i mirror0 on a node, lines of what it saw."""
-
-    def __init__(self, sb, node):
-        self.p = subprocess.Popen(["ip", "netns", "exec", sb.node(node).netns, "tcpdump", "-nli",
-                                   names.MIRROR_PORT, "-U", "ip"], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        lines = [self.p.stderr.readline() for _ in range(2)]   # "listening on ..." once it captures
-        if not any("listening on" in line for line in lines):
-            self.p.kill()
-            raise AssertionError(f"tcpdump on {names.MIRROR_PORT} did not start: {lines}")
-
-    def stop(self) -> str:
-        time.sleep(0.2)   # what is in flight reaches the capture
-        self.p.terminate()
-        out, _ = self.p.communicate(10)
-        return out
-
 
 def test_mirror0_shows_a_mirrored_pods_traffic_both_ways_and_nothing_else(env):
     sb, api = env
