@@ -27,6 +27,12 @@ class SandboxNode:
         self.ovs_remote = f"unix:{self.db_sock}"
 
     @property
+    def node_ip(self) -> str:
+        """The Node's InternalIP addresses as kubelet's --node-ip spells them:
+        the underlay address, and its IPv6 one after it (dual-stack)."""
+        return ",".join(filter(None, (self.underlay_ip, self.underlay_ip6)))
+
+    @property
     def db_sock(self) -> str:
         return os.path.join(self.rundir, "db.sock")
 

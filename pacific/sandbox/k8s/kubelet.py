@@ -286,8 +286,7 @@ def start_kubelet(sb: "Sandbox", node) -> None:
         f"--root-dir={p.kubelet_root}", f"--cert-dir={os.path.join(p.base, 'pki')}",
         "--container-runtime=remote",
         f"--container-runtime-endpoint=unix://{p.socket}",
-        f"--hostname-override={node.name}", "--node-ip=" + ",".join(filter(None, (node.underlay_ip, node.underlay_ip6))),
-        "--v=1"])
+        f"--hostname-override={node.name}", f"--node-ip={node.node_ip}", "--v=1"])
 
 
 def start_all(sb: "Sandbox") -> None:

@@ -194,7 +194,7 @@ def start_pod_runner(sb: "Sandbox", node) -> int:
     return sb.spawn(runner_tag(node), [
         sys.executable, "-m", "pacific.sandbox.k8s.podrunner",
         "--kubeconfig", cp.node_kubeconfig(node.name), "--node", node.name,
-        "--node-netns", node.netns, "--node-ip", ",".join(filter(None, (node.underlay_ip, node.underlay_ip6))), "--conflist", p.conflist,
+        "--node-netns", node.netns, "--node-ip", node.node_ip, "--conflist", p.conflist,
         "--cni-bin-dir", p.bin_dir, "--state-dir", pod_state_dir(sb, node.name),
         "--netns-prefix", pod_netns_prefix(sb)])
 
