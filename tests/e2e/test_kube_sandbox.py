@@ -18,7 +18,7 @@ from pacific.kube import client, errors, versions
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods
 from pacific.sandbox import netns as sbnetns
-from pacific.sandbox.k8s import bins
+from pacific.sandbox.k8s import bins, kubelet
 from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = pytest.mark.e2e
@@ -35,6 +35,25 @@ def running_pods(api, ns, selector):
     items, _ = r.list_(api, r.PODS, ns, label_selector=selector)
     return [p for p in items if (p.get("status") or {}).get("phase") == "Running"
             and p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]
+
+
+def _deletions(sb, api, ns, selector) -> str:
+    """Where the pods being deleted are: their state and what their kubelet
+    last logged about them."""
+    out = []
+    for p in r.list_(api, r.PODS, ns, label_selector=selector)[0]:
+        md, st = p["metadata"], p.get("status") or {}
+        if not md.get("deletionTimestamp"):
+            continue
+        states = [list((c.get("state") or {}).keys()) for c in st.get("containerStatuses") or []]
+        log = os.path.join(sb.dir, "services",
+                           kubelet.kubelet_tag(sb.node(p["spec"]["nodeName"])) + ".log")
+        lines = [ln.strip()[:300] for ln in open(log, errors="replace")
+                 if md["name"] in ln] if os.path.exists(log) else []
+        out.append(f"{md['name']} on {p['spec'].get('nodeName')}: phase {st.get('phase')}, "
+                   f"deleted {md['deletionTimestamp']}, containers {states}; kubelet: "
+                   + " | ".join(lines[-8:]))
+    return "; ".join(out) or "none being deleted"
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +89,11 @@ def test_kubectl_namespace_deployment_scale_and_delete(kube):
     pod_netns = {p["metadata"]["name"]: cnipods.load(sb, "kc", p["metadata"]["name"]).netns
                  for p in pods}
     kubectl(sb, "-n", "kc", "scale", "deployment", "web", "--replicas=2")
-    wait_until(lambda: len(r.list_(api, r.PODS, "kc", label_selector="app=web")[0]) == 2, 60,
-               what="scaled down to 2")
+    try:
+        wait_until(lambda: len(r.list_(api, r.PODS, "kc", label_selector="app=web")[0]) == 2, 60,
+                   what="scaled down to 2")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {_deletions(sb, api, 'kc', 'app=web')}") from None
     gone = {p["metadata"]["name"] for p in pods} - {
         p["metadata"]["name"] for p in r.list_(api, r.PODS, "kc")[0]}
     assert len(gone) == 4

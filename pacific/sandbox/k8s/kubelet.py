@@ -286,7 +286,8 @@ def start_kubelet(sb: "Sandbox", node) -> None:
         f"--root-dir={p.kubelet_root}", f"--cert-dir={os.path.join(p.base, 'pki')}",
         "--container-runtime=remote",
         f"--container-runtime-endpoint=unix://{p.socket}",
-        f"--hostname-override={node.name}", f"--node-ip={node.node_ip}", "--v=1"])
+        f"--hostname-override={node.name}", f"--node-ip={node.node_ip}",
+        "--v=2"])     # a pod's sync loop (ADD/DELETE/REMOVE, kills): what a slow deletion did
 
 
 def start_all(sb: "Sandbox") -> None:
