@@ -331,8 +331,11 @@ class NodeRecord:
     """The node's management port ovn0: address on the join switch, MAC,
     gateway (the cluster router) and its logical switch port; and the join
     address its connections into the service CIDR leave with (service_source,
-    "" from a controller that predates it)."""
-    ip_cidr: str      # "100.64.0.2/16"
+    "" from a controller that predates it).  The first family's (IPv4, or
+    IPv6 on an IPv6-only join network) in the first annotations, a dual-stack
+    join network's IPv6 in the `_ipv6` ones; readers that mean a family ask
+    for it (`address(6)`, `gateway_of(4)`, `source(6)`)."""
+    ip_cidr: str      # "100.64.0.2/16" ("fd00:64::2/64" on an IPv6-only join network)
     mac: str
     gateway: str
     port: str
@@ -340,6 +343,31 @@ class NodeRecord:
     ip6_cidr: str = ""    # a dual-stack join network: ovn0's IPv6 "fd00:64::2/64"
     gateway6: str = ""    # ... and the cluster router's IPv6 there
     service_source6: str = ""   # ... and the service source's IPv6 twin
+
+    def _of_family(self, family: int) -> tuple[str, str, str]:
+        """(address/prefix, gateway, service source) of ovn0 in IP `family`,
+        empty strings without one."""
+        for cidr, gw, source in ((self.ip_cidr, self.gateway, self.service_source),
+                                 (self.ip6_cidr, self.gateway6, self.service_source6)):
+            if cidr and ipaddress.ip_interface(cidr).version == family:
+                return cidr, gw, source
+        return "", "", ""
+
+    def cidr(self, family: int) -> str:
+        """ovn0's address with its prefix in IP `family` ("" without one)."""
+        return self._of_family(family)[0]
+
+    def address(self, family: int) -> str:
+        """ovn0's address in IP `family` ("" without one)."""
+        return self._of_family(family)[0].split("/")[0]
+
+    def gateway_of(self, family: int) -> str:
+        """The cluster router's address on the join switch in IP `family`."""
+        return self._of_family(family)[1]
+
+    def source(self, family: int) -> str:
+        """The service source in IP `family` ("" without one)."""
+        return self._of_family(family)[2]
 
     def annotations(self) -> dict:
         out = {names.ANN_NODE_JOIN_IP: self.ip_cidr, names.ANN_NODE_JOIN_MAC: self.mac,
@@ -360,11 +388,11 @@ class NodeRecord:
     @property
     def ip6(self) -> str:
         """ovn0's IPv6 address, "" without one."""
-        return self.ip6_cidr.split("/")[0]
+        return self.address(6)
 
     @property
     def interfaces(self) -> list[tuple[str, str]]:
-        """(address/prefix, gateway) of ovn0 per family, IPv4 first."""
+        """(address/prefix, gateway) of ovn0 per family, the first family first."""
         return [(self.ip_cidr, self.gateway)] + (
             [(self.ip6_cidr, self.gateway6)] if self.ip6_cidr else [])
 
@@ -406,6 +434,10 @@ class NodeRecord:
             except ValueError:
                 raise ContractError(f"annotation {names.ANN_NODE_JOIN_IP6}: {ip6!r} is not an "
                                     "IPv6 address with a prefix length") from None
+            if iface.version != 4:
+                raise ContractError(f"annotation {names.ANN_NODE_JOIN_IP6}: set beside an "
+                                    f"IPv6 {names.ANN_NODE_JOIN_IP} ({ip_cidr}); a dual-stack "
+                                    "record has IPv4 first")
             ip6, gw6 = str(iface6), _address_in(gw6, iface6.network, names.ANN_NODE_JOIN_GW6)
         source6 = ann.get(names.ANN_NODE_SERVICE_SOURCE6) or ""
         if source6:

@@ -66,7 +66,7 @@ def node_addresses(node: dict, family: int = 4) -> set[str]:
     except contract.ContractError:
         rec = None
     if rec is not None:
-        out.add(rec.ip if family == 4 else rec.ip6)
+        out.add(rec.address(family))
     return {a for a in out if a and _family(a) == family}
 
 

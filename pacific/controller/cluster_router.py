@@ -56,16 +56,14 @@ def router_link_builders(switch: str, gateway: str, networks: list[str], ids: di
     ]
 
 
-def service_source_acls(service_cidr: str, ids: dict, service_cidr6: str | None = None
-                        ) -> list[AclSpec]:
+def service_source_acls(service_cidrs: dict[int, str], ids: dict) -> list[AclSpec]:
     """Out to a node's port without conntrack: what a node's service source sent
     (balanced already, now leaving for an endpoint outside OVN), and what comes
     back to it from a cluster IP (its answer, the balancing undone already).
-    With `service_cidr6` (a dual-stack join network and service CIDR) the same
-    for the sources' IPv6 twins."""
-    fams = [("ip4", names.SERVICE_SOURCES_SET, service_cidr, "")]
-    if service_cidr6:
-        fams.append(("ip6", names.SERVICE_SOURCES_SET6, service_cidr6, "-6"))
+    Per IP family of `service_cidrs` (family -> the service CIDR: the families
+    the join network and the service CIDR share), the sources of that family."""
+    fams = [(f"ip{f}", names.family_set_name(names.SERVICE_SOURCES_SET, f), cidr,
+             "" if f == 4 else "-6") for f, cidr in sorted(service_cidrs.items())]
     return [acl for ip, set_name, cidr, tail in fams for acl in (
         AclSpec("to-lport", names.PRIO_ACL_SERVICE_SOURCE, f"{ip}.src == ${set_name}",
                 "allow-stateless", name="service-source-out" + tail, external_ids=ids),
@@ -87,11 +85,12 @@ def ensure(ctl) -> None:
         *router_link_builders(cfg.join_switch, cfg.join_gateway, cfg.join_networks, ids),
         # where traffic leaves the cluster (node ports, gateways' localnets join it)
         lambda api: EnsurePortGroup(api, names.EFW_EXITS_GROUP, ids),
-        lambda api: EnsureAddressSet(api, names.SERVICE_SOURCES_SET, ids),
-        *([lambda api: EnsureAddressSet(api, names.SERVICE_SOURCES_SET6, ids)]
-          if cfg.join_cidr_of(6) else []),
+        *(lambda api, f=f: EnsureAddressSet(
+            api, names.family_set_name(names.SERVICE_SOURCES_SET, f), ids)
+          for f in (4, 6) if cfg.join_cidr_of(f)),
         lambda api: EnsureACLs(api, cfg.join_switch, service_source_acls(
-            cfg.service_cidr_of(4), ids, cfg.join_cidr_of(6) and cfg.service_cidr_of(6)), table=LS),
+            {f: c for f in (4, 6) if cfg.join_cidr_of(f) and (c := cfg.service_cidr_of(f))},
+            ids), table=LS),
     ]
     ctl.writer.run(builders, what="startup topology")
     with ctl.ipam_lock:

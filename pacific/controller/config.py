@@ -27,14 +27,17 @@ def _of(cidrs: list[str], version: int) -> str | None:
 
 
 def _families(flag: str, value: str, ipv6: bool) -> list:
-    """An IPv4 CIDR, or an IPv4 and an IPv6 one (dual-stack, with the alpha
-    --ipv6-subnets), as kube-apiserver's --service-cluster-ip-range."""
+    """An IPv4 CIDR, an IPv4 and an IPv6 one (dual-stack), or an IPv6 one
+    (IPv6-only), as kube-apiserver's --service-cluster-ip-range; IPv6 with
+    the alpha --ipv6-subnets only."""
     nets = [_cidr(flag, v) for v in _split(value)]
-    if len(nets) > 2 or len({n.version for n in nets}) != len(nets) or nets[0].version != 4:
-        raise ConfigError(f"{flag} {value!r}: one IPv4 CIDR, or one IPv4 and one IPv6 "
-                          "(dual-stack), IPv4 first")
-    if len(nets) == 2 and not ipv6:
-        raise ConfigError(f"{flag} {value!r} is dual-stack, which needs the alpha --ipv6-subnets")
+    if len(nets) > 2 or len({n.version for n in nets}) != len(nets) or \
+            (len(nets) == 2 and nets[0].version != 4):
+        raise ConfigError(f"{flag} {value!r}: one IPv4 CIDR, one IPv4 and one IPv6 "
+                          "(dual-stack, IPv4 first), or one IPv6 (IPv6-only)")
+    if any(n.version == 6 for n in nets) and not ipv6:
+        raise ConfigError(f"{flag} {value!r} is {'dual-stack' if len(nets) == 2 else 'IPv6'}, "
+                          "which needs the alpha --ipv6-subnets")
     return nets
 
 
@@ -156,8 +159,12 @@ class Config:
 
     @property
     def join_gateway(self) -> str:
-        """The IPv4 join gateway (the nodes' default towards OVN)."""
+        """The first family's join gateway (the nodes' default towards OVN)."""
         return self.join_gateways[0]
+
+    def join_gateway_of(self, version: int) -> str | None:
+        """The cluster router's address on the join switch in IP `version`."""
+        return _of(self.join_gateways, version)
 
     @property
     def join_prefixlen(self) -> int:

@@ -74,6 +74,10 @@ HOLD_INFORMERS = {"egressips": informers.EGRESSIPS, "namespaces": informers.NAME
                   "services": informers.SERVICES}
 
 
+JOIN_FAMILIES = (4, 6)      # IPv4 first, as the join network's families are ordered
+DEFAULT_ROUTE = {4: "0.0.0.0/0", 6: "::/0"}
+
+
 def v6_set_name(node: str) -> str:
     """The address set of a node's pods' IPv6 addresses that may leave through it."""
     return names.family_set_name(node_set_name(node), 6)
@@ -179,23 +183,21 @@ class EgressFeature(Feature):
             self._node(key.split("/", 1)[1])
 
     def _cluster(self) -> None:
-        cfg = self.ctl.cfg
-        cidrs = sorted({obj_cidr for s in self.ctl.informer("subnets").list()
-                        if (obj_cidr := contract.subnet_cidr_in_effect(s))}   # IPv4's
-                       | {cfg.join_cidr_of(4)})
-        specs = [(names.PRIO_POLICY_NODE_LOCAL, f"ip4.dst == {{{', '.join(cidrs)}}}",
-                  "allow", []),
-                 # groups stay on the router, which relays them between Subnets
-                 (names.PRIO_POLICY_NODE_LOCAL, multicast.ROUTER_POLICY_MATCH, "allow", [])]
-        routes = {"0.0.0.0/0": cfg.join_gateway}
-        if self.v6:
-            cidrs6 = sorted({c for s in self.ctl.informer("subnets").list()
-                             if (c := contract.subnet_cidr_in_effect(s, 6))}
-                            | {cfg.join_cidr_of(6)})
-            specs += [(names.PRIO_POLICY_NODE_LOCAL, f"ip6.dst == {{{', '.join(cidrs6)}}}",
+        """Per family of the join network: its destinations inside the cluster
+        allowed, its groups kept on the router (which relays them between
+        Subnets), its default route via the join gateway."""
+        cfg, specs, routes = self.ctl.cfg, [], {}
+        subnets = self.ctl.informer("subnets").list()
+        for f in JOIN_FAMILIES:
+            if not (join := cfg.join_cidr_of(f)):
+                continue
+            cidrs = sorted({c for s in subnets if (c := contract.subnet_cidr_in_effect(s, f))}
+                           | {join})
+            specs += [(names.PRIO_POLICY_NODE_LOCAL, f"ip{f}.dst == {{{', '.join(cidrs)}}}",
                        "allow", []),
-                      (names.PRIO_POLICY_NODE_LOCAL, "ip6.mcast", "allow", [])]
-            routes["::/0"] = cfg.join_gateways[1]
+                      (names.PRIO_POLICY_NODE_LOCAL,
+                       multicast.ROUTER_POLICY_MATCH if f == 4 else "ip6.mcast", "allow", [])]
+            routes[DEFAULT_ROUTE[f]] = cfg.join_gateway_of(f)
         ids = cluster_ids()
         if ensure.router_policies_are(self.ctl.nb, names.CLUSTER_ROUTER, ids, specs):
             return
@@ -203,8 +205,8 @@ class EgressFeature(Feature):
             lambda api: ensure.EnsureRouterRoutes(api, names.CLUSTER_ROUTER, ids, routes),
             lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, specs),
         ], what="egress: cluster-internal destinations and the default route")
-        LOG.info("egress: destinations inside the cluster %s; default route via %s",
-                 ", ".join(cidrs), cfg.join_gateway)
+        LOG.info("egress: allowed inside the cluster %s; default routes %s",
+                 "; ".join(m for _, m, _, _ in specs[::2]), routes)
 
     def _node(self, node: str) -> None:
         ids, as_name = node_ids(node), node_set_name(node)
@@ -223,28 +225,27 @@ class EgressFeature(Feature):
             return
         with self._lock:
             pods = list(self._by_node.get(node, {}).values())
-        want = {ip for ip, _, _, _ in pods if ip}
-        if rec.service_source:     # the node's own connections to Services that OVN sends out
-            want.add(rec.service_source)
-        have = ensure.address_set_addresses(self.ctl.nb, as_name) or set()
-        specs = [(names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip4.src == ${as_name}", "reroute",
-                  [rec.ip])]
-        rows6, want6 = [], set()
-        if self.v6 and rec.ip6:
-            held = self.held()
-            want6 = {ip6 for _, ip6, ns, _ in pods if ip6 and not held.holds(ns)}
-            if rec.service_source6:     # its twin: the node's own connections over IPv6
-                want6.add(rec.service_source6)
-            have6 = ensure.address_set_addresses(self.ctl.nb, as6)
-            rows6 = ensure.address_set_rows(as6, ids, want6, have6) if want6 != have6 else []
-            specs.append((names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip6.src == ${as6}", "reroute",
-                          [rec.ip6]))
-        if want == have and not rows6 and ensure.router_policies_are(
-                self.ctl.nb, names.CLUSTER_ROUTER, ids, specs):
+        held = self.held() if self.v6 else None
+        specs, rows, said = [], [], []
+        for f in JOIN_FAMILIES:     # the families of the join network ovn0 has
+            via = rec.address(f)
+            if not via or not self.ctl.cfg.join_cidr_of(f):
+                continue
+            set_name = names.family_set_name(as_name, f)
+            want = {ip for ip, _, _, _ in pods if ip} if f == 4 else \
+                {ip6 for _, ip6, ns, _ in pods if ip6 and not held.holds(ns)}
+            if rec.source(f):     # the node's own connections to Services that OVN sends out
+                want.add(rec.source(f))
+            have = ensure.address_set_addresses(self.ctl.nb, set_name)
+            if want != have:
+                rows += ensure.address_set_rows(set_name, ids, want, have)
+            specs.append((names.PRIO_POLICY_DISTRIBUTED_EGRESS, f"ip{f}.src == ${set_name}",
+                          "reroute", [via]))
+            said.append(f"{len(want)} in IPv{f} through {via}")
+        if not rows and ensure.router_policies_are(self.ctl.nb, names.CLUSTER_ROUTER, ids, specs):
             return
         self.ctl.writer.run([
-            *ensure.address_set_rows(as_name, ids, want, have), *rows6,
-            lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, specs),
+            *rows, lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, specs),
         ], what=f"egress of node {node}")
-        LOG.info("egress: %d pods of node %s leave through %s%s", len(want), node, rec.ip,
-                 f", {len(want6)} over IPv6 through {rec.ip6}" if rec.ip6 and self.v6 else "")
+        LOG.info("egress: pods of node %s leave: %s", node, ", ".join(said) or "none (no join "
+                 "address of a family)")

@@ -41,16 +41,16 @@ def port_addresses(alloc, source) -> str:
 
 
 def _ip6(alloc) -> str:
-    """An allocation's IPv6 address ("" without one)."""
+    """A dual-stack allocation's IPv6 address ("" without one)."""
     return next((m[0] for m in alloc.more if ":" in m[0]), "")
 
 
 def source_set_builders(source, op) -> list:
-    """Add (or remove, by `op`) a node's service source to the set of its
-    family, its IPv6 twin (a dual-stack join network) to the IPv6 set."""
-    six = _ip6(source)
-    return [lambda api: op(api, names.SERVICE_SOURCES_SET, [source.ip]),
-            *([lambda api: op(api, names.SERVICE_SOURCES_SET6, [six])] if six else [])]
+    """Add (or remove, by `op`) a node's service source to the set of each
+    of its addresses' family (a set holds one family: OVN drops a flow whose
+    set mixes them)."""
+    sets = {False: names.SERVICE_SOURCES_SET, True: names.SERVICE_SOURCES_SET6}
+    return [lambda api, ip=ip: op(api, sets[":" in ip], [ip]) for ip in source.ips]
 
 
 class NodeFeature(Feature):
@@ -94,8 +94,8 @@ class NodeFeature(Feature):
                 except ContractError as exc:
                     LOG.warning("node %s: %s; allocating a new join address", name, exc)
                     prev = None
-                want_ip, want_mac = (",".join(filter(None, (prev.ip, prev.ip6))), prev.mac) \
-                    if prev else (None, None)
+                want_ip, want_mac = (",".join(filter(None, (prev.address(4), prev.address(6)))),
+                                     prev.mac) if prev else (None, None)
                 try:
                     alloc = ctl.ipam.allocate(cfg.join_switch, key, ip=want_ip, mac=want_mac)
                 except ipam_errors.IPAMError as exc:

@@ -85,15 +85,16 @@ def restore_node_addresses(ctl) -> int:
         for row in ctl.nb.rows_owned(ensure.LSP, names.OWNER_KIND_NODE):
             node = row.external_ids.get(names.EXT_OWNER)
             try:
-                # "MAC v4 source" or, dual-stack, "MAC v4 source v6 source6"
-                # (node_join.port_addresses)
+                # "MAC join source" of the join network's family, dual-stack
+                # "MAC v4 source v6 source6" (node_join.port_addresses)
                 mac, *addrs = row.addresses[0].split()
-                v4, v6 = ([a for a in addrs if (":" in a) == six] for six in (False, True))
+                fams = [f for f in ([a for a in addrs if (":" in a) == six]
+                                    for six in (False, True)) if f]     # IPv4 first
                 ctl.ipam.restore(ctl.cfg.join_switch, model.node_owner_key(node),
-                                 ",".join([v4[0], *v6[:1]]), mac)
-                if len(v4) > 1:
+                                 ",".join(f[0] for f in fams), mac)
+                if len(fams[0]) > 1:
                     ctl.ipam.restore(ctl.cfg.join_switch, model.node_source_key(node),
-                                     ",".join([v4[1], *v6[1:2]]))
+                                     ",".join(f[1] for f in fams if len(f) > 1))
                 n += 1
             except (IndexError, ValueError, ipam_errors.IPAMError) as exc:
                 LOG.warning("rebuild: node port %s not restored (%s); the node gets a new address",

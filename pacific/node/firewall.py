@@ -222,10 +222,8 @@ def source_rules(source: str, source6: str = "") -> list[tuple[str, list]]:
     pod, the API server), the node forwards it, masqueraded, and the answer comes
     back to that address, through OVN, which undoes its balancing.  Without a
     source (an older controller) the postrouting chain masquerades as before.
-    `source6`, its IPv6 twin (a dual-stack join network), the same for the
-    IPv6 service CIDR."""
-    if not source:
-        return []
+    `source` is the IPv4 one, `source6` the IPv6 one (a dual-stack or an
+    IPv6-only join network), for the service CIDR of its family."""
     return [rule for family, saddr, daddr, addr, tail in (
         ("ip", _saddr, _daddr, source, ""), ("ip6", _saddr6, _daddr6, source6, "-6"))
         if addr for rule in (
@@ -422,18 +420,15 @@ class HostFirewall(NodeFeature):
         self.frontends = frontends.view(self)
         self.node_ips = self.frontends.node_ips
 
-    def join_cidr(self) -> str | None:
-        """The join network, from the controller's record on this Node."""
-        return frontends.join_network(self.nodes.get(self.node_name))
-
-    def join_cidr6(self) -> str | None:
-        """The join network's IPv6 half (a dual-stack one), from the same record."""
+    def join_cidr_of(self, family: int) -> str | None:
+        """The join network of IP `family`, from the controller's record on
+        this Node (None before it, or without that family)."""
         try:
             rec = NodeRecord.of(self.nodes.get(self.node_name))
         except ContractError:
             return None
-        return str(ipaddress.ip_interface(rec.ip6_cidr).network) if rec and rec.ip6_cidr \
-            else None
+        cidr = rec.cidr(family) if rec else ""
+        return str(ipaddress.ip_interface(cidr).network) if cidr else None
 
     @staticmethod
     def _holds_infrastructure(cidr: str, infra: set[str]) -> bool:
@@ -464,7 +459,7 @@ class HostFirewall(NodeFeature):
                 (pods6 if six else pods).add(cidr)
                 if (s.get("spec") or {}).get("natOutgoing") is True:
                     (nat6 if six else nat).add(cidr)
-        join, join6 = self.join_cidr(), self.join_cidr6()
+        join, join6 = self.join_cidr_of(4), self.join_cidr_of(6)
         cluster6 = pods6 | {c for c in (join6, self.service_cidr6) if c}
         cluster = set(pods) | {c for c in (join, self.service_cidr) if c}
         nodes, nodes6 = set(), set()
@@ -496,8 +491,7 @@ class HostFirewall(NodeFeature):
             rec = NodeRecord.of(self.nodes.get(self.node_name))
         except ContractError:
             rec = None
-        out[SERVICE_SOURCE] = source_rules(rec.service_source, rec.service_source6) \
-            if rec else None
+        out[SERVICE_SOURCE] = source_rules(rec.source(4), rec.source(6)) if rec else None
         if self.snat is not None:
             out[SNAT] = self.snat.rules()
         return out

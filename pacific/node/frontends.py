@@ -85,11 +85,6 @@ def rule_for(fe: exposure.Frontend, local_backends: list[tuple[str, int]],
     return f"{label[:COMMENT_MAX - 12]} #{digest}", expr
 
 
-def join_network(node: dict | None) -> str | None:
-    """The join network, from the controller's record on a Node (None before it)."""
-    return next(iter(join_networks(node)), None)
-
-
 def join_networks(node: dict | None) -> list[str]:
     """The join network of each family, IPv4 first, from the controller's
     record on a Node ([] before it)."""

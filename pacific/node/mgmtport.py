@@ -81,7 +81,7 @@ class MgmtPort(NodeFeature):
             if net.version in fams:
                 want_routes[str(net)] = fams[net.version][1]
         prefsrc = {}
-        if rec.service_source:
+        if rec.source(4) or rec.source(6):
             # the source of this node's connections to Services (host firewall,
             # chain service-source): their answers come back through the cluster
             # router, as OVN answers no ARP of a port for its own address.  What
@@ -90,8 +90,8 @@ class MgmtPort(NodeFeature):
             # sent to: a UDP server bound to 0.0.0.0 answers from the route's
             # source.  The same for its IPv6 twin (a dual-stack join network)
             node_ips = sorted(exposure.internal_ips(self.nodes.get(self.node_name)))
-            for source, plen, gateway in ((rec.service_source, 32, rec.gateway),
-                                          (rec.service_source6, 128, rec.gateway6)):
+            for source, plen, gateway in ((rec.source(4), 32, rec.gateway_of(4)),
+                                          (rec.source(6), 128, rec.gateway_of(6))):
                 if not source or ipaddress.ip_address(source).version not in fams:
                     continue
                 dst = f"{source}/{plen}"

@@ -116,6 +116,21 @@ def test_node_record_of_a_dual_stack_join_network():
         NodeRecord.of({"metadata": {"annotations": alone}})
 
 
+def test_node_record_of_an_ipv6_only_join_network():
+    r = NodeRecord(ip_cidr="fd00:64::2/64", mac="0a:58:64:40:00:02", gateway="fd00:64::1",
+                   port=names.node_lsp_name("node1"), service_source="fd00:64::9")
+    assert NodeRecord.of({"metadata": {"annotations": r.annotations()}}) == r
+    assert (r.address(6), r.cidr(6), r.gateway_of(6), r.source(6)) == (
+        "fd00:64::2", "fd00:64::2/64", "fd00:64::1", "fd00:64::9")
+    assert (r.address(4), r.cidr(4), r.gateway_of(4), r.source(4), r.ip6) == (
+        "", "", "", "", "fd00:64::2")
+    # a second IPv6 beside an IPv6 first family is refused, naming both
+    with pytest.raises(ContractError, match="a dual-stack record has IPv4 first"):
+        NodeRecord.of({"metadata": {"annotations": {
+            **r.annotations(), names.ANN_NODE_JOIN_IP6: "fd00:64::3/64",
+            names.ANN_NODE_JOIN_GW6: "fd00:64::1"}}})
+
+
 def test_port_names_of_different_kinds_cannot_collide():
     # pod "a" in namespace "b-pacific-cluster" vs the router link of Subnet "a.b"
     # collided under the old scheme; Kubernetes names never contain ":" or "/"

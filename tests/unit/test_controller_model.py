@@ -197,6 +197,20 @@ def test_a_dual_stack_service_cidr_ipv4_first_and_behind_the_alpha_switch():
     assert Config(nb_remote="unix:/x").validate().service_cidr_of(6) is None
     with pytest.raises(ConfigError, match="needs the alpha --ipv6-subnets"):
         Config(nb_remote="unix:/x", service_cidr=dual).validate()
-    for bad in ("fd00:96::/108,10.96.0.0/12", "10.96.0.0/12,10.112.0.0/12", "fd00:96::/108"):
-        with pytest.raises(ConfigError, match="one IPv4 CIDR, or one IPv4 and one IPv6"):
+    for bad in ("fd00:96::/108,10.96.0.0/12", "10.96.0.0/12,10.112.0.0/12",
+                "fd00:96::/108,fd00:97::/108"):
+        with pytest.raises(ConfigError, match="one IPv4 CIDR, one IPv4 and one IPv6"):
             Config(nb_remote="unix:/x", service_cidr=bad, ipv6_subnets=True).validate()
+
+
+def test_an_ipv6_only_cluster_has_an_ipv6_join_network_and_service_cidr():
+    cfg = Config(nb_remote="unix:/x", join_cidr="fd00:64::/64", service_cidr="fd00:96::/108",
+                 default_cidr="fd00:16::/64", ipv6_subnets=True).validate()
+    assert (cfg.join_cidr_of(4), cfg.join_cidr_of(6)) == (None, "fd00:64::/64")
+    assert (cfg.join_gateway, cfg.join_gateway_of(6), cfg.join_gateway_of(4)) == \
+        ("fd00:64::1", "fd00:64::1", None)
+    assert cfg.join_networks == ["fd00:64::1/64"] and cfg.join_prefixlen == 64
+    assert (cfg.service_cidr_of(4), cfg.service_cidr_of(6)) == (None, "fd00:96::/108")
+    for flag, value in (("join_cidr", "fd00:64::/64"), ("service_cidr", "fd00:96::/108")):
+        with pytest.raises(ConfigError, match="is IPv6, which needs the alpha --ipv6-subnets"):
+            Config(nb_remote="unix:/x", **{flag: value}).validate()

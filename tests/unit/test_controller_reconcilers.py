@@ -307,14 +307,19 @@ def test_a_pod_waits_for_its_namespaces_subnet_instead_of_taking_the_default(ctl
     assert record(ctl, "first", "early").subnet == "early-net"
 
 
-def test_a_dual_stack_join_network_gives_the_node_an_ipv6_address_kept_by_a_new_leader():
-    dual = dict(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64",
-                service_cidr="10.96.0.0/12,fd00:96::/108")
-    ctl = make_controller(**dual)
+def _node_of(cfg: dict):
+    """A controller of `cfg` with Node node1 reconciled, and node1's record."""
+    ctl = make_controller(**cfg)
     drain(ctl)
     ctl.kube.add(r.NODES, {"metadata": {"name": "node1"}})
     drain(ctl)
-    rec = contract.NodeRecord.of(r.get(ctl.kube, r.NODES, "node1"))
+    return ctl, contract.NodeRecord.of(r.get(ctl.kube, r.NODES, "node1"))
+
+
+def test_a_dual_stack_join_network_gives_the_node_an_ipv6_address_kept_by_a_new_leader():
+    dual = dict(ipv6_subnets=True, join_cidr="100.64.0.0/16,fd00:64::/64",
+                service_cidr="10.96.0.0/12,fd00:96::/108")
+    ctl, rec = _node_of(dual)
     assert rec.ip6_cidr.startswith("fd00:64::") and rec.ip6_cidr.endswith("/64")
     assert rec.gateway6 == "fd00:64::1" and rec.interfaces[1] == (rec.ip6_cidr, "fd00:64::1")
     ports = [c for c in ctl.writer.commands(ensure.EnsurePort) if c.name == rec.port]
@@ -359,6 +364,52 @@ def test_a_dual_stack_join_network_gives_the_node_an_ipv6_address_kept_by_a_new_
     removed = [c for c in ctl.writer.commands(ensure.AddressSetRemoveAddresses)
                if c.name == names.SERVICE_SOURCES_SET6]
     assert removed[-1].members == [source6]
+
+
+def test_an_ipv6_only_join_network_gives_the_node_ipv6_only_and_egress_in_ipv6_only():
+    six = dict(ipv6_subnets=True, join_cidr="fd00:64::/64", service_cidr="fd00:96::/108",
+               default_cidr="fd00:16::/64")
+    ctl, rec = _node_of(six)
+    assert rec.ip_cidr.startswith("fd00:64::") and rec.gateway == "fd00:64::1"
+    assert (rec.address(4), rec.address(6), rec.ip6) == ("", rec.ip, rec.ip)
+    assert rec.source(6) == rec.service_source and rec.source(4) == "" and not rec.ip6_cidr
+    ports = [c for c in ctl.writer.commands(ensure.EnsurePort) if c.name == rec.port]
+    assert ports[-1].addresses == [f"{rec.mac} {rec.ip} {rec.service_source}"]
+    # the source goes into the IPv6 set only (a set of both families drops its flows)
+    sets = {c.name: c.members for c in ctl.writer.commands(ensure.AddressSetAddAddresses)}
+    assert sets[names.SERVICE_SOURCES_SET6] == [rec.service_source]
+    assert names.SERVICE_SOURCES_SET not in sets and node_set_name("node1") not in sets
+    assert rec.service_source in sets[v6_set_name("node1")]
+    (acls,) = [c for c in ctl.writer.commands(EnsureACLs) if c.group == ctl.cfg.join_switch]
+    assert {a.match for a in acls.specs} == {
+        f"ip6.src == ${names.SERVICE_SOURCES_SET6}",
+        f"ip6.dst == ${names.SERVICE_SOURCES_SET6} && ip6.src == fd00:96::/108"}
+    # the router: IPv6 only, its default route and node-local allow in IPv6 only
+    (rp,) = [c for c in ctl.writer.commands(ensure.EnsureRouterPort)
+             if c.name == names.router_port_name(ctl.cfg.join_switch)][-1:]
+    assert rp.networks == ["fd00:64::1/64"]
+    routes = [c for c in ctl.writer.commands(ensure.EnsureRouterRoutes)
+              if c.owner_ids.get(names.EXT_RULE) == "egress"][-1]
+    assert routes.routes == {"::/0": "fd00:64::1"}
+    policies = {m: (a, hops) for c in ctl.writer.commands(ensure.EnsureRouterPolicies)
+                if c.owner_ids.get(names.EXT_RULE) == "egress"
+                for (_, m), (a, hops) in c.specs.items()}
+    assert not [m for m in policies if "ip4" in m]
+    assert policies[f"ip6.src == ${v6_set_name('node1')}"] == ("reroute", [rec.ip])
+    # a new leader restores the address and the source from the port
+    nxt = make_controller(**six)
+    nxt.nb.owned.append(SimpleNamespace(
+        table=ensure.LSP, name=rec.port, type="", addresses=ports[-1].addresses,
+        external_ids={names.EXT_OWNER_KIND: names.OWNER_KIND_NODE, names.EXT_OWNER: "node1"}))
+    assert rebuild.restore_node_addresses(nxt) == 1
+    assert nxt.ipam.lookup(model.node_owner_key("node1")).ips == (rec.ip,)
+    assert nxt.ipam.lookup(model.node_source_key("node1")).ips == (rec.service_source,)
+    # ... and one with an empty IPAM keeps the annotated join address
+    fresh = make_controller(**six)
+    drain(fresh)
+    fresh.kube.add(r.NODES, r.get(ctl.kube, r.NODES, "node1"))
+    drain(fresh)
+    assert fresh.ipam.lookup(model.node_owner_key("node1")).ips == (rec.ip,)
 
 
 def test_a_subnet_holding_a_node_s_address_is_refused(ctl):
