@@ -30,11 +30,11 @@ Needs root."""
 
 
 def _sandbox(args, nodes=None, ha=None, kubelet=None, deploy=None, ovs_prefix=None,
-             central_pods=None, ovs_pods=None, dual_stack=None):
+             central_pods=None, ovs_pods=None, dual_stack=None, ipv6_only=None):
     from pacific.sandbox.cluster import Sandbox
     return Sandbox(args.name, nodes=nodes, ha=ha, kubelet=kubelet, deploy=deploy,
                    ovs_prefix=ovs_prefix, central_pods=central_pods, ovs_pods=ovs_pods,
-                   dual_stack=dual_stack)
+                   dual_stack=dual_stack, ipv6_only=ipv6_only)
 
 
 def errors_to_exit(fn):
@@ -55,7 +55,7 @@ def cmd_up(args) -> int:
     sb = _sandbox(args, nodes=args.nodes, ha=args.ha, kubelet=args.kubelet,
                   deploy=args.deploy or None, ovs_prefix=args.ovs_prefix,
                   central_pods=args.central_pods or None, ovs_pods=args.ovs_pods or None,
-                  dual_stack=args.dual_stack or None)
+                  dual_stack=args.dual_stack or None, ipv6_only=args.ipv6_only or None)
     sb.up(timeout=args.timeout, services=() if args.bare else None)
     _print_where(sb.status())
     return 0
@@ -168,6 +168,12 @@ def register(sub):
                     "--ipv6-subnets) and the default Subnet is dual-stack "
                     f"({names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}): every pod gets an "
                     "address of each family (docs/dual-stack.md)")
+    up.add_argument("--ipv6-only", action="store_true",
+                    help="an IPv6-only cluster: the default Subnet "
+                    f"({names.SANDBOX_DEFAULT_CIDR6}), the join network "
+                    f"({names.SANDBOX_JOIN_CIDR6}), the service CIDR "
+                    f"({names.SANDBOX_SERVICE_CIDR6}) and the Nodes' addresses in IPv6 only; "
+                    "the underlay and OVN's tunnels keep IPv4 beside it (docs/dual-stack.md)")
     # neither: an existing sandbox keeps its mode, a new one follows
     # $PACIFIC_SANDBOX_PODS (kubelet or runner, default names.SANDBOX_PODS_DEFAULT)
     up.add_argument("--ovs-prefix", metavar="DIR",

@@ -58,7 +58,8 @@ class Sandbox:
                  underlay_mtu: int = names.SANDBOX_UNDERLAY_MTU, ha: bool | None = None,
                  kubelet: bool | None = None, deploy: bool | None = None,
                  ovs_prefix: str | None = None, central_pods: bool | None = None,
-                 ovs_pods: bool | None = None, dual_stack: bool | None = None):
+                 ovs_pods: bool | None = None, dual_stack: bool | None = None,
+                 ipv6_only: bool | None = None):
         if not _NAME_RE.match(name):
             raise SandboxError(f"invalid sandbox name {name!r}: use 1-24 lower-case letters "
                                "and digits (it prefixes namespace names)")
@@ -94,6 +95,12 @@ class Sandbox:
         # --dual-stack: the controllers accept IPv6 Subnets (alpha) and the
         # default Subnet has an IPv6 CIDR too (names.SANDBOX_DUAL_STACK_CIDR)
         self.dual_stack = bool(saved.get("dual_stack")) if dual_stack is None else dual_stack
+        # --ipv6-only: the cluster's networks (default Subnet, join network,
+        # service CIDR, the Nodes' addresses) IPv6 only; the underlay stays
+        # dual-stack (OVN's tunnels and databases keep IPv4), so it implies
+        # --dual-stack's underlay and controllers' switch
+        self.ipv6_only = bool(saved.get("ipv6_only")) if ipv6_only is None else ipv6_only
+        self.dual_stack = self.dual_stack or self.ipv6_only
         if self.dual_stack and self.deploy:
             raise SandboxError("--dual-stack runs the sandbox's own controllers: not with "
                                "--deploy yet")
@@ -133,7 +140,8 @@ class Sandbox:
                         rundir=os.path.join(self.dir, names.sandbox_node_name(i)),
                         underlay_ip=str(net[10 + i]), underlay_prefixlen=net.prefixlen,
                         underlay_mtu=underlay_mtu, mtu=underlay_mtu - names.POD_MTU_OVERHEAD,
-                        underlay_ip6=str(net6[10 + i]) if self.dual_stack else "")
+                        underlay_ip6=str(net6[10 + i]) if self.dual_stack else "",
+                        ipv6_only=self.ipv6_only)
             for i in range(1, nodes + 1)]
         if self.ha:
             from pacific.sandbox import ovnha
@@ -195,6 +203,7 @@ class Sandbox:
                                        or bool(saved.get("central_pods")) != self.central_pods
                                        or bool(saved.get("ovs_pods")) != self.ovs_pods
                                        or bool(saved.get("dual_stack")) != self.dual_stack
+                                       or bool(saved.get("ipv6_only")) != self.ipv6_only
                                        or saved.get("ovs_prefix") != self.ovs.prefix):
                 log.info("sandbox %s has %s nodes%s, %d%s wanted: rebuilding it", self.name,
                          saved.get("nodes"), " (ha)" if saved.get("ha") else "", len(self.nodes),
@@ -211,7 +220,7 @@ class Sandbox:
             st.update(nodes=len(self.nodes), underlay_mtu=self.underlay_mtu, ha=self.ha,
                       kubelet=self.kubelet, deploy=self.deploy, ovs_prefix=self.ovs.prefix,
                       central_pods=self.central_pods, ovs_pods=self.ovs_pods,
-                      dual_stack=self.dual_stack, ready=False)
+                      dual_stack=self.dual_stack, ipv6_only=self.ipv6_only, ready=False)
         try:
             bringup.central_up(self)
             bringup.external_up(self)
@@ -257,6 +266,7 @@ class Sandbox:
                 or bool(st.get("central_pods")) != self.central_pods \
                 or bool(st.get("ovs_pods")) != self.ovs_pods \
                 or bool(st.get("dual_stack")) != self.dual_stack \
+                or bool(st.get("ipv6_only")) != self.ipv6_only \
                 or st.get("ovs_prefix") != self.ovs.prefix:
             return False
         return (all(alive(d["pid"], d["start"]) or self.adopt_restarted(tag)

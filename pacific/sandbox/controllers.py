@@ -44,19 +44,27 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
 
 def dual_stack_args(sandbox) -> list[str]:
     """A --dual-stack sandbox's controllers: IPv6 Subnets accepted (alpha), the
-    default Subnet, the service CIDR and the join network of both families."""
+    default Subnet, the service CIDR and the join network of both families;
+    an --ipv6-only sandbox's, of IPv6 only."""
     if not getattr(sandbox, "dual_stack", False):
         return []
-    return ["--ipv6-subnets", "--default-cidr", f"{names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}",
+    return ["--ipv6-subnets", "--default-cidr", ",".join(families(
+                sandbox, names.DEFAULT_CIDR, names.SANDBOX_DEFAULT_CIDR6)),
             "--service-cidr", ",".join(service_cidrs(sandbox)),
-            "--join-cidr", f"{names.JOIN_CIDR},{names.SANDBOX_JOIN_CIDR6}"]
+            "--join-cidr", ",".join(families(sandbox, names.JOIN_CIDR, names.SANDBOX_JOIN_CIDR6))]
+
+
+def families(sandbox, v4: str, v6: str) -> list[str]:
+    """A network of the sandbox's cluster: IPv4, both (--dual-stack, IPv4
+    first) or IPv6 (--ipv6-only)."""
+    if getattr(sandbox, "ipv6_only", False):
+        return [v6]
+    return [v4, v6] if getattr(sandbox, "dual_stack", False) else [v4]
 
 
 def service_cidrs(sandbox) -> list[str]:
-    """The sandbox's service CIDRs (its API server's --service-cluster-ip-range):
-    IPv4, and IPv6 in a --dual-stack sandbox."""
-    return [names.SERVICE_CIDR] + ([names.SANDBOX_SERVICE_CIDR6]
-                                   if getattr(sandbox, "dual_stack", False) else [])
+    """The sandbox's service CIDRs (its API server's --service-cluster-ip-range)."""
+    return families(sandbox, names.SERVICE_CIDR, names.SANDBOX_SERVICE_CIDR6)
 
 
 def trusted_args(sandbox) -> list[str]:

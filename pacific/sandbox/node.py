@@ -21,6 +21,7 @@ class SandboxNode:
     underlay_mtu: int
     mtu: int
     underlay_ip6: str = ""     # a --dual-stack sandbox's nodes speak IPv6 on the underlay too
+    ipv6_only: bool = False    # an --ipv6-only sandbox's Nodes have their IPv6 address only
     ovs_remote: str = field(init=False)
 
     def __post_init__(self):
@@ -29,7 +30,10 @@ class SandboxNode:
     @property
     def node_ip(self) -> str:
         """The Node's InternalIP addresses as kubelet's --node-ip spells them:
-        the underlay address, and its IPv6 one after it (dual-stack)."""
+        the underlay address, and its IPv6 one after it (dual-stack); the IPv6
+        one alone in an IPv6-only cluster."""
+        if self.ipv6_only:
+            return self.underlay_ip6
         return ",".join(filter(None, (self.underlay_ip, self.underlay_ip6)))
 
     @property

@@ -1,7 +1,7 @@
 """The NetworkPolicy reachability matrix over IPv6 (issue 27): cases of
-test_networkpolicy.py (the same CASES and model, not copies) between IPv6-only
-pods, of an IPv6-only Subnet bound to namespaces x, y and z, in a --dual-stack
-sandbox; plus an IPv6 ipBlock with its except.  The IPv4 half of a dual-stack
+test_networkpolicy.py (the same CASES and model, not copies) between the pods
+of an --ipv6-only sandbox (its default Subnet, join network, service CIDR and
+Nodes IPv6 only); plus an IPv6 ipBlock with its except.  The IPv4 half of a dual-stack
 pod is the code the IPv4 matrix tests already.
 
 Which cases: every kind of peer, port and direction once (the first half of
@@ -15,7 +15,6 @@ import os
 
 import pytest
 
-from controller_fixtures import create_subnet
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -23,19 +22,17 @@ from test_networkpolicy import (FIRST, NSS, PODS, apply, check, clean, pol, run_
                                 serving_pod)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-SUBNET6 = ("np6", "fd00:98::/64")
 
 
 @pytest.fixture(scope="module")
 def np_env6(sandbox_factory):
-    """A 2-node --dual-stack sandbox with the 9 pods in an IPv6-only Subnet and
-    their servers; `ips` are their (only) IPv6 addresses."""
-    sb = sandbox_factory(nodes=2, services=None, dual_stack=True)
+    """A 2-node --ipv6-only sandbox with the 9 pods and their servers; `ips`
+    are their (only) IPv6 addresses."""
+    sb = sandbox_factory(nodes=2, services=None, ipv6_only=True)
     api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
     for ns in NSS:
         r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": {
             "ns": ns, names.LABEL_TENANT: "np"}}})
-    create_subnet(api, *SUBNET6, NSS)
     servers: list = []
     try:
         for i, (ns, pod) in enumerate(itertools.product(NSS, PODS)):
@@ -71,5 +68,5 @@ def test_an_ipv6_ip_block_with_except(cluster6):
     sb, api, ips = cluster6
     yb = ips[("y", "b")]
     apply(api, pol("block6", "x", {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {
-        "cidr": SUBNET6[1], "except": [f"{yb}/128"]}}]}]}))
+        "cidr": names.SANDBOX_DEFAULT_CIDR6, "except": [f"{yb}/128"]}}]}]}))
     check(sb, ips, lambda s, d, pr, pt: d[0] != "x" or s != ("y", "b"))

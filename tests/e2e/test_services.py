@@ -5,10 +5,9 @@ port), a removed endpoint gets no new connections, no endpoint -> rejected at
 once, hairpin, ClientIP affinity, and a client of another tenant refused.
 
 Three times (issue 27): IPv4; the IPv6 cluster IP of dual-stack Services in a
---dual-stack sandbox; and IPv6-only Services of IPv6-only pods (an IPv6 Subnet)
-in the same sandbox (a node reaches the IPv6 cluster IPs through its ovn0's
-IPv6, a dual-stack join network).  A Service whose endpoint is outside OVN is
-IPv4's (docs/dual-stack.md)."""
+--dual-stack sandbox (a node reaches the IPv6 cluster IPs through its ovn0's
+IPv6, a dual-stack join network); and IPv6-only Services in an --ipv6-only
+sandbox (its join network, service CIDR and Nodes IPv6 only)."""
 from __future__ import annotations
 
 import collections
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from controller_fixtures import create_subnet, wait_until
+from controller_fixtures import wait_until
 
 from pacific import exposure, names
 from pacific.kube import client
@@ -30,8 +29,7 @@ from pacific.sandbox.k8s import sandbox as k8s
 pytestmark = pytest.mark.e2e
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, OTHER = "svc-e2e", "svc-other"
-NS6, OTHER6 = "svc6-e2e", "svc6-other"     # IPv6-only pods (of SUBNET6) and Services
-SUBNET6 = ("svc6", "fd00:97::/64")
+NS6, OTHER6 = "svc6-e2e", "svc6-other"     # the IPv6-only cluster's pods and Services
 PORT = 7000
 # ipFamilyPolicy/ipFamilies per family under test, and which cluster IP is tested
 FAMILY_SPEC = {"ipv4": ({}, 0),
@@ -82,19 +80,12 @@ def cluster_ip(svc: dict, family: str) -> str:
     return (spec.get("clusterIPs") or [spec["clusterIP"]])[FAMILY_SPEC[family][1]]
 
 
-@pytest.fixture(scope="module")
-def dual_sb(sandbox_factory):
-    """One --dual-stack sandbox for the dual-stack and the IPv6-only runs."""
-    sb = sandbox_factory(nodes=3, services=None, dual_stack=True)
-    api = client.load(k8s.kubeconfig_path(sb))
-    create_subnet(api, *SUBNET6, [NS6])
-    return sb
-
-
 @pytest.fixture(scope="module", params=list(FAMILY_SPEC))
-def env(request):
+def env(request, sandbox_factory):
     family = request.param
-    sb = request.getfixturevalue("sandbox" if family == "ipv4" else "dual_sb")
+    sb = request.getfixturevalue("sandbox") if family == "ipv4" else sandbox_factory(
+        nodes=3, services=None, **{"dual-stack": {"dual_stack": True},
+                                   "ipv6-only": {"ipv6_only": True}}[family])
     version = 6 if family != "ipv4" else 4
     ns, other = (NS6, OTHER6) if family == "ipv6-only" else (NS, OTHER)
     api = client.load(k8s.kubeconfig_path(sb))
@@ -116,7 +107,9 @@ def env(request):
     e.vip = e.create("echo", {"app": "echo"}, [
         {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"},
         {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}])
-    return e
+    yield e
+    if family != "ipv4":
+        sb.down()      # before the next family's sandbox comes up
 
 
 def answers(sb, netns, proto, ip, port, n, timeout=5.0):
@@ -204,18 +197,19 @@ def test_nodes_and_pods_reach_a_service_whose_endpoint_is_outside_ovn(env):
     into the service CIDR leaves ovn0 with the node's service source; OVN sends
     it back out through the node, and the answer returns through OVN, which
     undoes the balancing (upstream's "service endpoints using hostNetwork").
-    IPv4: the API server and the nodes have no IPv6 on the pod network."""
-    if env.family != "ipv4":
-        pytest.skip("a node's source towards a Service is IPv4 (docs/dual-stack.md)")
+    Its cluster IP is of the cluster's first family: IPv4, or IPv6 in the
+    IPv6-only cluster (the API server reached at the central's IPv6)."""
+    if env.family == "dual-stack":
+        pytest.skip("the API server's Service is single-stack, of the first family (IPv4)")
     sb, api = env.sb, env.api
     r.create(api, r.ENDPOINTS, {
         "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "kubernetes"},
-        "subsets": [{"addresses": [{"ip": sb.central_ip}],
+        "subsets": [{"addresses": [{"ip": sb.central_ip6 if sb.ipv6_only else sb.central_ip}],
                      "ports": [{"name": "https", "port": names.KUBE_API_PORT,
                                 "protocol": "TCP"}]}]}, "default")
     try:
         svc = r.get(api, r.SERVICES, "kubernetes", "default")["spec"]
-        url = f"https://{svc['clusterIP']}:{svc['ports'][0]['port']}/version"
+        url = f"https://{exposure.host_port(svc['clusterIP'], svc['ports'][0]['port'])}/version"
 
         def http_code(netns):
             p = sb.exec(netns, ["curl", "-sk", "-m", "3", "-o", "/dev/null", "-w", "%{http_code}",

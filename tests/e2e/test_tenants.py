@@ -2,8 +2,9 @@
 two nodes, ICMP, TCP and UDP between every ordered pair of pods (so both
 directions), through the whole stack (controllers, node daemons, CNI).
 Isolated -> joined -> global -> isolated again, changed on running pods.
-Three times (issue 27): over IPv4; over IPv6 between dual-stack pods and
-between IPv6-only pods, in a --dual-stack sandbox."""
+Three times (issue 27): over IPv4; over IPv6 between dual-stack pods in a
+--dual-stack sandbox; and in an --ipv6-only sandbox (its join network,
+service CIDR and Nodes IPv6 only)."""
 from __future__ import annotations
 
 import itertools
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from controller_fixtures import create_subnet, wait_until
+from controller_fixtures import wait_until
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -28,27 +29,18 @@ PODS = [("ta", "a1", "node1"), ("ta", "a2", "node2"), ("tb", "b1", "node1"),
         ("tb", "b2", "node2"), ("tc", "c1", "node2")]
 
 
-SUBNET6 = ("t6", "fd00:99::/64")      # the IPv6-only run's Subnet, bound to ta, tb and tc
-
-
-@pytest.fixture(scope="module")
-def dual_sb(sandbox_factory):
-    """One --dual-stack sandbox for the dual-stack and the IPv6-only runs."""
-    return sandbox_factory(nodes=2, services=None, dual_stack=True)
-
-
 @pytest.fixture(scope="module", params=["ipv4", "dual-stack", "ipv6-only"])
-def env(request):
+def env(request, sandbox_factory):
     """The pods and their addresses of the family under test: IPv4 in the
     session's sandbox; IPv6 in a --dual-stack one (its IPv4 is the same code as
-    the first's), of dual-stack pods, then of IPv6-only pods (an IPv6 Subnet
-    bound to the three namespaces); and the annotation of the nodes' join
-    address of that family (ovn0's IPv6 in a dual-stack join network)."""
+    the first's); IPv6 in an --ipv6-only one; and the annotation of the nodes'
+    join address of that family (ovn0's IPv6 in a dual-stack join network,
+    the first family's annotation in an IPv6-only one)."""
     family = request.param
-    sandbox = request.getfixturevalue("sandbox" if family == "ipv4" else "dual_sb")
+    sandbox = request.getfixturevalue("sandbox") if family == "ipv4" else sandbox_factory(
+        nodes=2, services=None, **{"dual-stack": {"dual_stack": True},
+                                   "ipv6-only": {"ipv6_only": True}}[family])
     api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
-    if family == "ipv6-only":
-        create_subnet(api, *SUBNET6, sorted({ns for ns, _, _ in PODS}))
     servers = []
     for ns, name, node in PODS:
         sandboxpods.add_pod(sandbox, ns, name, node, api=api)
@@ -59,10 +51,14 @@ def env(request):
     recs = {(ns, name): contract.own_record(r.get(api, r.PODS, name, ns)) for ns, name, _ in PODS}
     ips = {k: rec.ips[1] if family == "dual-stack" else rec.ip for k, rec in recs.items()}
     assert all((":" in ip) == (family != "ipv4") for ip in ips.values()), ips
-    yield sandbox, api, ips, names.ANN_NODE_JOIN_IP if family == "ipv4" else names.ANN_NODE_JOIN_IP6
+    yield sandbox, api, ips, names.ANN_NODE_JOIN_IP6 if family == "dual-stack" \
+        else names.ANN_NODE_JOIN_IP
     for p in servers:
         p.kill()
         p.wait()
+    if family != "ipv4":
+        sandbox.down()      # before the next family's sandbox comes up
+        return
     for ns, name, _ in PODS:
         sandboxpods.delete_pod(sandbox, ns, name, api=api)
 
@@ -154,6 +150,50 @@ def test_nodes_reach_every_pod_and_every_pod_reaches_the_nodes(env):
     assert not failed, failed
     for n in sb.nodes:      # TCP from the node too (kubelet probes)
         assert all(reaches(sb, n.netns, ip, "tcp") for ip in ips.values())
+
+
+OUTSIDE_PORT = 7171
+
+
+def test_an_ipv6_only_clusters_pods_leave_through_their_own_node(env):
+    """Distributed egress in a cluster without IPv4: every pod reaches the
+    outside host through its own node with its own address (the outside
+    routes it back to that node), and as its node's IPv6 address once its
+    Subnet has natOutgoing.  IPv4 and dual-stack: test_egress.py and
+    test_dual_stack.py."""
+    sb, api, ips, _ = env
+    if not sb.ipv6_only:
+        pytest.skip("the IPv6-only cluster's egress; the others' is tested beside their features")
+    out = sb.external_remote_ip6
+    node_of = {(ns, name): sb.node(node) for ns, name, node in PODS}
+    for pod, ip in ips.items():
+        sb.exec(sb.external_netns, ["ip", "-6", "route", "replace", f"{ip}/128",
+                                    "via", node_of[pod].underlay_ip6])
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable, NETCHECK,
+                               "serve", str(OUTSIDE_PORT), "outside"], stdout=subprocess.PIPE,
+                              text=True)
+
+    def ask(pod):
+        cp = sb.exec(netns(sb, *pod), [sys.executable, NETCHECK, "ask", "tcp", out,
+                                       str(OUTSIDE_PORT), "3"], check=False)
+        return cp.stdout.strip() if cp.returncode == 0 else None
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        for pod, ip in ips.items():
+            got = wait_until(lambda pod=pod: ask(pod), 30, interval=0.5,
+                             what=f"{pod} reaching the outside")
+            assert got == f"outside {ip}", (pod, got)
+        r.patch_merge(api, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {"natOutgoing": True}})
+        for pod in ips:
+            want = f"outside {node_of[pod].underlay_ip6}"
+            wait_until(lambda pod=pod: ask(pod) == want, 30, interval=0.5,
+                       what=f"{pod} leaving as its node's address")
+    finally:
+        r.patch_merge(api, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {"natOutgoing": None}})
+        server.kill()
+        server.wait()
+        for ip in ips.values():
+            sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{ip}/128"], check=False)
 
 
 def test_an_empty_tenant_label_is_refused_with_an_event_and_isolation_holds(env):

@@ -28,10 +28,10 @@ def svc(name, ns="shop", **spec):
     return {"metadata": {"name": name, "namespace": ns}, "spec": spec}
 
 
-def eps(service, *endpoints, ns="shop"):
-    return {"metadata": {"name": f"{service}-x", "namespace": ns,
+def eps(service, *endpoints, ns="shop", address_type="IPv4"):
+    return {"metadata": {"name": f"{service}-{address_type}", "namespace": ns,
                          "labels": {"kubernetes.io/service-name": service}},
-            "addressType": "IPv4",
+            "addressType": address_type,
             "endpoints": [{"addresses": [a], "conditions": {"ready": ready}, **extra}
                           for a, ready, extra in endpoints]}
 
@@ -39,9 +39,12 @@ def eps(service, *endpoints, ns="shop"):
 RECORDS = clusterdns.Records(
     Cache([svc("web", clusterIP="10.96.0.20"), svc("db", clusterIP="None"),
            svc("late", clusterIP="None", publishNotReadyAddresses=True),
-           svc("out", type="ExternalName", externalName="example.net")]),
+           svc("out", type="ExternalName", externalName="example.net"),
+           svc("both", clusterIP="10.96.0.21", clusterIPs=["10.96.0.21", "fd00:96::21"]),
+           svc("six", clusterIP="fd00:96::22"), svc("h6", clusterIP="None")]),
     Cache([eps("db", ("10.16.0.5", True, {"hostname": "db-0"}), ("10.16.0.6", False, {})),
-           eps("late", ("10.16.0.7", False, {}))]))
+           eps("late", ("10.16.0.7", False, {})),
+           eps("h6", ("fd00:16::5", True, {}), address_type="IPv6")]))
 
 
 def ask(name, qtype="A"):
@@ -68,6 +71,16 @@ def test_a_known_name_without_the_type_is_no_data_and_the_rest_is_refused_or_unk
     assert ask("x-y.shop.pod.cluster.local") == ("NXDOMAIN", [])
     assert ask("google.com") == ("REFUSED", [])
     assert RECORDS.respond(b"\x00garbage") is None
+
+
+def test_ipv6_cluster_ips_and_endpoints_are_aaaa_records():
+    """An IPv6-only or dual-stack Service: AAAA for its IPv6 cluster IP, A
+    for its IPv4 one; a headless Service's IPv6 endpoints too."""
+    assert ask("both.shop.svc.cluster.local") == ("NOERROR", ["10.96.0.21"])
+    assert ask("both.shop.svc.cluster.local", "AAAA") == ("NOERROR", ["fd00:96::21"])
+    assert ask("six.shop.svc.cluster.local", "AAAA") == ("NOERROR", ["fd00:96::22"])
+    assert ask("six.shop.svc.cluster.local") == ("NOERROR", [])      # no data for A
+    assert ask("h6.shop.svc.cluster.local", "AAAA") == ("NOERROR", ["fd00:16::5"])
 
 
 def test_it_answers_over_udp_and_tcp():

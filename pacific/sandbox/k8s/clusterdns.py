@@ -47,6 +47,7 @@ from pacific.exposure import SERVICE_NAME_LABEL
 from pacific.kube import client, errors, versions
 from pacific.kube import resources as r
 from pacific.kube.informer import Informer
+from pacific.sandbox import controllers
 from pacific.sandbox.k8s.listen import bound_socket
 
 LOG = logging.getLogger("pacific.sandbox.clusterdns")
@@ -66,7 +67,7 @@ class Records:
         for s in self.slices.list():
             m = s.get("metadata") or {}
             if m.get("namespace") != ns or (m.get("labels") or {}).get(SERVICE_NAME_LABEL) != name \
-                    or s.get("addressType", "IPv4") != "IPv4":
+                    or s.get("addressType", "IPv4") not in ("IPv4", "IPv6"):
                 continue
             for ep in s.get("endpoints") or []:
                 if not not_ready and (ep.get("conditions") or {}).get("ready") is False:
@@ -97,7 +98,7 @@ class Records:
             elif spec.get("type") == "ExternalName":
                 cname = spec.get("externalName")
             elif spec.get("clusterIP") not in (None, "", "None"):
-                a = [spec["clusterIP"]]
+                a = list(spec.get("clusterIPs") or [spec["clusterIP"]])
             else:
                 a = [ip for ip, _ in self._endpoints(ns, name,
                                                      bool(spec.get("publishNotReadyAddresses")))]
@@ -108,10 +109,11 @@ class Records:
         if cname:
             return dns.rcode.NOERROR, [dns.rrset.from_text(
                 qname, TTL, dns.rdataclass.IN, dns.rdatatype.CNAME, cname.rstrip(".") + ".")]
-        if qtype in (dns.rdatatype.A, dns.rdatatype.ANY) and a:
-            return dns.rcode.NOERROR, [dns.rrset.from_text(
-                qname, TTL, dns.rdataclass.IN, dns.rdatatype.A, *a)]
-        return dns.rcode.NOERROR, []          # the name exists; no record of this type
+        out = [dns.rrset.from_text(qname, TTL, dns.rdataclass.IN, rtype, *found)
+               for rtype, six in ((dns.rdatatype.A, False), (dns.rdatatype.AAAA, True))
+               if qtype in (rtype, dns.rdatatype.ANY)
+               and (found := [x for x in a if (":" in x) == six])]
+        return dns.rcode.NOERROR, out         # [] : the name exists; no record of this type
 
     def respond(self, wire: bytes) -> bytes | None:
         try:
@@ -165,9 +167,15 @@ def serve(records: Records, host: str, netns: str | None, port: int = 53) -> lis
     return servers
 
 
-def address() -> str:
-    """The cluster IP of kube-system/kube-dns: the service CIDR's tenth address."""
-    return str(ipaddress.ip_network(names.SERVICE_CIDR)[10])
+def address(sb) -> str:
+    """The cluster IP of kube-system/kube-dns: the tenth address of the
+    sandbox's (first) service CIDR."""
+    return str(ipaddress.ip_network(controllers.service_cidrs(sb)[0])[10])
+
+
+def listen_address(sb) -> str:
+    """Where it answers: the central address of the cluster's first family."""
+    return sb.central_ip6 if sb.ipv6_only else sb.central_ip
 
 
 def start(sb) -> None:
@@ -177,15 +185,15 @@ def start(sb) -> None:
         sb.spawn(names.SANDBOX_CLUSTER_DNS_TAG, [
             sys.executable, "-m", "pacific.sandbox.k8s.clusterdns",
             "--kubeconfig", kubeconfig, "--netns", sb.central_netns,
-            "--listen", sb.central_ip], grace=0.3)
+            "--listen", listen_address(sb)], grace=0.3)
     api = client.load(kubeconfig)
     ns, name = names.SANDBOX_CLUSTER_DNS
     ports = [{"name": n, "port": 53, "protocol": pr} for n, pr in (("dns", "UDP"),
                                                                     ("dns-tcp", "TCP"))]
     meta = {"name": name, "labels": {"k8s-app": name}}
     for res, body in (
-            (r.SERVICES, {"metadata": meta, "spec": {"clusterIP": address(), "ports": ports}}),
-            (r.ENDPOINTS, {"metadata": meta, "subsets": [{"addresses": [{"ip": sb.central_ip}],
+            (r.SERVICES, {"metadata": meta, "spec": {"clusterIP": address(sb), "ports": ports}}),
+            (r.ENDPOINTS, {"metadata": meta, "subsets": [{"addresses": [{"ip": listen_address(sb)}],
                                                           "ports": ports}]})):
         try:
             r.create(api, res, {"apiVersion": "v1", "kind": res.kind, **body}, ns)

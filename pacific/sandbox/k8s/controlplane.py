@@ -108,6 +108,9 @@ class ControlPlane:
                  service_cidr: str = names.SERVICE_CIDR):
         self.dir = directory
         self.service_cidr = service_cidr      # --service-cluster-ip-range (dual: "v4,v6")
+        # of the primary service range's family (Kubernetes 1.20 does not check;
+        # the `kubernetes` Service would have an endpoint of the other family)
+        self.advertise_address = "::1" if ":" in service_cidr.split(",")[0] else "127.0.0.1"
         self.spawner = spawner
         self.nodes = list(nodes)
         self.server_hosts = list(server_hosts)
@@ -234,7 +237,7 @@ class ControlPlane:
         return [bins.path("kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
                 "--bind-address=127.0.0.1", f"--secure-port={self.ports['apiserver']}",
-                "--insecure-port=0", "--advertise-address=127.0.0.1",
+                "--insecure-port=0", f"--advertise-address={self.advertise_address}",
                 "--endpoint-reconciler-type=none",
                 f"--service-cluster-ip-range={self.service_cidr}",
                 f"--tls-cert-file={k.server_crt}", f"--tls-private-key-file={k.server_key}",

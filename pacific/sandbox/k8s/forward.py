@@ -57,8 +57,9 @@ async def serve(netns: str | None, listen: tuple[str, int], to: tuple[str, int])
 
 
 def _addr(s: str) -> tuple[str, int]:
+    """HOST:PORT, an IPv6 host in brackets ([fd00::1]:6443)."""
     host, _, port = s.rpartition(":")
-    return host, int(port)
+    return host.strip("[]"), int(port)
 
 
 def main(argv=None) -> int:

@@ -154,7 +154,7 @@ def kubelet_config(sb: "Sandbox", node, p: Paths, ca: str) -> dict:
                            "x509": {"clientCAFile": ca}},
         "authorization": {"mode": "AlwaysAllow"},
         "clusterDomain": "cluster.local", "resolvConf": "/etc/resolv.conf",
-        "clusterDNS": [clusterdns.address()],     # pacific.sandbox.k8s.clusterdns
+        "clusterDNS": [clusterdns.address(sb)],     # pacific.sandbox.k8s.clusterdns
         "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
                          "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,

@@ -94,6 +94,8 @@ def _egress(sb: "Sandbox") -> None:
         sb.spawn(EGRESS_TAG, [sys.executable, "-m", "pacific.sandbox.k8s.egress",
                               "--socket", egress_socket(sb),
                               "--allow", names.SANDBOX_UNDERLAY_CIDR,
+                              # the kubelets' IPv6 InternalIP (an --ipv6-only sandbox's only one)
+                              *(["--allow", names.SANDBOX_UNDERLAY_CIDR6] if sb.dual_stack else []),
                               # pods and Services (pods/proxy), from node1 as an API
                               # server on a node reaches them
                               "--pods-via", sb.nodes[0].netns, "--pod-net", "10.0.0.0/8",
@@ -113,11 +115,15 @@ def control_plane(sb: "Sandbox") -> ControlPlane:
     if sb.kubelet:
         _egress(sb)
     cp = plane(sb).start()
-    if sb.daemon_pid(names.SANDBOX_FORWARD_TAG) is None:
-        sb.spawn(names.SANDBOX_FORWARD_TAG,
-                 [sys.executable, "-m", "pacific.sandbox.k8s.forward", "--netns", sb.central_netns,
-                  "--listen", f"{sb.central_ip}:{names.KUBE_API_PORT}",
-                  "--to", f"127.0.0.1:{cp.ports['apiserver']}"], grace=0.3)
+    # the central address of each family the cluster has (an IPv6-only
+    # cluster's `kubernetes` Service can only have an IPv6 endpoint)
+    for tag, ip in ((names.SANDBOX_FORWARD_TAG, sb.central_ip),
+                    (names.SANDBOX_FORWARD_TAG + "-6", sb.central_ip6 if sb.ipv6_only else "")):
+        if ip and sb.daemon_pid(tag) is None:
+            sb.spawn(tag, [sys.executable, "-m", "pacific.sandbox.k8s.forward",
+                           "--netns", sb.central_netns,
+                           "--listen", f"[{ip}]:{names.KUBE_API_PORT}",
+                           "--to", f"127.0.0.1:{cp.ports['apiserver']}"], grace=0.3)
     write_kubeconfig(kubeconfig_path(sb), cp.url, cp.tokens["admin"], cp.pki.ca_crt,
                      extra={"pacific-sandbox-underlay": underlay_url(sb)})
     return cp
