@@ -95,7 +95,8 @@ def _node_endpoint(node: dict) -> Endpoint:
         rec = contract.NodeRecord.of(node)
     except contract.ContractError as e:
         raise TraceError(f"node {name} has no management port yet: {e}") from None
-    return Endpoint("node", name, rec.ip, rec.mac, rec.port, names.JOIN_SWITCH, name)
+    return Endpoint("node", name, rec.ip, rec.mac, rec.port, names.JOIN_SWITCH, name,
+                    ips=tuple(c.split("/")[0] for c, _ in rec.interfaces))   # ovn0's, per family
 
 
 def resolve(kube, ref: str, role: str, port: int | None = None) -> Endpoint:

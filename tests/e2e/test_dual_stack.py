@@ -397,8 +397,12 @@ def test_trace_over_ipv6_names_what_decides_and_a_packet_agrees(env):
     out = _trace6(sb, "dsa/a1", "dsb/b1")
     assert not out["ok"] and out["verdict"] == (
         "dropped by tenant isolation: tenant 'ns:dsb' admits no traffic from tenant 'ns:dsa'")
-    cp = _cli(sb, "trace", "-6", "dsa/a1", f"node/{sb.node('node1').name}")
-    assert cp.returncode == 2 and "has no IPv6 address" in cp.stderr, cp.stderr
+    # a node by its ovn0's IPv6 (a dual-stack join network)
+    out = _trace6(sb, "dsa/a1", f"node/{sb.node('node1').name}")
+    assert out["ok"] and out["verdict"] == "delivered to node node1 (ovn0)", out
+    cp = _cli(sb, "trace", "-6", "dsa/a1", "192.0.2.1")      # an end of the other family
+    assert cp.returncode == 2 and "address 192.0.2.1 has no IPv6 address" in cp.stderr, \
+        cp.stderr
 
 
 def test_topology_lists_both_addresses_of_a_port_and_checks_them(env):
