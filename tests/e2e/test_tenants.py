@@ -153,14 +153,21 @@ def test_nodes_reach_every_pod_and_every_pod_reaches_the_nodes(env):
 
 
 OUTSIDE_PORT = 7171
+EIP6 = "fd00:77::160"       # in the sandbox's EgressIP range (--egress-ip-cidrs)
 
 
-def test_an_ipv6_only_clusters_pods_leave_through_their_own_node(env):
-    """Distributed egress in a cluster without IPv4: every pod reaches the
-    outside host through its own node with its own address (the outside
-    routes it back to that node), and as its node's IPv6 address once its
-    Subnet has natOutgoing.  IPv4 and dual-stack: test_egress.py and
-    test_dual_stack.py."""
+def test_an_ipv6_only_clusters_pods_leave_through_their_node_an_egress_ip_or_a_gateway(env):
+    """Egress in a cluster without IPv4 (IPv4 and dual-stack: test_egress*.py
+    and test_dual_stack.py):
+
+    - distributed: every pod reaches the outside host through its own node
+      with its own address (the outside routes it back to that node);
+    - an EgressIP selecting namespace tb: its pods (on both nodes) leave as
+      the EgressIP's address, held by node1, the assignable node; ta's keep
+      their own;
+    - the default Subnet centralized on node2 with natOutgoing: every pod
+      leaves as node2's IPv6 address; distributed again with natOutgoing,
+      as its own node's."""
     sb, api, ips, _ = env
     if not sb.ipv6_only:
         pytest.skip("the IPv6-only cluster's egress; the others' is tested beside their features")
@@ -183,13 +190,37 @@ def test_an_ipv6_only_clusters_pods_leave_through_their_own_node(env):
             got = wait_until(lambda pod=pod: ask(pod), 30, interval=0.5,
                              what=f"{pod} reaching the outside")
             assert got == f"outside {ip}", (pod, got)
-        r.patch_merge(api, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {"natOutgoing": True}})
+        r.patch_merge(api, r.NODES, "node1", {"metadata": {"labels": {
+            names.LABEL_EGRESS_ASSIGNABLE: ""}}})
+        r.create(api, r.EGRESSIPS, {
+            "apiVersion": names.API_VERSION, "kind": "EgressIP", "metadata": {"name": "eip6"},
+            "spec": {"egressIPs": [EIP6], "namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": "tb"}}}})
+        r.patch_merge(api, r.NAMESPACES, "tb", {"metadata": {"labels": {
+            "kubernetes.io/metadata.name": "tb"}}})       # (the 1.20 API server sets none)
+        for pod, ip in ips.items():
+            want = f"outside {EIP6 if pod[0] == 'tb' else ip}"
+            wait_until(lambda pod=pod, want=want: ask(pod) == want, 60, interval=0.5,
+                       what=f"{pod} leaving as {want.split()[1]}")
+        r.delete(api, r.EGRESSIPS, "eip6")
+        r.patch_merge(api, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {
+            "gatewayType": "centralized", "gatewayNodes": ["node2"], "natOutgoing": True}})
+        for pod in ips:
+            want = f"outside {sb.node('node2').underlay_ip6}"
+            wait_until(lambda pod=pod: ask(pod) == want, 60, interval=0.5,
+                       what=f"{pod} leaving through gateway node node2")
+        r.patch_merge(api, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {
+            "gatewayType": None, "gatewayNodes": None}})
         for pod in ips:
             want = f"outside {node_of[pod].underlay_ip6}"
-            wait_until(lambda pod=pod: ask(pod) == want, 30, interval=0.5,
-                       what=f"{pod} leaving as its node's address")
+            wait_until(lambda pod=pod: ask(pod) == want, 60, interval=0.5,
+                       what=f"{pod} leaving as its own node's address")
     finally:
-        r.patch_merge(api, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {"natOutgoing": None}})
+        r.delete(api, r.EGRESSIPS, "eip6")
+        r.patch_merge(api, r.NODES, "node1", {"metadata": {"labels": {
+            names.LABEL_EGRESS_ASSIGNABLE: None}}})
+        r.patch_merge(api, r.SUBNETS, names.DEFAULT_SUBNET, {"spec": {
+            "natOutgoing": None, "gatewayType": None, "gatewayNodes": None}})
         server.kill()
         server.wait()
         for ip in ips.values():
