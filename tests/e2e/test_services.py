@@ -2,7 +2,8 @@
 TCP and UDP from pods on every node and from a node, spread over the ready
 endpoints (EndpointSlices from the real kube-controller-manager, named target
 port), a removed endpoint gets no new connections, no endpoint -> rejected at
-once, hairpin, ClientIP affinity, and a client of another tenant refused.
+once, hairpin, ClientIP affinity, a client of another tenant refused, a node
+port from outside at every node's address.
 
 Three times (issue 27): IPv4; the IPv6 cluster IP of dual-stack Services in a
 --dual-stack sandbox (a node reaches the IPv6 cluster IPs through its ovn0's
@@ -188,6 +189,31 @@ def test_a_client_of_another_tenant_is_refused(env):
     assert ask(sb, pod_netns(sb, env.ns, "client"), "tcp", vip, 80)[0] == 0
     assert ask(sb, pod_netns(sb, env.other, "stranger"), "tcp", vip, 80, timeout=1.5)[0] != 0
     assert ask(sb, pod_netns(sb, env.other, "stranger"), "udp", vip, 53, timeout=1.5)[0] != 0
+
+
+def test_a_node_port_answers_from_outside_at_every_nodes_address(env):
+    """The echo Service as a NodePort: the outside host reaches it at each
+    node's address of the family under test (in the IPv6-only cluster the
+    Nodes' only ones), TCP and UDP, answered by the Service's endpoints."""
+    sb, api = env.sb, env.api
+    body = service("echo-np", {"app": "echo"}, [
+        {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"},
+        {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}],
+        family=env.family, ns=env.ns)
+    body["spec"]["type"] = "NodePort"
+    r.create(api, r.SERVICES, body, env.ns)
+    try:
+        ports = {p["protocol"].lower(): p["nodePort"]
+                 for p in r.get(api, r.SERVICES, "echo-np", env.ns)["spec"]["ports"]}
+        for node in sb.nodes:
+            ip = node.underlay_ip if env.family == "ipv4" else node.underlay_ip6
+            for proto, port in ports.items():
+                rc, out = wait_until(
+                    lambda: (a := ask(sb, sb.external_netns, proto, ip, port))[0] == 0 and a,
+                    20, what=f"{proto} node port {port} at {node.name}'s {ip}")
+                assert out.split()[0] in env.servers, (node.name, proto, out)
+    finally:
+        r.delete(api, r.SERVICES, "echo-np", env.ns)
 
 
 def test_nodes_and_pods_reach_a_service_whose_endpoint_is_outside_ovn(env):
