@@ -26,7 +26,8 @@ SRC: NS/POD, pod/NS/POD or node/NAME (the node's management port ovn0).
 DST: the same, svc/NS/NAME (a Service's ClusterIP: give --tcp/--udp PORT), or
 an address.  Without --tcp/--udp the trace is an ICMP echo.  With -6, over
 IPv6: each end by its IPv6 address (a dual-stack Service by its IPv6 cluster
-IP); an end without one is named.
+IP); an end without one is named.  Without -4 or -6: the family of an
+address DST, else of the source's first address.
 
 DST a multicast group (224.0.0.0/4 or ff00::/8, with --udp PORT): which pods
 the group's datagram reaches (the members IGMP or MLD snooping knows, on every
@@ -47,8 +48,13 @@ def register(sub) -> None:
     proto = p.add_mutually_exclusive_group()
     proto.add_argument("--tcp", type=int, metavar="PORT", help="a TCP connection to PORT")
     proto.add_argument("--udp", type=int, metavar="PORT", help="a UDP datagram to PORT")
-    p.add_argument("-6", "--ipv6", dest="family", action="store_const", const=6, default=4,
-                   help="trace over IPv6 (each end by its IPv6 address)")
+    fam = p.add_mutually_exclusive_group()
+    fam.add_argument("-4", "--ipv4", dest="family", action="store_const", const=4,
+                     help="trace over IPv4 (each end by its IPv4 address)")
+    fam.add_argument("-6", "--ipv6", dest="family", action="store_const", const=6,
+                     help="trace over IPv6 (each end by its IPv6 address); neither: the "
+                     "family of an address DST, else of the source's first address (IPv4 "
+                     "for a dual-stack pod, IPv6 in an IPv6-only cluster)")
     p.add_argument("--receiver", action="append", default=[], metavar="NS/POD",
                    help="with a multicast DST: say why this pod is or is not reached (repeatable)")
     p.add_argument("--detailed", action="store_true", help="also print ovn-trace's logical flows")

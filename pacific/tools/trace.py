@@ -222,16 +222,19 @@ def _direction(title, namer, nb, sb_remote, src, dst, dst_ip, proto, sport, dpor
 
 def trace(kube, nb_remote: str, sb_remote: str, src_ref: str, dst_ref: str,
           proto: str = "icmp", port: int | None = None, ovs: str | None = None,
-          global_namespaces=frozenset(), family: int = 4) -> Result:
+          global_namespaces=frozenset(), family: int | None = 4) -> Result:
     """Trace the first packet from src to dst and, if it arrives at a pod or
-    node of ours, the reply; over IP `family` (each end by its address of it)."""
+    node of ours, the reply; over IP `family` (each end by its address of it;
+    None: an address destination's family, else the source's first address's)."""
     if proto not in PROTOCOLS:
         raise TraceError(f"protocol {proto!r}: expected one of {', '.join(PROTOCOLS)}")
     if proto != "icmp" and not (port and 0 < port < 65536):
         raise TraceError(f"{proto}: a port 1-65535 is needed")
-    src = resolve(kube, src_ref, "source").in_family(family)
-    dst = resolve(kube, dst_ref, "destination", port if proto != "icmp" else None
-                  ).in_family(family)
+    src = resolve(kube, src_ref, "source")
+    dst = resolve(kube, dst_ref, "destination", port if proto != "icmp" else None)
+    if family is None:
+        family = ipaddress.ip_address(dst.ip if dst.kind == "address" else src.ip).version
+    src, dst = src.in_family(family), dst.in_family(family)
     with Query(nb_remote, "OVN_Northbound") as nb, Query(sb_remote, "OVN_Southbound") as sb:
         namer = Namer(nb, sb, kube, global_namespaces)
         request, reached = _direction("request", namer, nb, sb_remote, src, dst, dst.ip, proto,

@@ -8,6 +8,7 @@ service CIDR and Nodes IPv6 only)."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -225,6 +226,27 @@ def test_an_ipv6_only_clusters_pods_leave_through_their_node_an_egress_ip_or_a_g
         server.wait()
         for ip in ips.values():
             sb.exec(sb.external_netns, ["ip", "-6", "route", "del", f"{ip}/128"], check=False)
+
+
+def test_pacific_trace_in_an_ipv6_only_cluster_needs_no_flag(env):
+    """Without -6, `pacific trace` follows the source's only family: a pod to
+    another tenant's pod is dropped by isolation, to a node delivered, each
+    with a real IPv6 packet agreeing."""
+    sb, api, ips, _ = env
+    if not sb.ipv6_only:
+        pytest.skip("the IPv6-only cluster's; -6 in a dual-stack one: test_dual_stack.py")
+
+    def trace(src, dst):
+        cp = subprocess.run([sys.executable, "-m", "pacific.cli.main", "trace", src, dst,
+                             "--json", "--probe", "--sandbox", sb.name],
+                            capture_output=True, text=True, timeout=120)
+        assert cp.returncode in (0, 1), cp.stderr
+        return json.loads(cp.stdout)
+    out = trace("ta/a1", "tb/b2")
+    assert not out["ok"] and "tenant isolation" in out["verdict"] and out["probe"]["agrees"], out
+    out = trace("ta/a1", "node/node2")
+    assert out["ok"] and out["verdict"] == "delivered to node node2 (ovn0)", out
+    assert out["probe"]["agrees"], out
 
 
 def test_an_empty_tenant_label_is_refused_with_an_event_and_isolation_holds(env):
