@@ -19,9 +19,11 @@ On the node the packet leaves ovn0 into the host, which forwards it by its
 own routes (and masquerades it for natOutgoing Subnets: the node's host
 firewall).  Keys: ``node/<name>`` and ``cluster``.
 
-IPv6 (a dual-stack join network: the nodes' ovn0 has IPv6): the same per
-node, ``ip6.src == $<set>_6`` -> reroute to ovn0's IPv6, the cluster's IPv6
-destinations allowed and ``::/0`` via the join network's IPv6 gateway.  A
+Each of these per family of the join network (the rows of a family it
+lacks are not written).  IPv6 (a dual-stack or IPv6-only join network: the
+nodes' ovn0 has IPv6): the same per node, ``ip6.src == $<set>_6`` -> reroute
+to ovn0's IPv6, the cluster's IPv6 destinations allowed and ``::/0`` via the
+join network's IPv6 gateway.  A
 pod of a namespace an EgressIP or an IPv4-only egress feature decides for is
 left out of its node's IPv6 set, and so has no way out over IPv6 through its
 node (egress_v6.py: held).
