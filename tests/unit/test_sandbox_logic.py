@@ -40,6 +40,29 @@ def test_names_and_addresses(sandbox_dir):
         sb.node("node9")
 
 
+def test_the_three_families_of_a_sandboxs_cluster(sandbox_dir):
+    """What the controllers, the API server and the Nodes get: IPv4, both
+    (--dual-stack, IPv4 first), IPv6 only (--ipv6-only, on a dual-stack
+    underlay)."""
+    from pacific.sandbox import controllers
+    from pacific.sandbox.k8s import clusterdns
+    v4, dual, six = (Sandbox(n, nodes=1, **kw) for n, kw in (
+        ("f4", {}), ("fd", {"dual_stack": True}), ("f6", {"ipv6_only": True})))
+    assert controllers.dual_stack_args(v4) == [] and controllers.service_cidrs(v4) == [
+        names.SERVICE_CIDR]
+    assert controllers.service_cidrs(dual) == [names.SERVICE_CIDR, names.SANDBOX_SERVICE_CIDR6]
+    args = controllers.dual_stack_args(six)
+    assert args == ["--ipv6-subnets", "--default-cidr", names.SANDBOX_DEFAULT_CIDR6,
+                    "--service-cidr", names.SANDBOX_SERVICE_CIDR6,
+                    "--join-cidr", names.SANDBOX_JOIN_CIDR6]
+    assert six.dual_stack and six.central_ip6      # the underlay keeps both families
+    assert (v4.nodes[0].node_ip, dual.nodes[0].node_ip, six.nodes[0].node_ip) == (
+        "192.168.77.11", "192.168.77.11,fd00:77::b", "fd00:77::b")
+    assert (clusterdns.address(v4), clusterdns.address(six)) == ("10.96.0.10", "fd00:96::a")
+    assert (clusterdns.listen_address(v4), clusterdns.listen_address(six)) == (
+        v4.central_ip, six.central_ip6)
+
+
 @pytest.mark.parametrize("bad", ["", "A", "a-b", "a_b", "x" * 25, "../x"])
 def test_invalid_sandbox_names_are_refused(bad):
     with pytest.raises(SandboxError, match="invalid sandbox name"):
