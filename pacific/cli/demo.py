@@ -52,8 +52,8 @@ def register(sub):
                    "pacific-vswitch pods too: nodes with only a kubelet and containerd "
                    "(as `pacific sandbox up --ovs-pods`)")
     p.add_argument("--dual-stack", action="store_true",
-                   help="a new sandbox's controllers accept IPv6 Subnets (alpha) and its "
-                   "default Subnet is dual-stack: every pod gets an IPv4 and an IPv6 address "
+                   help="a new sandbox is a dual-stack cluster (its join network, service "
+                   "CIDR and default Subnet): every pod gets an IPv4 and an IPv6 address "
                    "(as `pacific sandbox up --dual-stack`; docs/dual-stack.md)")
     p.set_defaults(func=run)
 

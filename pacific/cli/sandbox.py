@@ -164,8 +164,8 @@ def register(sub):
                     "and containerd, the whole network comes from the image and deploy/ "
                     "(implies --central-pods)")
     up.add_argument("--dual-stack", action="store_true",
-                    help="the controllers accept IPv6 and dual-stack Subnets (alpha "
-                    "--ipv6-subnets) and the default Subnet is dual-stack "
+                    help="a dual-stack cluster: the join network, the service CIDR and "
+                    "the default Subnet in both families "
                     f"({names.DEFAULT_CIDR},{names.SANDBOX_DEFAULT_CIDR6}): every pod gets an "
                     "address of each family (docs/dual-stack.md)")
     up.add_argument("--ipv6-only", action="store_true",

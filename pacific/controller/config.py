@@ -26,18 +26,14 @@ def _of(cidrs: list[str], version: int) -> str | None:
     return next((c for c in cidrs if ipaddress.ip_network(c).version == version), None)
 
 
-def _families(flag: str, value: str, ipv6: bool) -> list:
+def _families(flag: str, value: str) -> list:
     """An IPv4 CIDR, an IPv4 and an IPv6 one (dual-stack), or an IPv6 one
-    (IPv6-only), as kube-apiserver's --service-cluster-ip-range; IPv6 with
-    the alpha --ipv6-subnets only."""
+    (IPv6-only), as kube-apiserver's --service-cluster-ip-range."""
     nets = [_cidr(flag, v) for v in _split(value)]
     if len(nets) > 2 or len({n.version for n in nets}) != len(nets) or \
             (len(nets) == 2 and nets[0].version != 4):
         raise ConfigError(f"{flag} {value!r}: one IPv4 CIDR, one IPv4 and one IPv6 "
                           "(dual-stack, IPv4 first), or one IPv6 (IPv6-only)")
-    if any(n.version == 6 for n in nets) and not ipv6:
-        raise ConfigError(f"{flag} {value!r} is {'dual-stack' if len(nets) == 2 else 'IPv6'}, "
-                          "which needs the alpha --ipv6-subnets")
     return nets
 
 
@@ -59,7 +55,7 @@ class Config:
     nb_failure_exit: float = 60.0               # seconds of failing NB writes before giving up
     lag_probe_interval: float = 30.0            # NB -> chassis lag probe (lagprobe.py); 0: off
     isolation: bool = True                      # tenant isolation between namespaces
-    ipv6_subnets: bool = False                  # alpha: accept IPv6 and dual-stack Subnets
+    ipv6_subnets: bool = False                  # IPv6 Subnets in a cluster of IPv4 networks
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
     multicast: bool = True                      # snooping, the gate, relay (controller/multicast.py)
     multicast_query_interval: int = names.MCAST_QUERY_INTERVAL
@@ -78,20 +74,25 @@ class Config:
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
 
     @property
+    def ipv6(self) -> bool:
+        """Does the cluster carry IPv6: its join network, service CIDR or
+        default Subnet has an IPv6 CIDR (a dual-stack or an IPv6-only
+        cluster), or --ipv6-subnets accepts IPv6 Subnets in an IPv4 one."""
+        return self.ipv6_subnets or any(":" in c for c in (
+            *_split(self.join_cidr), *_split(self.service_cidr), *_split(self.default_cidr)))
+
+    @property
     def families(self) -> tuple[int, ...]:
-        """The IP versions pods may have: IPv6 too with the alpha --ipv6-subnets."""
-        return (4, 6) if self.ipv6_subnets else (4,)
+        """The IP versions pods may have: IPv6 too in a cluster that carries it."""
+        return (4, 6) if self.ipv6 else (4,)
 
     def validate(self) -> "Config":
-        joins = _families("--join-cidr", self.join_cidr, self.ipv6_subnets)
-        _families("--service-cidr", self.service_cidr, self.ipv6_subnets)
+        joins = _families("--join-cidr", self.join_cidr)
+        _families("--service-cidr", self.service_cidr)
         defaults = [_cidr("--default-cidr", v.strip()) for v in self.default_cidr.split(",")]
         if len(defaults) > 2 or len({n.version for n in defaults}) != len(defaults):
             raise ConfigError(f"--default-cidr {self.default_cidr!r}: one CIDR, or one IPv4 and "
                               "one IPv6 (dual-stack)")
-        if any(n.version == 6 for n in defaults) and not self.ipv6_subnets:
-            raise ConfigError(f"--default-cidr {self.default_cidr!r} is IPv6 or dual-stack, which "
-                              "needs the alpha --ipv6-subnets")
         if any(n.overlaps(j) for n in defaults for j in joins if n.version == j.version):
             raise ConfigError(f"--default-cidr {self.default_cidr} overlaps --join-cidr {self.join_cidr}")
         if not 1 <= self.audit_rate <= 100000 or not 1 <= self.audit_burst <= 100000:

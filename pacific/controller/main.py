@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--default-subnet", default=_env("PACIFIC_DEFAULT_SUBNET", names.DEFAULT_SUBNET),
                    help="name of the default Subnet (created if missing) [PACIFIC_DEFAULT_SUBNET]")
     g.add_argument("--default-cidr", default=_env("PACIFIC_DEFAULT_CIDR", names.DEFAULT_CIDR),
-                   help="CIDR of the default Subnet when it is created; dual-stack (with the "
-                   "alpha --ipv6-subnets): an IPv4 and an IPv6 one, 10.16.0.0/16,fd00:16::/64 "
+                   help="CIDR of the default Subnet when it is created; dual-stack: an IPv4 "
+                   "and an IPv6 one, 10.16.0.0/16,fd00:16::/64; IPv6-only: one IPv6 "
                    "[PACIFIC_DEFAULT_CIDR]")
     g.add_argument("--default-gateway", default=_env("PACIFIC_DEFAULT_GATEWAY"),
                    help="gateway of the default Subnet (default: its first address) "
@@ -66,12 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--node-switch", default=_env("PACIFIC_NODE_SWITCH", names.JOIN_SWITCH),
                    help="name of the join switch carrying the nodes' ovn0 ports [PACIFIC_NODE_SWITCH]")
     g.add_argument("--join-cidr", default=_env("PACIFIC_JOIN_CIDR", names.JOIN_CIDR),
-                   help="CIDR of the join switch (node addresses) [PACIFIC_JOIN_CIDR]")
+                   help="CIDR of the join switch (node addresses); dual-stack: IPv4 first "
+                   "(100.64.0.0/16,fd00:64::/64); IPv6-only: one IPv6.  An IPv6 CIDR here, in "
+                   "--service-cidr or --default-cidr makes the cluster carry IPv6 (IPv6 "
+                   "Subnets accepted, every rule in both families) [PACIFIC_JOIN_CIDR]")
     g = p.add_argument_group("services")
     g.add_argument("--service-cidr", default=_env("PACIFIC_SERVICE_CIDR", names.SERVICE_CIDR),
                    help="kube-apiserver's --service-cluster-ip-range: no external IP may lie "
-                   "in it; dual-stack as the API server's, IPv4 first (10.96.0.0/12,fd00:96::/108, "
-                   "with --ipv6-subnets) (default: %(default)s)")
+                   "in it; dual-stack as the API server's, IPv4 first (10.96.0.0/12,fd00:96::/108), "
+                   "or IPv6-only (default: %(default)s)")
     g.add_argument("--external-ip-cidrs", default=_env("PACIFIC_EXTERNAL_IP_CIDRS", ""),
                    help="comma-separated CIDRs a Service's externalIPs must lie in (default: "
                    "none: no Service gets an external IP until the administrator names the "
@@ -108,11 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: %(default)s)")
     g.add_argument("--ipv6-subnets", action="store_true",
                    default=_env("PACIFIC_IPV6_SUBNETS", "false").lower() in ("true", "1", "yes"),
-                   help="alpha (issue 27, docs/dual-stack.md): accept IPv6 and dual-stack Subnets. "
-                   "Addresses, port security, tenant isolation, NetworkPolicy and "
-                   "ClusterNetworkPolicy hold for IPv6; Services, egress and node access do "
-                   "not carry IPv6 yet (such traffic is dropped).  Default: refused with a "
-                   "reason [PACIFIC_IPV6_SUBNETS=true]")
+                   help="accept IPv6 and dual-stack Subnets in a cluster whose join network "
+                   "and service CIDR are IPv4 only: isolation and policies hold for their "
+                   "IPv6, but it reaches no node, Service or outside (docs/dual-stack.md).  A "
+                   "cluster with an IPv6 --join-cidr, --service-cidr or --default-cidr accepts "
+                   "them without it.  Default: refused with a reason "
+                   "[PACIFIC_IPV6_SUBNETS=true]")
     g = p.add_argument_group("multicast")
     g.add_argument("--no-multicast", dest="multicast", action="store_false",
                    default=_env("PACIFIC_MULTICAST", "true").lower() not in ("false", "0", "no"),

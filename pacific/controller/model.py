@@ -305,8 +305,8 @@ class SubnetSpec:
 
 def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = (), ipv6: bool = False) -> SubnetSpec:
     """Validate a Subnet object's spec (CIDR, gateway, excludeIps).  IPv6 and
-    dual-stack CIDRs only with `ipv6` (the controller's alpha --ipv6-subnets):
-    until every feature holds for IPv6 (decision 0045) they are refused."""
+    dual-stack CIDRs only with `ipv6` (a cluster with IPv6: Config.ipv6): in
+    one whose networks are IPv4 only they are refused."""
     name = meta(obj).get("name", "")
     if name in reserved_names:
         raise SubnetSpecError(f"name {name!r} is reserved for Pacific's own switch")
@@ -316,13 +316,12 @@ def parse_subnet(obj: dict, reserved_names: tuple[str, ...] = (), ipv6: bool = F
         raise SubnetSpecError("spec.cidrBlock is required (e.g. 10.17.0.0/16)")
     nets = _per_family(raw, "spec.cidrBlock", _parse_cidr, "CIDRs")
     if 6 in nets and not ipv6:
-        # isolation, NetworkPolicy and private Subnets match IPv4 only: an IPv6
-        # Subnet, or the IPv6 half of a dual-stack one, would have no isolation
-        # at all (docs/security.md)
+        # the cluster writes no IPv6 rows (isolation's and policies' IPv6 twins,
+        # the nodes' routes): its pods' IPv6 would be unguarded and reach nothing
         raise SubnetSpecError(f"spec.cidrBlock {raw!r} is IPv6{' (dual-stack)' if 4 in nets else ''}"
-                              ", which Pacific does not carry in every feature yet: only IPv4 Subnets are accepted "
-                              "(an administrator may accept IPv6 with the controller's alpha "
-                              "--ipv6-subnets)")
+                              ", and this cluster's networks are IPv4 only: an administrator "
+                              "gives the controller's --join-cidr and --service-cidr an IPv6 "
+                              "CIDR (docs/dual-stack.md)")
     for version, net in nets.items():
         if net.num_addresses < 4:
             raise SubnetSpecError(f"spec.cidrBlock {str(net)!r} is too small (needs room for a "

@@ -55,7 +55,7 @@ class MulticastFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self._warnings = OnceEvents(ctl, "InvalidMulticast", LOG)
-        self.ipv6 = ctl.cfg.ipv6_subnets          # the gate's IPv6 twins (alpha)
+        self.ipv6 = ctl.cfg.ipv6          # the gate's IPv6 twins (a cluster with IPv6)
 
     def handlers(self):
         return {"namespaces": self._on_namespace}

@@ -49,7 +49,7 @@ class PodInfo:
     ip: str                            # its IPv4 address ("" on an IPv6-only Subnet)
     port: str                          # its logical switch port
     named_ports: tuple = ()            # ((name, number, protocol), ...)
-    ip6: str = ""                      # its IPv6 address, if any (dual-stack, alpha)
+    ip6: str = ""                      # its IPv6 address, if any (dual-stack)
 
     def address(self, family: int) -> str:
         return self.ip if family == 4 else self.ip6

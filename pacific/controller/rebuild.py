@@ -44,7 +44,7 @@ def restore_subnets(ctl) -> int:
                 continue
             try:
                 spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,),
-                                          ipv6=ctl.cfg.ipv6_subnets)
+                                          ipv6=ctl.cfg.ipv6)
                 ctl.ipam.add_subnet(spec.name, spec.cidr_block, gateway=spec.gateway_list,
                                     exclude=spec.exclude)
             except (model.SubnetSpecError, ipam_errors.IPAMError):

@@ -6,7 +6,7 @@ EndpointSlices (no I/O), so they are unit-tested on their own.
                        #  "[fd00:96::a]:80": "[fd00:16::5]:8080,[fd00:16::6]:8080"}
 
 One balancer per protocol in use.  Each of the Service's cluster IPs of the
-cluster's families (IPv6 too with the alpha --ipv6-subnets) and ports is a VIP;
+cluster's families (IPv6 too in a cluster with IPv6) and ports is a VIP;
 its backends are the ready, not terminating endpoints of that family (the
 slices of its addressType) whose port has the Service port's name and protocol (the controller-
 manager resolved named target ports per pod into that port number).  A VIP with

@@ -211,7 +211,7 @@ class SubnetFeature(Feature):
         self._ensure_finalizer(obj)
         try:
             spec = model.parse_subnet(obj, reserved_names=(ctl.cfg.join_switch,),
-                                          ipv6=ctl.cfg.ipv6_subnets)
+                                          ipv6=ctl.cfg.ipv6)
         except SubnetSpecError as exc:
             self._refuse(obj, "InvalidSpec", str(exc))
             return

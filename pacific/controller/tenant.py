@@ -23,7 +23,7 @@ OVN form (rows grow with tenants, not pods):
     ip4.src != $pt_T_ip4`: IPv4, also routed from another Subnet's switch;
   - `outport == @pt_T && arp && arp.spa == $pacific_isolated_ip4 &&
     arp.spa != $pt_T_ip4`: ARP, broadcast or unicast, on the sender's switch.
-  - with the alpha --ipv6-subnets (pods may have IPv6), the same by ip6.src, and
+  - in a cluster with IPv6 (pods may have it), the same by ip6.src, and
   - `outport == @pt_T && ip6 && ip6.src == {::, fe80::/10}`: IPv6 from a
     source no set can place (link-local, unspecified).
   A pod's port security admits nothing else: ARP only with the pod's own MAC
@@ -124,7 +124,7 @@ class TenantFeature(Feature):
     def __init__(self, ctl):
         super().__init__(ctl)
         self.globals = frozenset(ctl.cfg.global_namespaces)
-        self.ipv6 = ctl.cfg.ipv6_subnets          # IPv6's drops too (alpha)
+        self.ipv6 = ctl.cfg.ipv6          # IPv6's drops too (a cluster with IPv6)
         self._warnings = OnceEvents(ctl, "InvalidTenantLabel", LOG)
         self._audit_warnings = OnceEvents(ctl, "InvalidAudit", LOG)
         self._lock = threading.Lock()

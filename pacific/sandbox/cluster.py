@@ -92,8 +92,8 @@ class Sandbox:
         self.deploy = (bool(saved.get("deploy")) if deploy is None else deploy) \
             or self.central_pods
         self.kubelet = bool(kubelet) or self.deploy
-        # --dual-stack: the controllers accept IPv6 Subnets (alpha) and the
-        # default Subnet has an IPv6 CIDR too (names.SANDBOX_DUAL_STACK_CIDR)
+        # --dual-stack: the cluster's networks (join network, service CIDR,
+        # default Subnet) of both families (controllers.dual_stack_args)
         self.dual_stack = bool(saved.get("dual_stack")) if dual_stack is None else dual_stack
         # --ipv6-only: the cluster's networks (default Subnet, join network,
         # service CIDR, the Nodes' addresses) IPv6 only; the underlay stays

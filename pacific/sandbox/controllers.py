@@ -43,12 +43,12 @@ def controller_argv(sandbox, kubeconfig: str, identity: str, extra=()) -> list[s
 
 
 def dual_stack_args(sandbox) -> list[str]:
-    """A --dual-stack sandbox's controllers: IPv6 Subnets accepted (alpha), the
-    default Subnet, the service CIDR and the join network of both families;
-    an --ipv6-only sandbox's, of IPv6 only."""
+    """A --dual-stack sandbox's controllers: the default Subnet, the service
+    CIDR and the join network of both families (which makes the cluster carry
+    IPv6); an --ipv6-only sandbox's, of IPv6 only."""
     if not getattr(sandbox, "dual_stack", False):
         return []
-    return ["--ipv6-subnets", "--default-cidr", ",".join(families(
+    return ["--default-cidr", ",".join(families(
                 sandbox, names.DEFAULT_CIDR, names.SANDBOX_DEFAULT_CIDR6)),
             "--service-cidr", ",".join(service_cidrs(sandbox)),
             "--join-cidr", ",".join(families(sandbox, names.JOIN_CIDR, names.SANDBOX_JOIN_CIDR6))]

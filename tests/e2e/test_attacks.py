@@ -271,7 +271,10 @@ def test_4_a_pod_cannot_put_itself_into_another_namespace_s_subnet(env):
         r.delete(admin, r.SUBNETS, "bank-net")
 
 
-def test_4_an_ipv6_subnet_is_refused_until_isolation_covers_ipv6(env):
+def test_4_an_ipv6_subnet_is_refused_in_a_cluster_without_ipv6(env):
+    """The attacks' cluster is IPv4 only: an IPv6 Subnet's pods would have
+    IPv6 that no rule of this cluster guards, so it is refused, saying what
+    would make the cluster carry IPv6."""
     sb, admin, _ = env
     r.create(admin, r.SUBNETS, {"apiVersion": "pacific.io/v1", "kind": "Subnet",
                                 "metadata": {"name": "six"},
@@ -282,7 +285,7 @@ def test_4_an_ipv6_subnet_is_refused_until_isolation_covers_ipv6(env):
                 "conditions") or []
             return next((c["message"] for c in conds if c.get("status") == "False"), None)
         why = af.wait_until(refused, 30, what="the IPv6 Subnet refused")
-        assert "IPv6, which Pacific does not carry in every feature yet" in why, why
+        assert "IPv6, and this cluster's networks are IPv4 only" in why, why
     finally:
         r.delete(admin, r.SUBNETS, "six")
 

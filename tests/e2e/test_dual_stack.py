@@ -1,5 +1,5 @@
-"""Dual-stack Subnets (issue 27, alpha: the controller's --ipv6-subnets, in a
-`--dual-stack` sandbox, whose default Subnet is dual-stack too) with real
+"""Dual-stack Subnets (issue 27, in a `--dual-stack` sandbox, whose join
+network, service CIDR and default Subnet are dual-stack too) with real
 packets: pods get an address of each family and talk over both, across
 nodes and Subnets; tenant isolation and NetworkPolicy's isolation hold for
 IPv6, also for link-local sources; a refused family is named."""

@@ -59,7 +59,7 @@ def test_a_new_leader_rebuilds_both_families_from_the_ip_objects():
     assert {k: nxt.ipam.lookup(k).ips for k in want} == want
 
 
-def test_without_the_switch_an_ipv6_subnet_is_refused_and_nothing_is_programmed():
+def test_in_a_cluster_without_ipv6_an_ipv6_subnet_is_refused_and_nothing_is_programmed():
     ctl = make_controller()
     drain(ctl)
     ctl.kube.add(r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
@@ -68,7 +68,8 @@ def test_without_the_switch_an_ipv6_subnet_is_refused_and_nothing_is_programmed(
     drain(ctl)
     assert ctl.feature("subnet").spec("six") is None
     cond = r.get(ctl.kube, r.SUBNETS, "six")["status"]["conditions"][0]
-    assert cond["status"] == "False" and "--ipv6-subnets" in cond["message"]
+    assert cond["status"] == "False" and "this cluster's networks are IPv4 only" in \
+        cond["message"] and "--join-cidr" in cond["message"]
     assert not [c for c in ctl.writer.commands(ensure.EnsureSwitch) if c.name == "six"]
 
 

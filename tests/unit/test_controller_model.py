@@ -107,11 +107,12 @@ def test_config_validation():
         Config(nb_remote="unix:/x", default_cidr="100.64.0.0/10").validate()
 
 
-def test_a_dual_stack_default_subnet_needs_the_alpha_switch_and_one_cidr_per_family():
+def test_a_dual_stack_default_subnet_makes_the_cluster_carry_ipv6_one_cidr_per_family():
     dual = "10.16.0.0/16,fd00:16::/64"
-    assert Config(nb_remote="unix:/x", default_cidr=dual, ipv6_subnets=True).validate()
-    with pytest.raises(ConfigError, match="needs the alpha --ipv6-subnets"):
-        Config(nb_remote="unix:/x", default_cidr=dual).validate()
+    assert Config(nb_remote="unix:/x", default_cidr=dual).validate().families == (4, 6)
+    assert Config(nb_remote="unix:/x").validate().families == (4,)
+    # --ipv6-subnets: IPv6 Subnets in a cluster whose networks are IPv4
+    assert Config(nb_remote="unix:/x", ipv6_subnets=True).validate().families == (4, 6)
     with pytest.raises(ConfigError, match="one IPv4 and one IPv6"):
         Config(nb_remote="unix:/x", default_cidr="10.16.0.0/16,10.17.0.0/16",
                ipv6_subnets=True).validate()
@@ -153,11 +154,12 @@ def test_a_pod_may_ask_only_for_the_subnets_bound_to_its_namespace():
     assert model.subnets_of_namespace("other", None, subnets, "ovn-default") == {"ovn-default"}
 
 
-def test_an_ipv6_subnet_is_refused_until_isolation_holds_for_it():
-    with pytest.raises(model.SubnetSpecError, match="IPv6, which Pacific does not carry"):
+def test_an_ipv6_subnet_is_refused_in_a_cluster_without_ipv6():
+    with pytest.raises(model.SubnetSpecError, match="IPv6, and this cluster's networks are "
+                       "IPv4 only: an administrator gives the controller's --join-cidr"):
         model.parse_subnet(subnet("v6", "fd00:10::/64"))
-    # dual-stack (kube-ovn's "v4,v6") too: its IPv6 half would not be isolated
-    with pytest.raises(model.SubnetSpecError, match=r"IPv6 \(dual-stack\), which Pacific does not"):
+    # dual-stack (kube-ovn's "v4,v6") too: its IPv6 half would be unguarded
+    with pytest.raises(model.SubnetSpecError, match=r"IPv6 \(dual-stack\), and this cluster"):
         model.parse_subnet(subnet("dual", "10.17.0.0/16, fd00:10::/64"))
 
 
@@ -189,14 +191,12 @@ def test_a_subnet_names_at_most_one_cidr_and_gateway_per_family(cidr, gateway, m
         model.parse_subnet(subnet("s", cidr, **extra))
 
 
-def test_a_dual_stack_service_cidr_ipv4_first_and_behind_the_alpha_switch():
+def test_a_dual_stack_service_cidr_ipv4_first_makes_the_cluster_carry_ipv6():
     dual = "10.96.0.0/12,fd00:96::/108"
-    cfg = Config(nb_remote="unix:/x", service_cidr=dual, ipv6_subnets=True).validate()
-    assert cfg.service_cidrs == ["10.96.0.0/12", "fd00:96::/108"]
+    cfg = Config(nb_remote="unix:/x", service_cidr=dual).validate()
+    assert cfg.service_cidrs == ["10.96.0.0/12", "fd00:96::/108"] and cfg.families == (4, 6)
     assert cfg.service_cidr_of(4) == "10.96.0.0/12" and cfg.service_cidr_of(6) == "fd00:96::/108"
     assert Config(nb_remote="unix:/x").validate().service_cidr_of(6) is None
-    with pytest.raises(ConfigError, match="needs the alpha --ipv6-subnets"):
-        Config(nb_remote="unix:/x", service_cidr=dual).validate()
     for bad in ("fd00:96::/108,10.96.0.0/12", "10.96.0.0/12,10.112.0.0/12",
                 "fd00:96::/108,fd00:97::/108"):
         with pytest.raises(ConfigError, match="one IPv4 CIDR, one IPv4 and one IPv6"):
@@ -205,12 +205,10 @@ def test_a_dual_stack_service_cidr_ipv4_first_and_behind_the_alpha_switch():
 
 def test_an_ipv6_only_cluster_has_an_ipv6_join_network_and_service_cidr():
     cfg = Config(nb_remote="unix:/x", join_cidr="fd00:64::/64", service_cidr="fd00:96::/108",
-                 default_cidr="fd00:16::/64", ipv6_subnets=True).validate()
+                 default_cidr="fd00:16::/64").validate()
+    assert cfg.ipv6 and cfg.families == (4, 6)
     assert (cfg.join_cidr_of(4), cfg.join_cidr_of(6)) == (None, "fd00:64::/64")
     assert (cfg.join_gateway, cfg.join_gateway_of(6), cfg.join_gateway_of(4)) == \
         ("fd00:64::1", "fd00:64::1", None)
     assert cfg.join_networks == ["fd00:64::1/64"] and cfg.join_prefixlen == 64
     assert (cfg.service_cidr_of(4), cfg.service_cidr_of(6)) == (None, "fd00:96::/108")
-    for flag, value in (("join_cidr", "fd00:64::/64"), ("service_cidr", "fd00:96::/108")):
-        with pytest.raises(ConfigError, match="is IPv6, which needs the alpha --ipv6-subnets"):
-            Config(nb_remote="unix:/x", **{flag: value}).validate()

@@ -52,7 +52,7 @@ def test_the_three_families_of_a_sandboxs_cluster(sandbox_dir):
         names.SERVICE_CIDR]
     assert controllers.service_cidrs(dual) == [names.SERVICE_CIDR, names.SANDBOX_SERVICE_CIDR6]
     args = controllers.dual_stack_args(six)
-    assert args == ["--ipv6-subnets", "--default-cidr", names.SANDBOX_DEFAULT_CIDR6,
+    assert args == ["--default-cidr", names.SANDBOX_DEFAULT_CIDR6,
                     "--service-cidr", names.SANDBOX_SERVICE_CIDR6,
                     "--join-cidr", names.SANDBOX_JOIN_CIDR6]
     assert six.dual_stack and six.central_ip6      # the underlay keeps both families
