@@ -87,10 +87,9 @@ def ensure(ctl) -> None:
         lambda api: EnsurePortGroup(api, names.EFW_EXITS_GROUP, ids),
         *(lambda api, f=f: EnsureAddressSet(
             api, names.family_set_name(names.SERVICE_SOURCES_SET, f), ids)
-          for f in (4, 6) if cfg.join_cidr_of(f)),
+          for f in cfg.join_families),
         lambda api: EnsureACLs(api, cfg.join_switch, service_source_acls(
-            {f: c for f in (4, 6) if cfg.join_cidr_of(f) and (c := cfg.service_cidr_of(f))},
-            ids), table=LS),
+            {f: c for f in cfg.join_families if (c := cfg.service_cidr_of(f))}, ids), table=LS),
     ]
     ctl.writer.run(builders, what="startup topology")
     with ctl.ipam_lock:

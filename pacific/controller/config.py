@@ -148,6 +148,11 @@ class Config:
         return _of(self.join_cidrs, version)
 
     @property
+    def join_families(self) -> tuple[int, ...]:
+        """The IP versions of the join network, in its order (IPv4 first)."""
+        return tuple(ipaddress.ip_network(c).version for c in self.join_cidrs)
+
+    @property
     def join_gateways(self) -> list[str]:
         """The cluster router's address on the join switch, per family."""
         return [str(ipaddress.ip_network(c).network_address + 1) for c in self.join_cidrs]

@@ -76,7 +76,6 @@ HOLD_INFORMERS = {"egressips": informers.EGRESSIPS, "namespaces": informers.NAME
                   "services": informers.SERVICES}
 
 
-JOIN_FAMILIES = (4, 6)      # IPv4 first, as the join network's families are ordered
 DEFAULT_ROUTE = {4: "0.0.0.0/0", 6: "::/0"}
 
 
@@ -190,11 +189,9 @@ class EgressFeature(Feature):
         Subnets), its default route via the join gateway."""
         cfg, specs, routes = self.ctl.cfg, [], {}
         subnets = self.ctl.informer("subnets").list()
-        for f in JOIN_FAMILIES:
-            if not (join := cfg.join_cidr_of(f)):
-                continue
+        for f in cfg.join_families:
             cidrs = sorted({c for s in subnets if (c := contract.subnet_cidr_in_effect(s, f))}
-                           | {join})
+                           | {cfg.join_cidr_of(f)})
             specs += [(names.PRIO_POLICY_NODE_LOCAL, f"ip{f}.dst == {{{', '.join(cidrs)}}}",
                        "allow", []),
                       (names.PRIO_POLICY_NODE_LOCAL,
@@ -229,9 +226,9 @@ class EgressFeature(Feature):
             pods = list(self._by_node.get(node, {}).values())
         held = self.held() if self.v6 else None
         specs, rows, said = [], [], []
-        for f in JOIN_FAMILIES:     # the families of the join network ovn0 has
+        for f in self.ctl.cfg.join_families:
             via = rec.address(f)
-            if not via or not self.ctl.cfg.join_cidr_of(f):
+            if not via:         # a record of a join network without that family
                 continue
             set_name = names.family_set_name(as_name, f)
             want = {ip for ip, _, _, _ in pods if ip} if f == 4 else \

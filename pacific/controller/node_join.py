@@ -49,8 +49,8 @@ def source_set_builders(source, op) -> list:
     """Add (or remove, by `op`) a node's service source to the set of each
     of its addresses' family (a set holds one family: OVN drops a flow whose
     set mixes them)."""
-    sets = {False: names.SERVICE_SOURCES_SET, True: names.SERVICE_SOURCES_SET6}
-    return [lambda api, ip=ip: op(api, sets[":" in ip], [ip]) for ip in source.ips]
+    return [lambda api, ip=ip: op(api, names.family_set_name(
+        names.SERVICE_SOURCES_SET, 6 if ":" in ip else 4), [ip]) for ip in source.ips]
 
 
 class NodeFeature(Feature):

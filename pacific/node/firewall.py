@@ -423,12 +423,8 @@ class HostFirewall(NodeFeature):
     def join_cidr_of(self, family: int) -> str | None:
         """The join network of IP `family`, from the controller's record on
         this Node (None before it, or without that family)."""
-        try:
-            rec = NodeRecord.of(self.nodes.get(self.node_name))
-        except ContractError:
-            return None
-        cidr = rec.cidr(family) if rec else ""
-        return str(ipaddress.ip_interface(cidr).network) if cidr else None
+        return next((c for c in frontends.join_networks(self.nodes.get(self.node_name))
+                     if ipaddress.ip_network(c).version == family), None)
 
     @staticmethod
     def _holds_infrastructure(cidr: str, infra: set[str]) -> bool:
