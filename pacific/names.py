@@ -326,6 +326,12 @@ OVN_CENTRAL_PORTS = (OVN_NB_PORT, OVN_SB_PORT, OVN_NB_RAFT_PORT, OVN_SB_RAFT_POR
 # paths: the management port, a centralized gateway's transit port and its bridge
 # (node/egressgw.py, node/egresssnat.py), and the host's own loopback
 POD_SOURCE_INTERFACES = ("lo", MGMT_PORT, EGRESS_PORT, EGRESS_BRIDGE)
+# the underlay's encapsulation and liveness ports (issue 51, decision 0051): a chassis
+# takes what arrives there from a peer's address as that peer's own, so no pod or join
+# source may send to them, to any address: Geneve, VXLAN, BFD (single hop, echo,
+# multihop) over UDP, STT over TCP
+UNDERLAY_UDP_PORTS = (6081, 4789, 3784, 3785, 4784)
+UNDERLAY_TCP_PORTS = (7471,)
 # the OVSDB TLS files in deploy/: the controller's from Secret pacific-ovn-tls, each
 # node's own in this host directory (the same path inside and out: ovn-controller reads it)
 OVN_TLS_DIR = "/etc/pacific/ovn-tls"

@@ -23,6 +23,8 @@ change):
                        @ovn_central:@ovn_ports, or to @host_ports: drop
     chain guard-forward (filter, forward, before `forward`)  from @internal_cidrs to
                        @ovn_central:@ovn_ports, or to @node_addrs:@host_ports: drop
+                       (both guards also: from @internal_cidrs to the tunnel and BFD
+                       ports, names.UNDERLAY_*_PORTS, of any address: drop, decision 0051)
     chain egress-mark  (filter, prerouting)  what a centralized gateway receives on
                        pegress0 is marked, so its replies go back there
                        (pacific.node.egressgw)
@@ -49,7 +51,9 @@ change):
 
 A drop in a guard chain is final whatever the later chains accept: pods reach
 neither OVN's databases (whether they speak TCP or TLS) nor the daemons' HTTP
-endpoints (whatever address those bind), through this node or any other.
+endpoints (whatever address those bind), through this node or any other, nor
+any chassis' Geneve port (a forged tunnel packet, masqueraded as this node,
+would be decapsulated as this node's own before any firewall sees it).
 
 Pod <-> pod, pod <-> Service and pod <-> node traffic never leaves by the
 masquerade rule (its destination is in @cluster_cidrs).  A change of Subnets
@@ -75,7 +79,7 @@ log = logging.getLogger(__name__)
 TABLE = "pacific"
 FAMILY = "inet"
 REPAIR = 5.0
-GENEVE_PORT = 6081
+GENEVE_PORT = names.UNDERLAY_UDP_PORTS[0]
 _T = {"family": FAMILY, "table": TABLE}          # how sets, chains, rules name their table
 _TABLE = {"family": FAMILY, "name": TABLE}      # the table object itself
 
@@ -92,9 +96,33 @@ _saddr, _daddr = _address("ip", "saddr"), _address("ip", "daddr")
 _saddr6, _daddr6 = _address("ip6", "saddr"), _address("ip6", "daddr")
 
 
-def _tcp_dport(right):
-    return {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}},
-                      "right": right}}
+def _dport(protocol: str):
+    def match(right):
+        return {"match": {"op": "==", "left": {"payload": {"protocol": protocol,
+                                                           "field": "dport"}},
+                          "right": right}}
+    return match
+
+
+_tcp_dport, _udp_dport = _dport("tcp"), _dport("udp")
+# the underlay's tunnel and BFD ports (names.UNDERLAY_*_PORTS), which no pod or
+# join source reaches at any address (decision 0051)
+_UNDERLAY_PORTS = ((_udp_dport, {"set": list(names.UNDERLAY_UDP_PORTS)}),
+                   (_tcp_dport, {"set": list(names.UNDERLAY_TCP_PORTS)}))
+
+
+def _underlay_guards(saddr, internal: str, tail: str = "") -> list[tuple[str, str, list]]:
+    """The guard rules that keep pod and join sources (set `internal`) from the
+    tunnel and BFD ports of every address, through this node (forward: another
+    node, whatever the masquerade makes of the source) and into it (input).  A
+    chassis decapsulates what arrives at its Geneve port from a peer's address
+    inside Open vSwitch, before any firewall of its own: only the sending node
+    can stop a pod's forged tunnel packet."""
+    return [(chain, f"pacific-underlay-{proto}{where}{tail}",
+             [saddr("==", internal), *local, dport(ports), {"drop": None}])
+            for chain, where, local in (("guard-input", "-in", [_NOT_LOCAL]),
+                                        ("guard-forward", "-fwd", []))
+            for proto, (dport, ports) in zip(("udp", "tcp"), _UNDERLAY_PORTS)]
 
 
 def _iifname(op, right):
@@ -140,6 +168,8 @@ RULES = [  # (chain, comment, expressions)
     ("guard-forward", "pacific-host-ports-fwd",
      [_saddr("==", "@internal_cidrs"), _daddr("==", "@node_addrs"), _tcp_dport("@host_ports"),
       {"drop": None}]),
+    # issue 51: ... nor the underlay's tunnel and BFD ports, anywhere
+    *_underlay_guards(_saddr, "@internal_cidrs"),
     # a centralized gateway's connections (in on pegress0): their replies are
     # marked, and an ip rule routes them back to pegress0 (node/egressgw.py)
     ("egress-mark", "pacific-gateway-in",
@@ -189,6 +219,7 @@ RULES = [  # (chain, comment, expressions)
      [_saddr6("==", "@internal_cidrs6"), _tcp_dport("@ovn_ports"), {"drop": None}]),
     ("guard-forward", "pacific-host-ports-fwd-6",
      [_saddr6("==", "@internal_cidrs6"), _tcp_dport("@host_ports"), {"drop": None}]),
+    *_underlay_guards(_saddr6, "@internal_cidrs6", "-6"),
     ("postrouting", "pacific-masquerade-6",
      [_saddr6("==", "@nat_cidrs6"), _daddr6("!=", "@cluster_cidrs6"), {"masquerade": None}]),
     ("postrouting", "pacific-to-nodes-masquerade-6",

@@ -907,7 +907,10 @@ def test_clusternetworkpolicy_a_tenant_can_neither_write_one_nor_lift_an_admin_d
             "spec": {"podSelector": {}, "ingress": [{}], "policyTypes": ["Ingress"]}}, ATK)
         r.patch_merge(atk, r.PODS, "cnp-server", {"metadata": {"labels": {"app": "escaped"}}},
                       ATK)
-        time.sleep(1.0)        # the tenant's changes applied (a window: nothing to wait on)
+        # the tenant's policy written by the controller, then applied on every chassis
+        wait_until(lambda: _acls_owned(sb, names.OWNER_KIND_POLICY, f"{ATK}/allow-everything")
+                   > 0, 30, what="the tenant's allow-everything ACLs in NB")
+        sb.nbctl("--wait=hv", "sync")
         assert not af.reach(sb, client_pod.netns, "tcp", server_ip, PORT), \
             "the tenant's NetworkPolicy or relabel lifted an Admin-tier Deny"
         assert af.reach(sb, client_pod.netns, "udp", server_ip, PORT)
@@ -962,15 +965,20 @@ def test_clusternetworkpolicy_an_admin_egress_deny_holds_through_a_service_clust
         r.delete(admin, r.SERVICES, "to-guarded", ATK)
 
 
-def _dry_run_observers(sb, owner: str) -> int:
+def _acls_owned(sb, kind: str, owner: str) -> int:
+    """How many ACLs in NB carry owner `kind`/`owner` in their external_ids."""
     from pacific.ovn.nb import NorthboundAPI
     nb = NorthboundAPI(sb.nb_remote)
     try:
         return sum(1 for row in nb.tables["ACL"].rows.values()
-                   if row.external_ids.get(names.EXT_OWNER_KIND) == names.OWNER_KIND_DRY_RUN
+                   if row.external_ids.get(names.EXT_OWNER_KIND) == kind
                    and row.external_ids.get(names.EXT_OWNER) == owner)
     finally:
         nb.close()
+
+
+def _dry_run_observers(sb, owner: str) -> int:
+    return _acls_owned(sb, names.OWNER_KIND_DRY_RUN, owner)
 
 
 def test_audit_a_tenant_can_neither_audit_isolation_nor_open_anything_with_a_dry_run(env):
@@ -1009,3 +1017,75 @@ def test_audit_a_tenant_can_neither_audit_isolation_nor_open_anything_with_a_dry
     finally:
         for name in ("deny-egress", "dry-open"):
             r.delete(admin, r.NETWORKPOLICIES, name, ATK)
+
+
+# --- issue 51: pods never reach the underlay's tunnel ports ---
+# A pod writes a Geneve header into an ordinary UDP datagram to another node's
+# Geneve port: OVN's metadata option with the victim switch's datapath key and
+# the victim port's key, around a frame forged as another pod of the victim's
+# tenant.  Leaving masqueraded as its node, it would be decapsulated by the
+# receiving chassis as its peer's own and delivered past isolation and policy.
+# The same datagram from node1's host (a chassis: its Geneve is the real
+# thing) is the positive control, sent after each attack on the same path.
+TUNNEL_SINK_PORT = 7351
+_GENEVE = r'''
+import socket, struct, sys
+(dst, vni, inport, outport, mac_dst, mac_src, src, ip_dst, port, payload) = sys.argv[1:]
+data = payload.encode()
+udp = struct.pack("!HHHH", 40001, int(port), 8 + len(data), 0) + data
+hdr = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(udp), 1, 0, 64, 17, 0,
+                  socket.inet_aton(src), socket.inet_aton(ip_dst))
+s = sum((hdr[i] << 8) + hdr[i + 1] for i in range(0, 20, 2))
+while s >> 16:
+    s = (s & 0xFFFF) + (s >> 16)
+hdr = hdr[:10] + struct.pack("!H", ~s & 0xFFFF) + hdr[12:]
+frame = (bytes.fromhex(mac_dst.replace(":", "")) + bytes.fromhex(mac_src.replace(":", ""))
+         + b"\x08\x00" + hdr + udp)
+# Geneve: 2 words of options, C (a critical option), Transparent Ethernet Bridging,
+# the VNI (OVN: the datapath's key); option class 0x0102 type 0x80 (OVN's metadata):
+# the logical ingress port's key (15 bits) and egress port's key (16 bits)
+geneve = (struct.pack("!BBHI", 2, 0x40, 0x6558, int(vni) << 8)
+          + struct.pack("!HBBI", 0x0102, 0x80, 1, (int(inport) & 0x7FFF) << 16 | int(outport)))
+with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    sock.sendto(geneve + frame, (dst, 6081))
+'''
+
+
+def _tunnel_keys(sb, port: str) -> tuple[str, str]:
+    """(the datapath's tunnel key, the port's) of logical port `port` in SB."""
+    out = sb.sbctl("--bare", "--columns=datapath,tunnel_key", "find", "Port_Binding",
+                   f'logical_port="{port}"').split()
+    return sb.sbctl("get", "Datapath_Binding", out[0], "tunnel_key").strip(), out[1]
+
+
+def test_tunnel_a_pod_s_forged_geneve_reaches_no_pod_through_another_node(env):
+    """From the attacker's pod on node1 to node2's underlay address, Geneve
+    port: a frame forged as victim pod v1 to victim pod `sink` on node2 (same
+    tenant, so isolation would let it pass once decapsulated).  The control
+    from node1's host is delivered every round; the attack never is."""
+    sb, admin, atk = env
+    target = cnipods.add_pod(sb, VIC, "tsink", "node2", api=admin)
+    forger = af.tenant_pod(sb, atk, admin, ATK, "forger", "node1")
+    try:
+        source, sink_rec = _record(admin, VIC, "v1"), _record(admin, VIC, "tsink")
+        vni, out_key = _tunnel_keys(sb, sink_rec.port)
+        _, in_key = _tunnel_keys(sb, source.port)
+        node2 = sb.node("node2")
+        sink = af.UdpSink(target.netns, TUNNEL_SINK_PORT)
+        try:
+            for rnd in range(3):
+                for who, netns in ((f"attack-{rnd}", forger.netns),
+                                   (f"control-{rnd}", sb.node("node1").netns)):
+                    sb.exec(netns, [sys.executable, "-c", _GENEVE, node2.underlay_ip, vni,
+                                    in_key, out_key, sink_rec.mac, source.mac, source.ip,
+                                    sink_rec.ip, str(TUNNEL_SINK_PORT), who], timeout=30)
+                af.wait_until(lambda rnd=rnd: any(line.startswith(f"control-{rnd} ")
+                                                  for line in sink.lines()), 30,
+                              what=f"node1's own Geneve datagram {rnd} at the sink")
+            got = [line for line in sink.lines() if line.startswith("attack-")]
+            assert got == [], f"a pod's forged Geneve reached another tenant's pod: {got}"
+        finally:
+            sink.close()
+    finally:
+        cnipods.delete_pod(sb, ATK, "forger", api=admin)
+        cnipods.delete_pod(sb, VIC, "tsink", api=admin)

@@ -94,6 +94,30 @@ def test_the_underlay_guard_spares_ovns_own_paths():
                                                          names.EGRESS_BRIDGE}
 
 
+def test_no_pod_or_join_source_reaches_a_tunnel_or_bfd_port_at_any_address():
+    """Issue 51 (decision 0051): Geneve, VXLAN, STT and BFD ports dropped from
+    @internal_cidrs (IPv4 and IPv6) into this node and through it, towards
+    every destination: no rule names one, so no masquerade or unknown
+    tunnel endpoint address lets one through."""
+    want = {("udp", p) for p in (6081, 4789, 3784, 3785, 4784)} | {("tcp", 7471)}
+    for chain, internal in (("guard-input", "@internal_cidrs"),
+                            ("guard-forward", "@internal_cidrs"),
+                            ("guard-input", "@internal_cidrs6"),
+                            ("guard-forward", "@internal_cidrs6")):
+        got = set()
+        for comment, expr in _rules(chain):
+            if not comment.startswith("pacific-underlay-"):
+                continue
+            fields = {m["match"]["left"].get("payload", {}).get("field"): m["match"]
+                      for m in expr if "match" in m}
+            if fields["saddr"]["right"] != internal:
+                continue
+            assert "daddr" not in fields and expr[-1] == {"drop": None}, comment
+            dport = fields["dport"]
+            got |= {(dport["left"]["payload"]["protocol"], p) for p in dport["right"]["set"]}
+        assert got == want, (chain, internal, got)
+
+
 def test_wanted_sets():
     subnets = Cache([{"metadata": {"name": "a"}, "status": {"cidrBlock": "10.16.0.0/16"},
                       "spec": {}}])
