@@ -120,7 +120,7 @@ class IPAM:
         seconds since the epoch (the refusals say when an address is free)."""
         self.on_allocated = on_allocated
         self._quarantine = Quarantine(quarantine)
-        self._clock = clock
+        self.clock = clock
         self._lock = threading.RLock()
         self._pools: dict[str, tuple[Pool, ...]] = {}    # name -> a pool per family
         self._owners: dict[str, Allocation] = {}
@@ -301,7 +301,7 @@ class IPAM:
         # the key ("namespace/pod") is also the pod informer's cache key: one copy
         owner_key = sys.intern(owner_key)
         with self._lock:
-            now = self._clock()
+            now = self.clock()
             self._expire(now)
             pools = self._pool(subnet)
             want_mac = normalize_mac(mac) if mac else None
@@ -368,13 +368,13 @@ class IPAM:
             except IPAMError:
                 return False      # excluded, the gateway...
             pool.free(off, quarantined=True)
-            self._quarantine.add(pool.name, text, None, self._clock())
+            self._quarantine.add(pool.name, text, None, self.clock())
             return True
 
     def quarantined(self, ip: str) -> float | None:
         """When a quarantined address is free again (clock time), else None."""
         with self._lock:
-            self._expire(self._clock())
+            self._expire(self.clock())
             pool = self._pool_holding(ip)
             if pool is None:
                 return None
@@ -389,7 +389,7 @@ class IPAM:
                 return None
             if self._macs.get(alloc.mac) == owner_key:
                 del self._macs[alloc.mac]
-            now, hold = self._clock(), bool(self._quarantine)
+            now, hold = self.clock(), bool(self._quarantine)
             self._expire(now)
             for pool in self._pools.get(alloc.subnet, ()):
                 for ip in alloc.ips:
