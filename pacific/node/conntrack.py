@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
 
 from pacific.node import unixctl
 
@@ -64,10 +63,12 @@ def entries_of(dump: str, ips: set[str]) -> list[tuple[int, str]]:
         proto = line.split(",", 1)[0].strip()
         family = "ct_ipv6" if ":" in (o.get("src") or "") else "ct_nw"
         tup = [f"{family}_src={o.get('src')}", f"{family}_dst={o.get('dst')}"]
-        if proto in PROTOCOLS:
+        if proto in PROTOCOLS:       # the whole tuple: userspace looks it up exactly
             tup.append(f"ct_nw_proto={PROTOCOLS[proto]}")
             if "sport" in o and "dport" in o:
                 tup += [f"ct_tp_src={o['sport']}", f"ct_tp_dst={o['dport']}"]
+            elif "id" in o:
+                tup += [f"icmp_{k}={o[k]}" for k in ("id", "type", "code") if k in o]
         out.append((int(zone.group(1)) if zone else 0, ",".join(tup)))
     return sorted(set(out))
 
@@ -84,28 +85,30 @@ def flush_ovs(ctl: str | None, ips: set[str], zone: int | None) -> int:
         unixctl.call(ctl, "dpctl/flush-conntrack", [f"zone={zone}"])
         calls += 1
     for z, tup in entries_of(unixctl.call(ctl, "dpctl/dump-conntrack", []), ips):
-        unixctl.call(ctl, "dpctl/flush-conntrack", [f"zone={z}", tup])
+        try:
+            unixctl.call(ctl, "dpctl/flush-conntrack", [f"zone={z}", tup])
+        except unixctl.UnixctlError as exc:     # expired since the dump: gone already
+            log.debug("flush of zone %d %s: %s", z, tup, exc)
         calls += 1
     return calls
 
 
 def flush_kernel(ips: set[str]) -> int:
-    """Delete the host kernel's entries of `ips`; how many."""
+    """Delete the host kernel's entries of `ips` (original source or
+    destination, reply source), found in one dump and matched here (the
+    kernel's own tuple filter refuses IPv6 on some kernels); how many."""
     from pyroute2 import Conntrack
-    from pyroute2.netlink.nfnetlink.nfctsocket import NFCTAttrTuple
     n = 0
     with Conntrack() as ct:
-        for ip in sorted(ips):
-            family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-            for how in ({"tuple_orig": NFCTAttrTuple(family=family, saddr=ip)},
-                        {"tuple_orig": NFCTAttrTuple(family=family, daddr=ip)},
-                        {"tuple_reply": NFCTAttrTuple(family=family, saddr=ip)}):
-                for entry in list(ct.dump_entries(**how)):
-                    try:
-                        ct.delete(entry)
-                        n += 1
-                    except OSError:     # gone meanwhile
-                        continue
+        for entry in list(ct.dump_entries()):
+            o, r = entry.tuple_orig, entry.tuple_reply
+            if not {o.saddr, o.daddr, r.saddr} & ips:
+                continue
+            try:
+                ct.delete(entry)
+                n += 1
+            except OSError:     # gone meanwhile
+                continue
     return n
 
 

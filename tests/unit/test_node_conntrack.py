@@ -19,7 +19,8 @@ udp,orig=(src=fd00:16::9,dst=fd00:16::5,sport=53,dport=53),reply=(src=fd00:16::5
 def test_entries_of_finds_the_addresses_in_either_direction_by_their_original_tuple():
     got = conntrack.entries_of(DUMP, {"10.16.0.5", "fd00:16::5"})
     assert got == [
-        (0, "ct_nw_src=10.16.0.5,ct_nw_dst=10.16.0.9,ct_nw_proto=1"),
+        (0, "ct_nw_src=10.16.0.5,ct_nw_dst=10.16.0.9,ct_nw_proto=1,icmp_id=7,icmp_type=8,"
+            "icmp_code=0"),
         (4, "ct_ipv6_src=fd00:16::9,ct_ipv6_dst=fd00:16::5,ct_nw_proto=17,ct_tp_src=53,"
             "ct_tp_dst=53"),
         # a load-balanced connection to it: the reply's source, flushed by the original
@@ -44,7 +45,7 @@ def test_flush_ovs_flushes_the_zone_and_each_entry(monkeypatch):
     assert conntrack.flush_ovs("/run/ovs.ctl", {"10.16.0.5"}, 12) == 3
     assert calls[0] == ("dpctl/flush-conntrack", ["zone=12"])
     assert ("dpctl/flush-conntrack", ["zone=0", "ct_nw_src=10.16.0.5,ct_nw_dst=10.16.0.9,"
-                                      "ct_nw_proto=1"]) in calls
+                                      "ct_nw_proto=1,icmp_id=7,icmp_type=8,icmp_code=0"]) in calls
     calls.clear()
     monkeypatch.setattr(unixctl, "call", lambda *a, **k: "")     # a repeated DEL: nothing
     assert conntrack.flush_ovs("/run/ovs.ctl", {"10.16.0.5"}, None) == 0
