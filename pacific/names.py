@@ -99,6 +99,7 @@ CONTROLLER_NAME = "pacific-controller"            # Event source, created-by, le
 CONTROLLER_LEASE_NAMESPACE = "pacific-system"   # where deploy/ grants the Lease (Role pacific-controller-leader)
 SUBNET_FINALIZER = "pacific.io/subnet-protection"  # refuses delete while addresses are in use
 OWNER_KIND_STATEFULSET = "StatefulSet"             # IP objects kept across pod re-creation
+ADDRESS_QUARANTINE = 60.0     # s a released address goes to no other holder (ipam/quarantine.py)
 
 # --- Logical topology names ----------------------------------------------------
 CLUSTER_ROUTER = "pacific-cluster"

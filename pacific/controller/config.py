@@ -72,6 +72,7 @@ class Config:
     endpointslice_version: str = "v1"           # what the API server serves (main discovers it)
     event_burst: int = 20                       # Events per namespace at once (kube/budget.py)
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
+    address_quarantine: float = names.ADDRESS_QUARANTINE   # s a released address rests
 
     @property
     def ipv6(self) -> bool:
@@ -125,6 +126,9 @@ class Config:
             raise ConfigError("--workers must be at least 1")
         if self.event_burst < 1 or self.event_rate < 0:
             raise ConfigError("--event-burst must be at least 1 and --event-rate at least 0")
+        if not 0 <= self.address_quarantine <= 86400:
+            raise ConfigError(f"--address-quarantine {self.address_quarantine:g} is outside "
+                              "0..86400 s")
         if self.batch_max < 1:
             raise ConfigError("--batch-max must be at least 1")
         return self

@@ -50,7 +50,7 @@ class Controller:
         self.cfg = cfg
         self.kube = kube_api
         self.nb = nb_api
-        self.ipam = IPAM(on_allocated=metrics.ipam_allocated)
+        self.ipam = IPAM(on_allocated=metrics.ipam_allocated, quarantine=cfg.address_quarantine)
         self.ipam_lock = threading.RLock()
         self.transit = TransitNetworks()   # the egress gateways' /24s (transit.py)
         self.southbound: SouthboundWatch | None = None   # SB replica while run() runs
@@ -107,6 +107,15 @@ class Controller:
 
     def feature(self, name: str) -> Feature:
         return self._by_name[name]
+
+    def holders_changed(self, ips, released_by: str | None = None) -> None:
+        """Tell every feature that `ips` changed holder (Feature.holders_changed)."""
+        ips = tuple(ips)
+        for f in self.features:
+            try:
+                f.holders_changed(ips, released_by)
+            except Exception:  # one feature's bug must not stop a pod's allocation
+                LOG.exception("feature %s: holders_changed(%s) failed", f.name, ", ".join(ips))
 
     def southbound_view(self) -> SbView | None:
         """What SB says now (which chassis holds each gateway port), from the

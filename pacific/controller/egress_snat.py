@@ -23,7 +23,10 @@ the external IP on its underlay interface (answers ARP, sends a gratuitous ARP
 on takeover), SNATs the endpoints' traffic to it, and receives what comes to
 the external IP (the host firewall's Service frontends): one node, both
 directions.  A pod behind several such Services leaves with the oldest one's
-address; the others get an Event.
+address; the others get an Event.  Members are confined to the Service's
+namespace's pods by who holds each address now: an address changing holder
+re-queues the Services whose slices name it (the service feature's index,
+endpoint_index.py).
 """
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ def gateway_nodes(nodes: list[dict]) -> list[str]:
 
 class EgressSnatFeature(Feature):
     name = "egress-snat"
+    uses = {"services": "service"}       # its index: which Services' slices name an address
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -78,6 +82,12 @@ class EgressSnatFeature(Feature):
             return ()
         return [r.object_key(s) for s in self.ctl.informer("services").list()
                 if servicesnat.opted_in(s)]
+
+    def holders_changed(self, ips, released_by):
+        """Members are re-decided for the opted-in Services naming `ips`."""
+        cache = self.ctl.informer("services")
+        self.queue_keys(sorted(k for k in self.services.addresses.services(ips)
+                               if servicesnat.opted_in(cache.get(k) or {})))
 
     @staticmethod
     def _on_service(old, new):

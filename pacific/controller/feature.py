@@ -80,6 +80,13 @@ class Feature:
         receives a packet before this feature's rules hold for it."""
         return []
 
+    def holders_changed(self, ips: tuple[str, ...], released_by: str | None) -> None:
+        """IPAM released `ips` (from a pod of namespace `released_by`) or gave
+        them to a new pod (`released_by` None): queue whatever decided on who
+        held them (a Service's hand-written endpoints), so it is decided again
+        before the new holder's port carries traffic.  Called on the pod
+        feature's worker, after IPAM changed: in-memory work only."""
+
     def resync_keys(self) -> Iterable[str]:
         """Every key worth a reconcile: objects in the caches and owners of the
         NB rows this feature wrote (so stale rows are found)."""

@@ -117,6 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "cluster with an IPv6 --join-cidr, --service-cidr or --default-cidr accepts "
                    "them without it.  Default: refused with a reason "
                    "[PACIFIC_IPV6_SUBNETS=true]")
+    g.add_argument("--address-quarantine", type=float, metavar="SECONDS",
+                   default=float(_env("PACIFIC_ADDRESS_QUARANTINE", str(names.ADDRESS_QUARANTINE))),
+                   help="seconds a released pod address goes to no other pod, fixed-address "
+                   "requests included (refused with an Event saying when it is free; retried "
+                   "then), so nothing of its old holder's exposure (a Service's hand-written "
+                   "endpoints, connection tracking, caches) reaches the new one; the pod that "
+                   "released it takes it back at once.  0: none (default: %(default)s) "
+                   "[PACIFIC_ADDRESS_QUARANTINE]")
     g = p.add_argument_group("multicast")
     g.add_argument("--no-multicast", dest="multicast", action="store_false",
                    default=_env("PACIFIC_MULTICAST", "true").lower() not in ("false", "0", "no"),
@@ -215,7 +223,7 @@ def config_from_args(args) -> Config:
                   audit_rate=args.audit_rate, audit_burst=args.audit_burst,
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
                   sb_remote=args.sb_remote, event_burst=args.event_burst,
-                  event_rate=args.event_rate,
+                  event_rate=args.event_rate, address_quarantine=args.address_quarantine,
                   external_ip_cidrs=args.external_ip_cidrs, egress_ip_cidrs=args.egress_ip_cidrs,
                   node_port_range=args.node_port_range,
                   infrastructure_ips=_items(args.infrastructure_ips),

@@ -15,11 +15,17 @@ finds):
   Event any record it did not write.  A request that cannot be
   honoured (unknown subnet, address outside / excluded / taken, bad MAC) gets
   a Warning Event and ANN_ALLOCATION_ERROR, and no address; it is retried
-  when subnets change or addresses are released.
+  when subnets change or addresses are released, and one refused for a
+  quarantined address (ipam/quarantine.py: released by another pod moments
+  ago) when the quarantine ends.
 * pod gone or finished: the port is deleted; the address and IP object are
   released, unless the pod belongs to a StatefulSet that still has its
   ordinal: then both are kept, so the re-created pod (on any node) gets the
   same address.
+
+Every release and every new allocation is told to the other features
+(Controller.holders_changed) once IPAM changed, so what they decided on the
+address's old holder (a Service's hand-written endpoints) is decided again.
 """
 from __future__ import annotations
 
@@ -54,14 +60,16 @@ def _may_be_plumbed(ann: dict) -> bool:
 
 
 RELEASE_HELPS = frozenset({"AddressInUse", "MACInUse", "SubnetFull"})   # refusals a release may end
+RETRY_SLACK = 0.5      # s after a quarantine's end before a refused pod tries again
 
 
 class Refused(Exception):
-    """The pod's request cannot be honoured; reason is an Event reason."""
+    """The pod's request cannot be honoured; reason is an Event reason;
+    retry_at: when (the IPAM's clock) it may be honoured, e.g. a quarantine's end."""
 
-    def __init__(self, reason: str, message: str):
+    def __init__(self, reason: str, message: str, retry_at: float | None = None):
         super().__init__(message)
-        self.reason = reason
+        self.reason, self.retry_at = reason, retry_at
 
 
 class SubnetPending(RuntimeError):
@@ -223,6 +231,9 @@ class PodFeature(Feature):
             self._ensure(ns, name, pod)
         except Refused as exc:
             self._refuse(key, pod, exc.reason, str(exc))
+            if exc.retry_at is not None:
+                wait = max(0.1, exc.retry_at - self.ctl.ipam.clock())
+                self.queue.add_after(key, wait + RETRY_SLACK)
 
     # -- allocation path ------------------------------------------------------------
     def _ensure(self, ns: str, name: str, pod: dict) -> None:
@@ -264,6 +275,7 @@ class PodFeature(Feature):
                     LOG.info("pod %s: held %s in %s, now asks for %s in %s; re-allocating", key,
                              alloc.ip, alloc.subnet, want_ip or "any address", subnet)
                     ctl.ipam.release(key)
+                    ctl.holders_changed(alloc.ips, ns)
                     subnets.mark_dirty(alloc.subnet)
                     alloc = None
             if alloc is None:
@@ -279,8 +291,10 @@ class PodFeature(Feature):
                     if getattr(exc, "holder", None):      # for the administrator's log only
                         LOG.info("pod %s: %s (held by %s)", key, exc, exc.holder)
                     raise Refused(exc.reason, f"cannot allocate an address in subnet {subnet} "
-                                  f"for pod {key}: {exc}") from None
+                                  f"for pod {key}: {exc}",
+                                  getattr(exc, "free_at", None)) from None
                 subnets.mark_dirty(subnet)
+                ctl.holders_changed(alloc.ips)
         if ignored is not None:
             LOG.warning("%s", ignored)
             metrics.refused("AddressImmutable")
@@ -461,6 +475,7 @@ class PodFeature(Feature):
             if alloc is not None:
                 ctl.ipam.release(key)
         if alloc is not None:
+            ctl.holders_changed(alloc.ips, ns)
             self.subnets.mark_dirty(alloc.subnet)
             LOG.info("pod %s gone: released %s in %s", key, alloc.ip, alloc.subnet)
             self.requeue_refused(released=True)

@@ -17,6 +17,14 @@ reconcile.  The features' `prepare()` call these, in feature order:
    held (should never happen) is logged, and its pod is reconciled like any
    other.
 
+4. the quarantine of released addresses (ipam/quarantine.py) is not
+   rebuilt: a released address has no IP object left to tell when it was
+   released.  The service feature's `prepare()` quarantines afresh, for one
+   whole period, every address an EndpointSlice names that nothing holds (the
+   addresses whose old holder's exposure could reach a new one); any other
+   free address is free at once, pod-keyed decisions (tenant, policy and
+   EgressIP sets) being rebuilt from the pods themselves.
+
 Then `Controller.resync()` queues every key each feature names (caches, IP
 objects, owned NB rows), so the level-triggered reconcilers delete what is
 stale and create what is missing.

@@ -10,7 +10,13 @@ CIDR) reach every Service, and northd applies it everywhere from one row.
 What the balancer holds comes from service_model.balancers(): the Service's
 cluster IPs x ports -> the ready endpoints of its EndpointSlices (label
 kubernetes.io/service-name).  An EndpointSlice event queues only its Service;
-a Service event only itself; no other feature is re-queued.  The balancer sits
+a Service event only itself; no other feature is re-queued.  An address
+changing holder (IPAM released it, or gave it to a pod: holders_changed)
+queues the Services whose slices name it (endpoint_index.py), so a
+hand-written endpoint is confined again as soon as its pod is gone, long
+before its address may go to another pod (the IPAM's quarantine); an address
+that stops being the namespace's own is told by an Event that names neither
+the new holder nor its namespace.  The balancer sits
 in the client's switch pipeline before the destination port's to-lport ACLs,
 so tenant isolation and NetworkPolicy ingress rules see the endpoint and the
 real client address: a client reaches a Service's endpoints exactly where it
@@ -27,6 +33,7 @@ import threading
 from pacific import contract, egressip, exposure, names
 from pacific.controller import informers, model
 from pacific.controller import service_model as sm
+from pacific.controller.endpoint_index import EndpointAddresses
 from pacific.controller.feature import Feature, InformerSpec
 from pacific.controller.reports import Reports
 from pacific.kube import resources as r
@@ -78,12 +85,27 @@ def confined(ctl, key: str, slices: list[dict],
         slices, ns, lambda ip: pod_namespace(ctl, ip) or (ns if ip in host_ips else None))
 
 
-def ignored_note(key: str, ignored: list[str]) -> list[str]:
-    if not ignored:
-        return []
-    shown = ", ".join(ignored[:5]) + (f" and {len(ignored) - 5} more" if len(ignored) > 5 else "")
-    return [f"endpoint addresses {shown} are not pods of namespace {key.split('/', 1)[0]}: "
-            "ignored (a Service's backends are its own namespace's pods)"]
+def _shown(ips: list[str]) -> str:
+    return ", ".join(ips[:5]) + (f" and {len(ips) - 5} more" if len(ips) > 5 else "")
+
+
+def ignored_note(key: str, ignored: list[str], lost=frozenset()) -> list[str]:
+    """What a Service's problems say of the endpoint addresses left out; those
+    in `lost` were its namespace's pods until they changed holder (never
+    naming who holds them now)."""
+    out = []
+    gone = [ip for ip in ignored if ip in lost]
+    if gone:
+        out.append(f"endpoint address {_shown(gone)} is no longer a pod of this namespace: "
+                   "ignored" if len(gone) == 1 else
+                   f"endpoint addresses {_shown(gone)} are no longer pods of this namespace: "
+                   "ignored")
+    rest = [ip for ip in ignored if ip not in lost]
+    if rest:
+        out.append(f"endpoint addresses {_shown(rest)} are not pods of namespace "
+                   f"{key.split('/', 1)[0]}: ignored (a Service's backends are its own "
+                   "namespace's pods)")
+    return out
 
 
 def infrastructure_ips(ctl) -> set[str]:
@@ -130,6 +152,10 @@ class ServiceFeature(Feature):
         self._lock = threading.Lock()
         self._host: dict[str, dict[str, str]] = {}  # namespace -> host-network pod -> node
         self._slices: dict[str, set[str]] = {}   # service key -> slice keys
+        self.addresses = EndpointAddresses()     # address -> Services whose slices name it
+        # Service -> endpoint addresses that were its namespace's pods until they
+        # changed holder, kept while they are ignored (the Event's text)
+        self._lost: dict[str, set[str]] = {}
         self.reports = Reports()
         self._exposed: set[str] = set()          # Services with external IPs or node ports
 
@@ -157,6 +183,18 @@ class ServiceFeature(Feature):
                     del self._host[ns]
             return sorted(k for k in self._slices if k.startswith(f"{ns}/"))
 
+    def prepare(self) -> None:
+        """A new leader cannot know which addresses were released just before
+        it took over (IPAM is rebuilt from the IP objects of the held ones): every
+        address an EndpointSlice names that nothing holds now is quarantined for
+        one period, so no new holder gets it before every Service naming it was
+        confined again (rebuild.py)."""
+        with self.ctl.ipam_lock:
+            held_back = sum(self.ctl.ipam.hold_back(ip) for ip in self.addresses.all())
+        if held_back:
+            LOG.info("%d address(es) named by EndpointSlices but held by no pod: quarantined "
+                     "for %g s", held_back, self.ctl.cfg.address_quarantine)
+
     def host_ips(self, ns: str) -> frozenset[str]:
         """The addresses of the nodes where a host-network pod of `ns` runs."""
         with self._lock:
@@ -181,7 +219,23 @@ class ServiceFeature(Feature):
                 self._exposed.discard(key)
         return (key,)
 
+    def holders_changed(self, ips, released_by):
+        """The Services whose slices name `ips` are confined again; those of the
+        namespace that released them will say the addresses are no longer its."""
+        keys = self.addresses.services(ips)
+        if released_by:
+            with self._lock:
+                for key in keys:
+                    if key.startswith(f"{released_by}/"):
+                        self._lost.setdefault(key, set()).update(
+                            self.addresses.named_by(key, ips))
+        if keys:
+            LOG.info("addresses %s changed holder: re-confining service(s) %s",
+                     ", ".join(ips), ", ".join(sorted(keys)))
+        self.queue_keys(sorted(keys))
+
     def _on_slice(self, old, new):
+        self.addresses.update(old, new)
         keys = set()
         for obj, present in ((old, False), (new, True)):
             if obj is None:
@@ -215,7 +269,7 @@ class ServiceFeature(Feature):
         slices, ignored = confined(self.ctl, key, [s for s in (cache.get(k) for k in slice_keys)
                                                    if s is not None], self.host_ips(ns))
         want, problems = sm.balancers(svc, slices, self.ctl.cfg.families) if svc is not None else ({}, [])
-        problems += ignored_note(key, ignored)
+        problems += ignored_note(key, ignored, self._still_lost(key, svc, ignored))
         if svc is not None and _exposes(svc):
             problems += self._refused_frontends(key)
         have = {row.name: row for row in self.ctl.nb.rows_owned(lb.LB, names.OWNER_KIND_SERVICE, key)}
@@ -237,6 +291,18 @@ class ServiceFeature(Feature):
                 f"{p} {len(b.vips)} vips / {sum(bool(v) for v in b.vips.values())} with endpoints"
                 for p, b in want.items()) or "no balancer")
         self._report(svc, key, problems)
+
+    def _still_lost(self, key: str, svc, ignored: list[str]) -> frozenset[str]:
+        """The Service's addresses that changed holder and are ignored now;
+        forgotten once named no more or its own namespace's again."""
+        spelt = {exposure.canonical(ip) or ip: ip for ip in ignored}
+        with self._lock:
+            lost = self._lost.get(key, set()) & set(spelt) if svc is not None else set()
+            if lost:
+                self._lost[key] = lost
+            else:
+                self._lost.pop(key, None)
+            return frozenset(spelt[ip] for ip in lost)
 
     def _refused_frontends(self, key: str) -> list[str]:
         """What of the Service's external IPs and node ports the nodes do not

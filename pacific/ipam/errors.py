@@ -3,6 +3,8 @@ address, subnet and holder involved, ready for a Kubernetes Event or status."""
 
 from __future__ import annotations
 
+import time
+
 
 class IPAMError(Exception):
     """Base class; `reason` is a CamelCase word for Event reasons / conditions."""
@@ -39,7 +41,14 @@ class SubnetInUse(IPAMError):
 
 
 class SubnetFull(IPAMError):
+    """No free address; `free_at` (clock time) when a quarantined one is free
+    again, None when none is quarantined: a refused pod is retried then."""
+
     reason = "SubnetFull"
+
+    def __init__(self, message: str, free_at: float | None = None):
+        self.free_at = free_at
+        super().__init__(message)
 
 
 class InvalidAddress(IPAMError):
@@ -68,6 +77,22 @@ class AddressInUse(IPAMError):
     def __init__(self, ip: str, subnet: str, holder: str):
         self.ip, self.subnet, self.holder = ip, subnet, holder
         super().__init__(f"address {ip} in subnet {subnet} is already in use")
+
+
+class AddressQuarantined(IPAMError):
+    """A requested address released by another holder moments ago, held back
+    until `free_at` (clock time, seconds since the epoch) so that nothing of
+    its old holder's exposure reaches the new one (ipam/quarantine.py).  The
+    message names the address and when it is free again, never who held it."""
+
+    reason = "AddressQuarantined"
+
+    def __init__(self, ip: str, subnet: str, free_at: float, now: float):
+        self.ip, self.subnet, self.free_at = ip, subnet, free_at
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(free_at))
+        super().__init__(f"address {ip} in subnet {subnet} was released recently and is "
+                         f"quarantined until {when} (in {max(0, int(free_at - now + 0.999))} s); "
+                         "the allocation is retried then")
 
 
 class InvalidMac(IPAMError):

@@ -11,6 +11,14 @@ Dual-stack: a subnet defined with an IPv4 and an IPv6 CIDR (kube-ovn's form,
 allocation holds one address of each, all or none (decision 0045).  The first
 family (IPv4 when there is one) is the allocation's `ip`/`cidr`/`gateway`, the
 other is in `more`; `ips`, `cidrs`, `gateways` list them all, IPv4 first.
+
+Quarantine (`quarantine` seconds, 0: none): a released address goes to no
+other owner for that long (ipam/quarantine.py); dynamic allocation skips it
+and fails (SubnetFull, with when one is free again) only when nothing else is
+free; a request naming it is refused (AddressQuarantined); the owner that
+released it takes it back at once, by request or dynamically.  restore()
+ignores it (a record read back is no new holder); hold_back() quarantines a
+free address whose last holder is unknown (a restart: rebuild.py).
 """
 
 from __future__ import annotations
@@ -18,13 +26,16 @@ from __future__ import annotations
 import random
 import sys
 import threading
+import time
 from typing import Callable, Iterable, NamedTuple
 
 from pacific.ipam.addr import mac_from_ip, normalize_mac, parse_ip, random_mac
-from pacific.ipam.errors import (AddressInUse, AddressOutOfRange, InvalidAddress, InvalidSubnet,
-                                 IPAMError, MacInUse, OwnerConflict, SubnetExists, SubnetInUse,
+from pacific.ipam.errors import (AddressInUse, AddressOutOfRange, AddressQuarantined,
+                                 InvalidAddress, InvalidSubnet, IPAMError, MacInUse,
+                                 OwnerConflict, SubnetExists, SubnetFull, SubnetInUse,
                                  SubnetNotFound, SubnetOverlap)
 from pacific.ipam.pool import Pool, parse_cidr
+from pacific.ipam.quarantine import Quarantine
 
 
 class Allocation(NamedTuple):
@@ -101,10 +112,15 @@ def _defn(pools: tuple[Pool, ...]) -> tuple:
 
 class IPAM:
     def __init__(self, seed: int | None = None,
-                 on_allocated: Callable[[str, str], None] | None = None):
+                 on_allocated: Callable[[str, str], None] | None = None,
+                 quarantine: float = 0.0, clock: Callable[[], float] = time.time):
         """on_allocated(subnet, owner_key): called after each new allocation (not
-        for an owner that already held it, nor for restore()), e.g. a metric."""
+        for an owner that already held it, nor for restore()), e.g. a metric.
+        quarantine: seconds a released address goes to no other owner; clock:
+        seconds since the epoch (the refusals say when an address is free)."""
         self.on_allocated = on_allocated
+        self._quarantine = Quarantine(quarantine)
+        self.clock = clock
         self._lock = threading.RLock()
         self._pools: dict[str, tuple[Pool, ...]] = {}    # name -> a pool per family
         self._owners: dict[str, Allocation] = {}
@@ -130,6 +146,7 @@ class IPAM:
             for pool in pools:
                 self._check_overlap(pool)
             self._pools[name] = pools
+            self._keep_quarantine(name, pools)
             return self._info(pools)
 
     def update_subnet(self, name: str, cidr: str, gateway: str | None = None,
@@ -175,6 +192,7 @@ class IPAM:
             for op, np_ in zip(old, new):
                 np_.cursor = op.cursor if op.cursor < np_.window else 0
             self._pools[name] = new
+            self._keep_quarantine(name, new)
             return self._info(new)
 
     def ensure_subnet(self, name: str, cidr: str, gateway: str | None = None,
@@ -241,6 +259,27 @@ class IPAM:
         OwnerConflict if the owner already holds a different allocation."""
         return self._allocate(subnet, owner_key, ip, mac, self.on_allocated)
 
+    def _next_free(self, pool: Pool, subnet: str, owner_key: str, now: float) -> int:
+        """A free offset of `pool` for a dynamic allocation: the owner's own
+        quarantined address first (it may take it back), else the next FREE one
+        (next_free skips the quarantined); none: SubnetFull, saying when a
+        quarantined one is free again."""
+        for ip in self._quarantine.of_owner(owner_key, subnet):
+            version, value = parse_ip(ip)
+            if version == pool.version and 0 <= value - pool.base < pool.size:
+                return value - pool.base
+        try:
+            return pool.next_free()
+        except SubnetFull as exc:
+            held = self._quarantine.count(subnet)
+            if not held:
+                raise
+            free_at = self._quarantine.first_free(subnet)
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(free_at))
+            raise SubnetFull(f"{exc}; {held} released address(es) are quarantined, the first "
+                             f"free again at {when} (in {max(0, int(free_at - now + 0.999))} s): "
+                             "the allocation is retried then", free_at=free_at) from None
+
     def _requested(self, pools: tuple[Pool, ...], subnet: str, ip: str | None) -> dict[int, tuple]:
         """Family -> (pool, offset) of each requested address."""
         out: dict[int, tuple] = {}
@@ -256,12 +295,14 @@ class IPAM:
             out[version] = (pool, pool.offset(version, value, text))
         return out
 
-    def _allocate(self, subnet, owner_key, ip, mac, on_new) -> Allocation:
+    def _allocate(self, subnet, owner_key, ip, mac, on_new, restoring: bool = False) -> Allocation:
         if not owner_key:
             raise IPAMError("an allocation needs a non-empty owner key")
         # the key ("namespace/pod") is also the pod informer's cache key: one copy
         owner_key = sys.intern(owner_key)
         with self._lock:
+            now = self.clock()
+            self._expire(now)
             pools = self._pool(subnet)
             want_mac = normalize_mac(mac) if mac else None
             asked = self._requested(pools, subnet, ip)
@@ -279,7 +320,11 @@ class IPAM:
                 holder = pool.check_free(off, pool.ip(off))
                 if holder is not None:
                     raise AddressInUse(pool.ip(off), subnet, holder)
-            offs = [asked[p.version][1] if p.version in asked else p.next_free() for p in pools]
+                held = None if restoring else self._quarantine.get(subnet, pool.ip(off))
+                if held is not None and held.owner != owner_key:
+                    raise AddressQuarantined(pool.ip(off), subnet, held.until, now)
+            offs = [asked[p.version][1] if p.version in asked
+                    else self._next_free(p, subnet, owner_key, now) for p in pools]
             if want_mac is not None:
                 holder = self._macs.get(want_mac)
                 if holder is not None:
@@ -288,6 +333,7 @@ class IPAM:
                 want_mac = self._generate_mac(pools[0], offs[0])
             for pool, off in zip(pools, offs):
                 pool.take(off, owner_key)
+                self._quarantine.take(subnet, pool.ip(off))
             first = pools[0]
             alloc = Allocation(first.ip(offs[0]), want_mac, first.cidr, first.gateway, subnet,
                                tuple((p.ip(o), p.cidr, p.gateway)
@@ -304,7 +350,36 @@ class IPAM:
         Same checks as allocate() with a fixed address: a record that conflicts
         with the subnet's definition or with an earlier record raises, and the
         caller decides (typically: keep the first, delete the stale IP object)."""
-        return self._allocate(subnet, owner_key, ip, mac, None)
+        return self._allocate(subnet, owner_key, ip, mac, None, restoring=True)
+
+    def hold_back(self, ip: str) -> bool:
+        """Quarantine a free address whose last holder is unknown (a restarted
+        controller: rebuild.py) for one period; False when it is held, outside
+        every subnet or there is no quarantine."""
+        with self._lock:
+            pool = self._pool_holding(ip)
+            if pool is None or not self._quarantine:
+                return False
+            off = parse_ip(ip)[1] - pool.base
+            text = pool.ip(off)
+            try:
+                if pool.check_free(off, text) is not None:
+                    return False
+            except IPAMError:
+                return False      # excluded, the gateway...
+            pool.free(off, quarantined=True)
+            self._quarantine.add(pool.name, text, None, self.clock())
+            return True
+
+    def quarantined(self, ip: str) -> float | None:
+        """When a quarantined address is free again (clock time), else None."""
+        with self._lock:
+            self._expire(self.clock())
+            pool = self._pool_holding(ip)
+            if pool is None:
+                return None
+            held = self._quarantine.get(pool.name, pool.ip(parse_ip(ip)[1] - pool.base))
+            return held.until if held is not None else None
 
     def release(self, owner_key: str) -> Allocation | None:
         """Free the owner's addresses and MAC; returns what was freed, or None."""
@@ -314,12 +389,16 @@ class IPAM:
                 return None
             if self._macs.get(alloc.mac) == owner_key:
                 del self._macs[alloc.mac]
+            now, hold = self.clock(), bool(self._quarantine)
+            self._expire(now)
             for pool in self._pools.get(alloc.subnet, ()):
                 for ip in alloc.ips:
                     version, value = parse_ip(ip)
                     off = value - pool.base
                     if version == pool.version and pool.holders.get(off) == owner_key:
-                        pool.free(off)
+                        pool.free(off, quarantined=hold)
+                        if hold:
+                            self._quarantine.add(alloc.subnet, ip, owner_key, now)
             return alloc
 
     def lookup(self, owner_key: str) -> Allocation | None:
@@ -360,6 +439,32 @@ class IPAM:
                     if p.version == version and 0 <= value - p.base < p.size:
                         return p
         return None
+
+    def _expire(self, now: float) -> None:
+        """Addresses whose quarantine is over are FREE again (lock held)."""
+        for subnet, ip in self._quarantine.expired(now):
+            pool = self._pool_of(subnet, ip)
+            if pool is not None:
+                pool.unquarantine(parse_ip(ip)[1] - pool.base)
+
+    def _keep_quarantine(self, name: str, pools: tuple[Pool, ...]) -> None:
+        """A subnet's new pools (added again, redefined) keep its quarantined
+        addresses out of dynamic allocation (lock held)."""
+        for ip in self._quarantine.addresses(name):
+            pool = self._pool_of(name, ip)
+            if pool is None:
+                continue
+            off = parse_ip(ip)[1] - pool.base
+            try:
+                if pool.check_free(off, ip) is None:
+                    pool.free(off, quarantined=True)
+            except IPAMError:
+                continue
+
+    def _pool_of(self, subnet: str, ip: str) -> Pool | None:
+        version, value = parse_ip(ip)
+        return next((p for p in self._pools.get(subnet, ())
+                     if p.version == version and 0 <= value - p.base < p.size), None)
 
     def _check_overlap(self, pool: Pool, ignore: str | None = None) -> None:
         for pools in self._pools.values():

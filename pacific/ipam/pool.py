@@ -5,7 +5,9 @@ addresses; 64 KiB for a /16) plus one dict entry per allocated address.  Next-fr
 search is `bytearray.find` (memchr speed) from a rotating cursor, so addresses are
 handed out round-robin (a just-released address is not reused at once, which
 spares stale ARP/conntrack entries elsewhere) and allocation is amortized O(1);
-a specific address and release are O(1).
+a specific address and release are O(1).  A released address may be marked
+QUARANTINED instead of FREE (ipam/quarantine.py): next-free skips it, and the
+IPAM decides who may take it by request.
 
 IPv6 subnets larger than the window (a /64) allocate dynamically from the first
 2**20 addresses; a requested address beyond the window is tracked in a small dict.
@@ -22,7 +24,7 @@ from pacific.ipam.errors import (AddressExcluded, AddressOutOfRange, InvalidAddr
 
 MAX_WINDOW = 1 << 20
 
-FREE, USED, EXCLUDED, GATEWAY, NETWORK, BROADCAST = 0, 1, 2, 3, 4, 5
+FREE, USED, EXCLUDED, GATEWAY, NETWORK, BROADCAST, QUARANTINED = 0, 1, 2, 3, 4, 5, 6
 MAX_OFFSET = 1 << 128
 _WHY = {EXCLUDED: "in excludeIps", GATEWAY: "the gateway", NETWORK: "the network address",
         BROADCAST: "the broadcast address"}
@@ -144,9 +146,10 @@ class Pool:
         return off
 
     def check_free(self, off: int, text: str) -> str | None:
-        """None if free, else the holder's key; raises AddressExcluded."""
+        """None if free (or quarantined: the IPAM decides who may take it),
+        else the holder's key; raises AddressExcluded."""
         code = self._state(off)
-        if code == FREE:
+        if code in (FREE, QUARANTINED):
             return None
         if code == USED:
             return self.holders[off]
@@ -171,12 +174,20 @@ class Pool:
             self.sparse[off] = USED
         self.holders[off] = owner
 
-    def free(self, off: int) -> None:
+    def free(self, off: int, quarantined: bool = False) -> None:
+        """Release `off`: FREE, or QUARANTINED (not handed out by next_free)."""
         if off < self.window:
-            self.state[off] = FREE
+            self.state[off] = QUARANTINED if quarantined else FREE
+        elif quarantined:
+            self.sparse[off] = QUARANTINED
         else:
             self.sparse.pop(off, None)
         self.holders.pop(off, None)
+
+    def unquarantine(self, off: int) -> None:
+        """A quarantined `off` is FREE again (nothing if it is not quarantined)."""
+        if self._state(off) == QUARANTINED:
+            self.free(off)
 
     def ip(self, off: int) -> str:
         return format_ip(self.version, self.base + off)

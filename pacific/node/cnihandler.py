@@ -3,7 +3,8 @@
 ADD waits for the controller's allocation by watching the pod through the
 informer (a condition variable, no polling), validates it, and plumbs it.  DEL,
 CHECK and GC work from the OVS record alone, so they behave the same after a
-daemon restart.
+daemon restart.  DEL also flushes the connection tracking of the pod's
+addresses (conntrack.py): nothing of it reaches the address's next holder.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
 from pacific.contract import ContractError, PodRecord, allocation_error, own_record
 from pacific.kube.informer import ObjectDeleted
+from pacific.node import conntrack
 from pacific.node.attachment import PodAttachment
 from pacific.node.cnirequest import CniRequest
 from pacific.node.plumbing import Plumber
@@ -68,11 +70,14 @@ class CniHandler:
     def __init__(self, plumber: Plumber, pods, mtu: int,
                  status_check: Callable[[], None],
                  allocation_timeout: float = 60.0,
-                 after_add: Callable[[str], None] | None = None):
+                 after_add: Callable[[str], None] | None = None,
+                 vswitchd_ctl: Callable[[], str | None] | None = None):
         """after_add(pod key): called once a pod is plumbed, before ADD answers
         (the pod loop applies the port settings, so they hold from the first
-        packet)."""
+        packet); vswitchd_ctl() -> ovs-vswitchd's control socket, where DEL
+        flushes the pod's conntrack (None: no flush)."""
         self.plumber = plumber
+        self.vswitchd_ctl = vswitchd_ctl
         self.after_add = after_add
         self.pods = pods
         self.mtu = mtu
@@ -143,8 +148,15 @@ class CniHandler:
         return result
 
     def delete(self, req: CniRequest) -> None:
+        # its addresses and conntrack zone, read before the port goes
+        att = self.plumber.attachment(req.container_id, req.ifname, self.mtu) \
+            if self.vswitchd_ctl is not None else None
+        zone = self.plumber.conntrack_zone(att.lsp) if att is not None else None
         with self._plumbing.shared():
             removed = self.plumber.delete(req.container_id, req.ifname)
+        if att is not None:
+            conntrack.flush(self.vswitchd_ctl(), {a.split("/")[0] for a, _ in att.addresses()},
+                            zone, f"DEL {req.pod_key or att.pod}")
         if removed:
             log.info("DEL %s %s: removed", req.pod_key or "?", req.container_id[:12])
         else:

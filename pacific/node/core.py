@@ -30,6 +30,7 @@ from pacific.node.plumbing import Plumber
 from pacific.node.podloop import PodLoop
 from pacific.node.readiness import Readiness
 from pacific.node.registry import FEATURES
+from pacific.node.unixctl import vswitchd_ctl
 
 log = logging.getLogger("pacific.node")
 METRICS_RETRY = 5.0   # seconds between attempts to bind a taken metrics port
@@ -223,7 +224,8 @@ class NodeDaemon:
         pod_loop = features.get(PodLoop.name)
         handler = CniHandler(plumber, features.informer("pods"), mtu, readiness.check,
                              allocation_timeout=a.allocation_timeout,
-                             after_add=pod_loop.apply_now if pod_loop else None)
+                             after_add=pod_loop.apply_now if pod_loop else None,
+                             vswitchd_ctl=lambda: vswitchd_ctl(a.ovs_rundir))
         # Plugin first, the conflist last: a runtime that sees the conflist finds
         # the plugin and the socket behind it.
         if a.cni_bin_dir:

@@ -427,7 +427,8 @@ class HostFirewall(NodeFeature):
     name, repair = "host-firewall", REPAIR
     expected = (FirewallError, OSError, subprocess.SubprocessError, ValueError)
     # Subnets, this Node (the join network) and the Service frontends' caches;
-    # this node's pods change no set (their endpoints change EndpointSlices)
+    # this node's pods change no set (their endpoints change EndpointSlices), only
+    # who holds an address here (the `Local` backends: _on_pod)
     informers = dict(frontends.INFORMERS)
     wakes_on = ("node", "subnets", "services", "endpointslices", "nodes")
     # rules() of the snat chain (it kicks this feature when they change); None
@@ -450,6 +451,16 @@ class HostFirewall(NodeFeature):
         self.host_ports = set(host_ports(a))
         self.frontends = frontends.view(self)
         self.node_ips = self.frontends.node_ips
+
+    def handlers(self):
+        return {**super().handlers(), "pods": self._on_pod}
+
+    def _on_pod(self, old, new) -> None:
+        """A pod of this node whose record comes, goes or changes: an address
+        changed holder here, and a `Local` frontend's backends are decided
+        again at once, not at the next repair (issue 51)."""
+        if frontends.held_addresses(old) != frontends.held_addresses(new):
+            self.kick()
 
     def join_cidr_of(self, family: int) -> str | None:
         """The join network of IP `family`, from the controller's record on

@@ -95,6 +95,15 @@ def join_networks(node: dict | None) -> list[str]:
     return [str(ipaddress.ip_interface(c).network) for c, _ in rec.interfaces] if rec else []
 
 
+def held_addresses(pod: dict | None) -> tuple[str, frozenset[str]] | None:
+    """(namespace, addresses) a pod of this node holds by the controller's
+    record, None without one: when it changes, so do the `Local` backends."""
+    rec = contract.own_record(pod) if pod is not None else None
+    if rec is None:
+        return None
+    return (pod.get("metadata") or {}).get("namespace"), frozenset(rec.addresses)
+
+
 class ServiceFrontends:
     def __init__(self, services, slices, all_nodes, subnets, pods, join_cidrs,
                  service_cidr: str | None, allowed: list[str] | None = None,

@@ -20,13 +20,13 @@ reconcile), and everything is removed when the mode is `off`.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 from pyroute2 import IPRoute
 
 from pacific import names
 from pacific.node import unixctl
+from pacific.node.unixctl import vswitchd_ctl
 from pacific.node.attachment import PodAttachment
 from pacific.node.portsetting import PortSetting
 
@@ -138,21 +138,6 @@ class MirrorSetting(PortSetting):
     def _port(self, name: str):
         with self.ovs.ovsdb_connection.lock:
             return next((p for p in self.ovs.tables["Port"].rows.values() if p.name == name), None)
-
-
-def vswitchd_ctl(rundir: str) -> str | None:
-    """ovs-vswitchd's unixctl socket: <rundir>/ovs-vswitchd.ctl when it was
-    started with --unixctl there, else ovs-vswitchd.<pid>.ctl from its pidfile."""
-    fixed = os.path.join(rundir, "ovs-vswitchd.ctl")
-    if os.path.exists(fixed):
-        return fixed
-    try:
-        with open(os.path.join(rundir, "ovs-vswitchd.pid")) as f:
-            pid = int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-    path = os.path.join(rundir, f"ovs-vswitchd.{pid}.ctl")
-    return path if os.path.exists(path) else None
 
 
 def revalidate(rundir: str) -> None:

@@ -32,7 +32,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 from pacific import names
 from pacific.cni import plugin as proto
 from pacific.cni.plugin import CniError
-from pacific.node import rtnl
+from pacific.node import conntrack, rtnl
 from pacific.node.attachment import PodAttachment, host_ifname
 from pacific.node.nsutil import Netns, NetnsError
 from pacific.ovn.base import Owner
@@ -286,6 +286,16 @@ class Plumber:
             return out
 
     # ------------------------------------------------------------------ GC / view
+    def attachment(self, container_id: str, ifname: str, mtu: int) -> PodAttachment | None:
+        """One attachment, from its OVS Interface (None when there is none)."""
+        iface = self.ovs.interface_record(host_ifname(container_id, ifname))
+        return PodAttachment.from_ovs(dict(iface.external_ids), mtu, iface.name) \
+            if iface is not None else None
+
+    def conntrack_zone(self, lsp: str) -> int | None:
+        """The conntrack zone ovn-controller gave the logical port `lsp` here."""
+        return conntrack.own_zone(self.ovs.bridge_external_ids(self.bridge), lsp)
+
     def attachments(self, mtu: int) -> dict[tuple[str, str], PodAttachment]:
         """The daemon's view, rebuilt from OVS: (container id, ifname) -> attachment."""
         out = {}

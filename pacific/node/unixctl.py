@@ -9,6 +9,7 @@ this uses a socket timeout instead (and avoids forking ovs-appctl per call).
 from __future__ import annotations
 
 import json
+import os
 import socket
 
 
@@ -47,3 +48,18 @@ def call(path: str, method: str, params: list[str] | tuple = (), timeout: float 
     if reply.get("error") is not None:
         raise UnixctlError(f"{path}: {method} failed: {str(reply['error']).strip()}")
     return str(reply.get("result") or "")
+
+
+def vswitchd_ctl(rundir: str) -> str | None:
+    """ovs-vswitchd's unixctl socket: <rundir>/ovs-vswitchd.ctl when it was
+    started with --unixctl there, else ovs-vswitchd.<pid>.ctl from its pidfile."""
+    fixed = os.path.join(rundir, "ovs-vswitchd.ctl")
+    if os.path.exists(fixed):
+        return fixed
+    try:
+        with open(os.path.join(rundir, "ovs-vswitchd.pid")) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    path = os.path.join(rundir, f"ovs-vswitchd.{pid}.ctl")
+    return path if os.path.exists(path) else None

@@ -293,6 +293,13 @@ class OvsAPI(ApiBase, impl_idl.OvsdbIdl):
             rows = list(self.tables["Open_vSwitch"].rows.values())
             return dict(rows[0].external_ids) if rows else {}
 
+    def bridge_external_ids(self, name: str) -> dict[str, str]:
+        """A bridge's external_ids ({} without the bridge): ovn-controller
+        keeps the conntrack zone of each port there (ct-zone-<port>)."""
+        with self.ovsdb_connection.lock:
+            row = next((b for b in self.tables["Bridge"].rows.values() if b.name == name), None)
+            return dict(row.external_ids) if row is not None else {}
+
     # --- ports and interfaces ---------------------------------------------------
     def add_interface_port(self, bridge: str, name: str, *,
                            external_ids: dict[str, str] | None = None,
