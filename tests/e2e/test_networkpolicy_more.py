@@ -8,10 +8,10 @@ import pytest
 from test_networkpolicy import CASES, FIRST, check, cluster, np_env, run_case  # noqa: F401 (fixtures)
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
-from pacific import contract
+from controller_fixtures import wait_until
+from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
 from test_networkpolicy import ALL_IN_X, NETCHECK, apply, every, pol, probe
@@ -61,7 +61,11 @@ def test_changes_apply_to_running_pods(cluster):
 def test_a_new_pod_selected_by_a_deny_policy_never_receives_a_packet(cluster):
     sb, api, ips = cluster
     apply(api, pol("deny-new", "x", {"podSelector": {"matchLabels": {"pod": "new"}}}))
-    time.sleep(0.5)   # the policy is in NB before the pod exists (nothing to wait on)
+    # the policy's rows in NB and on every chassis before the pod exists
+    wait_until(lambda: sb.nbctl("--bare", "--columns=_uuid", "find", "ACL",
+                                f'external_ids:"{names.EXT_OWNER}"="x/deny-new"').strip(), 30,
+               what="the deny policy's ACLs in NB")
+    sb.nbctl("--wait=hv", "sync")
     added = sandboxpods.add_pod(sb, "x", "new", "node1", api=api, labels={"pod": "new"})
     try:
         new_ip = contract.own_record(r.get(api, r.PODS, "new", "x")).ip
