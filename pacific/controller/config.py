@@ -72,6 +72,8 @@ class Config:
     endpointslice_version: str = "v1"           # what the API server serves (main discovers it)
     event_burst: int = 20                       # Events per namespace at once (kube/budget.py)
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
+    transit_networks_per_namespace: int = names.TRANSIT_NETWORKS_PER_NAMESPACE   # Services' gateways
+    transit_networks_reserved: int = names.TRANSIT_NETWORKS_RESERVED   # left to administrators'
 
     @property
     def ipv6(self) -> bool:
@@ -125,6 +127,13 @@ class Config:
             raise ConfigError("--workers must be at least 1")
         if self.event_burst < 1 or self.event_rate < 0:
             raise ConfigError("--event-burst must be at least 1 and --event-rate at least 0")
+        from pacific.controller.transit import COUNT as count
+        if not 0 <= self.transit_networks_per_namespace <= count or \
+                not 0 <= self.transit_networks_reserved <= count:
+            raise ConfigError(f"--transit-networks-per-namespace "
+                              f"{self.transit_networks_per_namespace} / --transit-networks-reserved "
+                              f"{self.transit_networks_reserved}: each must be 0 to {count} (the "
+                              f"/24s of {names.EGRESS_TRANSIT_CIDR})")
         if self.batch_max < 1:
             raise ConfigError("--batch-max must be at least 1")
         return self

@@ -24,6 +24,22 @@ on takeover), SNATs the endpoints' traffic to it, and receives what comes to
 the external IP (the host firewall's Service frontends): one node, both
 directions.  A pod behind several such Services leaves with the oldest one's
 address; the others get an Event.
+
+The transit networks are shared with administrators' gateways, so what a
+tenant's Services take is bounded (issue 51):
+
+* Services of a namespace leaving by one address share one gateway, the
+  oldest one's (pacific.servicesnat), and a grant without ready endpoints
+  has none: one external IP on many ports costs one transit network;
+* a namespace's Services hold at most `--transit-networks-per-namespace`
+  gateways, its oldest carrying ones first, and a Service takes a new
+  network only while more than `--transit-networks-reserved` are free
+  (controller/transit.py), which centralized Subnets and EgressIPs may use;
+* a refused Service gets an `EgressSNAT` Event that names only itself and
+  the setting, and fails closed: its members' set stays, and the policy that
+  would reroute them to the gateway drops their traffic to the outside
+  instead (destinations in the cluster are kept by the node-local allow
+  above it), as an unbound gateway port would.
 """
 from __future__ import annotations
 
@@ -37,6 +53,7 @@ from pacific.controller.feature import Feature
 from pacific.controller.reports import Reports
 from pacific.controller.service import (cluster_cidrs, ignored_note, pod_namespace,
                                         service_informers, taken_ips)
+from pacific.controller.transit import TransitRefused
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -67,6 +84,9 @@ class EgressSnatFeature(Feature):
         self._active: dict[str, str | None] = {}
         self._first = gateway.FirstRanked()       # re-rank a settled holder only
         self.reports = Reports()
+        self._admitted: set[str] = set()          # Services last allowed a gateway
+        self._starved: set[str] = set()           # ... refused by the reserve alone
+        ctl.transit.on_release.append(self._on_release)
 
     def handlers(self):
         return {"services": self._on_service, "endpointslices": self._on_slice,
@@ -79,19 +99,40 @@ class EgressSnatFeature(Feature):
         return [r.object_key(s) for s in self.ctl.informer("services").list()
                 if servicesnat.opted_in(s)]
 
-    @staticmethod
-    def _on_service(old, new):
-        return (r.object_key(new or old),)
+    def _on_service(self, old, new):
+        obj = new or old
+        return {r.object_key(obj), *self._sharing(model.meta(obj).get("namespace"), [
+            ip for s in (old, new) if s for ip in (s.get("spec") or {}).get("externalIPs") or []])}
 
-    @staticmethod
-    def _on_slice(old, new):
+    def _on_slice(self, old, new):
         keys = set()
         for obj in (old, new):
             m = model.meta(obj) if obj else {}
             svc = (m.get("labels") or {}).get(exposure.SERVICE_NAME_LABEL)
             if svc:
                 keys.add(f"{m.get('namespace')}/{svc}")
+        for key in list(keys):
+            svc = self.ctl.informer("services").get(key)
+            if svc is not None and servicesnat.opted_in(svc):
+                keys.update(self._sharing(key.split("/", 1)[0], svc["spec"]["externalIPs"]))
         return keys
+
+    def _sharing(self, ns: str, ips: list) -> list[str]:
+        """The opted-in Services of `ns` naming one of `ips`: the Services whose
+        shared gateway (the oldest one's: servicesnat) one of them changes."""
+        ips = {exposure.canonical(ip) for ip in ips} - {None}
+        if not ips:
+            return []
+        return [r.object_key(s) for s in self.ctl.informer("services").list()
+                if model.meta(s).get("namespace") == ns and servicesnat.opted_in(s)
+                and ips & {exposure.canonical(ip) for ip in s["spec"]["externalIPs"]}]
+
+    def _on_release(self) -> None:
+        """A transit network was freed: the Services the reserve refused try again."""
+        with self._lock:
+            keys, self._starved = self._starved, set()
+        for key in keys:
+            self.queue.add(key)
 
     def _on_node(self, old, new):
         if old is not None and new is not None and \
@@ -129,10 +170,31 @@ class EgressSnatFeature(Feature):
         for svc, left_out in ignored.items():
             if left_out:
                 notes.setdefault(svc, []).extend(ignored_note(svc, left_out))
-        return grants, notes
+        return grants, notes, self._admit(services, grants)
+
+    def _admit(self, services: list[dict], grants: dict) -> set[str]:
+        """The Services that may hold a gateway (and so a transit network): per
+        namespace the oldest --transit-networks-per-namespace whose grant has
+        ready endpoints in a family that leaves.  Those it lets in or out since
+        the last reconcile are queued (the bound moves with the oldest)."""
+        families = ("", servicesnat.V6) if self.ctl.cfg.join_cidr_of(6) else ("",)
+        count, out, bound = {}, set(), self.ctl.cfg.transit_networks_per_namespace
+        for svc in sorted(services, key=exposure._age):
+            key = r.object_key(svc)
+            if not any((g := grants.get(key + f)) and g.sources for f in families):
+                continue
+            ns = key.split("/", 1)[0]
+            if count.get(ns, 0) < bound:
+                count[ns] = count.get(ns, 0) + 1
+                out.add(key)
+        with self._lock:
+            moved, self._admitted = out ^ self._admitted, out
+        for key in moved:
+            self.queue.add(key)
+        return out
 
     def reconcile(self, key: str) -> None:
-        grants, notes = self.grants()
+        grants, notes, admitted = self.grants()
         by_family = {4: grants.get(key)}
         if self.ctl.cfg.join_cidr_of(6):     # else IPv6 has no way out of the cluster router
             by_family[6] = grants.get(key + servicesnat.V6)
@@ -141,10 +203,15 @@ class EgressSnatFeature(Feature):
         ids, as_name, as6 = snat_ids(key), set_name(key), set_name(key + servicesnat.V6)
         have = [row for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SERVICE, key)
                 if row.name == lrp]
-        if not any(by_family.values()):
-            if have or any(ensure.address_set_addresses(self.ctl.nb, n) is not None
-                           for n in (as_name, as6)):
+        if not any(g and g.sources for g in by_family.values()):
+            # no grant, or no ready endpoint to carry: no gateway, no transit network
+            if have or self.ctl.transit.holds(lrp) or any(
+                    ensure.address_set_addresses(self.ctl.nb, n) is not None
+                    for n in (as_name, as6)):
                 self._remove(key, sw, lrp, as_name)
+            with self._lock:
+                self._starved.discard(key)
+            self._report(key, list(notes.get(key, [])))
             return
         nodes = gateway_nodes(self.ctl.informer("nodes").list())
         with self._lock:
@@ -159,9 +226,14 @@ class EgressSnatFeature(Feature):
                 continue
             rows += ensure.address_set_rows(name, ids, set(grant.sources), cur or set())
             matches[version] = f"ip{version}.src == ${name}"
+        index, refused = self._network(key, lrp, admitted)
+        if refused is not None:
+            self._refuse(key, sw, lrp, rows, matches, bool(have))
+            self._report(key, [*notes.get(key, []), refused + ": the endpoints' traffic to "
+                               "the outside is dropped until one is free"])
+            return
         networks, mac, policies = gateway.reroutes(
-            self.ctl, self.ctl.transit.index(self.ctl.nb, lrp), names.PRIO_POLICY_SNAT_EGRESS,
-            matches)
+            self.ctl, index, names.PRIO_POLICY_SNAT_EGRESS, matches)
         self.ctl.writer.run([
             *rows,
             *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(names.SNAT_GATEWAY_PREFIX
@@ -176,6 +248,44 @@ class EgressSnatFeature(Feature):
             problems.append(f"no node is labelled {names.LABEL_EGRESS_GATEWAY}=true: the "
                             f"endpoints' traffic to the outside is dropped")
         self._report(key, problems)
+
+    def _network(self, key: str, lrp: str, admitted: set[str]) -> tuple[int | None, str | None]:
+        """(the transit network of `key`'s gateway port `lrp`, None), or (None,
+        why it may have none: the namespace's bound or the reserve)."""
+        cfg = self.ctl.cfg
+        with self._lock:        # marked before asking: a release meanwhile queues it again
+            (self._starved.add if key in admitted else self._starved.discard)(key)
+        if key not in admitted:
+            return None, (f"no egress gateway: this namespace's older Services leaving by an "
+                          f"external IP hold the {cfg.transit_networks_per_namespace} transit "
+                          f"networks it may have (the administrator's "
+                          f"--transit-networks-per-namespace)")
+        try:
+            index = self.ctl.transit.index(self.ctl.nb, lrp, cfg.transit_networks_reserved)
+        except TransitRefused:
+            return None, ("no egress gateway: no transit network is free but those reserved "
+                          "for the administrator's gateways (--transit-networks-reserved)")
+        with self._lock:
+            self._starved.discard(key)
+        return index, None
+
+    def _refuse(self, key: str, sw: str, lrp: str, rows: list, matches: dict[int, str],
+                have: bool) -> None:
+        """No gateway for `key`, failing closed: its members' sets (`rows`) are
+        kept and the policy of each (`matches`) drops instead of rerouting;
+        a gateway it had is removed and its transit network released."""
+        drops = [(names.PRIO_POLICY_SNAT_EGRESS, m, "drop", []) for _, m in sorted(matches.items())]
+        ids, what = snat_ids(key), f"egress SNAT of service {key}"
+        self.ctl.writer.run([
+            *rows, lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, drops),
+        ], what=f"{what}: refused, dropped")
+        if have or self.ctl.transit.holds(lrp):
+            gateway.remove_gateway_rows(self.ctl, sw, lrp, ids, what, policies=drops)
+            with self._lock:
+                self._active.pop(key, None)
+                self._first.forget(key)
+        LOG.info("service %s: egress SNAT refused a transit network, its endpoints' traffic "
+                 "to the outside dropped", key)
 
     def _remove(self, key: str, sw: str, lrp: str, as_name: str) -> None:
         gateway.remove_gateway_rows(self.ctl, sw, lrp, snat_ids(key),
