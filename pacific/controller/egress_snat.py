@@ -145,9 +145,11 @@ class EgressSnatFeature(Feature):
     def resync_keys(self):
         yield from (r.object_key(s) for s in self.ctl.informer("services").list()
                     if servicesnat.opted_in(s))
-        for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SERVICE):
-            if row.external_ids.get(names.EXT_RULE) == RULE:
-                yield row.external_ids.get(names.EXT_OWNER)
+        # a gateway's switch; a refused one's members' set (it has no switch)
+        for table in (ensure.LS, ensure.AS):
+            for row in self.ctl.nb.rows_owned(table, names.OWNER_KIND_SERVICE):
+                if row.external_ids.get(names.EXT_RULE) == RULE:
+                    yield row.external_ids.get(names.EXT_OWNER)
 
     # -- reconcile -------------------------------------------------------------------
     def grants(self):
