@@ -86,6 +86,9 @@ class EgressSnatFeature(Feature):
         self.reports = Reports()
         self._admitted: set[str] = set()          # Services last allowed a gateway
         self._starved: set[str] = set()           # ... refused by the reserve alone
+        # Service -> the older Services of its addresses, whose grant (and gateway)
+        # its endpoints may join (servicesnat): queued when it changes
+        self._owners: dict[str, set[str]] = {}
         ctl.transit.on_release.append(self._on_release)
 
     def handlers(self):
@@ -100,9 +103,8 @@ class EgressSnatFeature(Feature):
                 if servicesnat.opted_in(s)]
 
     def _on_service(self, old, new):
-        obj = new or old
-        return {r.object_key(obj), *self._sharing(model.meta(obj).get("namespace"), [
-            ip for s in (old, new) if s for ip in (s.get("spec") or {}).get("externalIPs") or []])}
+        key = r.object_key(new or old)
+        return {key, *self._owners.get(key, ())}
 
     def _on_slice(self, old, new):
         keys = set()
@@ -111,21 +113,7 @@ class EgressSnatFeature(Feature):
             svc = (m.get("labels") or {}).get(exposure.SERVICE_NAME_LABEL)
             if svc:
                 keys.add(f"{m.get('namespace')}/{svc}")
-        for key in list(keys):
-            svc = self.ctl.informer("services").get(key)
-            if svc is not None and servicesnat.opted_in(svc):
-                keys.update(self._sharing(key.split("/", 1)[0], svc["spec"]["externalIPs"]))
-        return keys
-
-    def _sharing(self, ns: str, ips: list) -> list[str]:
-        """The opted-in Services of `ns` naming one of `ips`: the Services whose
-        shared gateway (the oldest one's: servicesnat) one of them changes."""
-        ips = {exposure.canonical(ip) for ip in ips} - {None}
-        if not ips:
-            return []
-        return [r.object_key(s) for s in self.ctl.informer("services").list()
-                if model.meta(s).get("namespace") == ns and servicesnat.opted_in(s)
-                and ips & {exposure.canonical(ip) for ip in s["spec"]["externalIPs"]}]
+        return keys.union(*(self._owners.get(k, ()) for k in keys))
 
     def _on_release(self) -> None:
         """A transit network was freed: the Services the reserve refused try again."""
@@ -172,6 +160,12 @@ class EgressSnatFeature(Feature):
         for svc, left_out in ignored.items():
             if left_out:
                 notes.setdefault(svc, []).extend(ignored_note(svc, left_out))
+        owners = {g.ip: servicesnat.gateway_key(k) for k, g in grants.items()}
+        found = {r.object_key(s): {owners[ip] for ip in map(exposure.canonical,
+                                                            s["spec"]["externalIPs"])
+                                   if ip in owners} - {r.object_key(s)} for s in services}
+        with self._lock:
+            self._owners = {k: v for k, v in found.items() if v}
         return grants, notes, self._admit(services, grants)
 
     def _admit(self, services: list[dict], grants: dict) -> set[str]:
@@ -197,6 +191,10 @@ class EgressSnatFeature(Feature):
 
     def reconcile(self, key: str) -> None:
         grants, notes, admitted = self.grants()
+        with self._lock:
+            owners = self._owners.get(key, ())
+        for owner in owners:     # its endpoints may be members of theirs
+            self.queue.add(owner)
         by_family = {4: grants.get(key)}
         if self.ctl.cfg.join_cidr_of(6):     # else IPv6 has no way out of the cluster router
             by_family[6] = grants.get(key + servicesnat.V6)

@@ -85,6 +85,34 @@ def test_services_on_one_external_ip_share_one_transit_network():
     assert not events(ctl, "s5", "t")
 
 
+def last_members(ctl, key):
+    """The members of the last write of the set (FakeNB shows none: all added)."""
+    return set([c for c in ctl.writer.commands(ensure.AddressSetAddAddresses)
+                if c.name == servicesnat.set_name(key)][-1].members)
+
+
+def test_a_sharer_coming_and_going_wakes_only_itself_and_the_owner():
+    """Not every Service of the address: a tenant's 256 sharers would make each
+    change cost 256 reconciles of 256 Services."""
+    ctl = setup()
+    for i in range(6):
+        service(ctl, "t", f"s{i}", "192.168.77.200", i + 1, ["p0"], port=80 + i)
+    drain(ctl)
+    feature = next(f for f in ctl.features if f.name == "egress-snat")
+    done = []
+    reconcile = feature.reconcile
+    feature.reconcile = lambda key: (done.append(key), reconcile(key))
+    service(ctl, "t", "late", "192.168.77.200", 20, ["p3"], port=99)
+    drain(ctl)
+    assert set(done) == {"t/late", "t/s0"}
+    assert address(ctl, "t", "p3") in members(ctl, "t/s0") and gateways(ctl) == {"t/s0"}
+    done.clear()
+    r.delete(ctl.kube, r.SERVICES, "late", "t")
+    drain(ctl)
+    assert set(done) == {"t/late", "t/s0"}
+    assert last_members(ctl, "t/s0") == {address(ctl, "t", "p0")}
+
+
 def test_a_service_without_ready_endpoints_holds_no_transit_network():
     ctl = setup()
     service(ctl, "t", "idle", "192.168.77.200", 1)
