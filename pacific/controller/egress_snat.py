@@ -253,9 +253,12 @@ class EgressSnatFeature(Feature):
         """(the transit network of `key`'s gateway port `lrp`, None), or (None,
         why it may have none: the namespace's bound or the reserve)."""
         cfg = self.ctl.cfg
-        with self._lock:        # marked before asking: a release meanwhile queues it again
-            (self._starved.add if key in admitted else self._starved.discard)(key)
-        if key not in admitted:
+        if key in admitted:
+            with self._lock:    # marked before asking: a release meanwhile queues it again
+                self._starved.add(key)
+        else:
+            with self._lock:
+                self._starved.discard(key)
             return None, (f"no egress gateway: this namespace's older Services leaving by an "
                           f"external IP hold the {cfg.transit_networks_per_namespace} transit "
                           f"networks it may have (the administrator's "
