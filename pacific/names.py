@@ -240,6 +240,11 @@ PRIO_POLICY_CENTRALIZED_EGRESS = 29500
 # --- Centralized egress gateways (controller/gateway.py, node/egressgw.py) ----
 EGRESS_TRANSIT_CIDR = "100.65.0.0/16"   # one /24 per centralized Subnet: router .1, host .2
 EGRESS_TRANSIT_CIDR6 = "fd00:65::/48"   # an IPv6 EgressIP's gateway: the /64 of its index, ::1, ::2
+# of its 256 /24s: a namespace's Services hold at most this many (one per address
+# they leave by), and only while more than the reserve (administrators' Subnet
+# gateways and EgressIPs only) stay free (controller/transit.py)
+TRANSIT_NETWORKS_PER_NAMESPACE = 4
+TRANSIT_NETWORKS_RESERVED = 64
 EGRESS_ADDR_PROTO = 0x50                # IFA_PROTO of the IPv6 egress addresses a node holds
 EGRESS_PHYSNET = "pacific-egress"       # the transit switches' localnet network_name
 EGRESS_BRIDGE = "br-egress"             # on every node: ovn-bridge-mappings physnet:bridge

@@ -13,7 +13,11 @@ A Service takes part when it has externalIPs and is not annotated
 `pacific.io/egress-snat: "false"`; its first external IP that pacific.exposure
 accepts (outside the cluster's networks, not a node's, not held by an older
 Service) is the source address of its ready endpoints' traffic to the outside.
-A pod behind several such Services uses the oldest one's.  Per family: its
+A pod behind several such Services uses the oldest one's.  Services of one
+namespace leaving by the same address (one external IP on many ports, a
+Service each) share one grant and so one gateway and one transit network: the
+oldest of them owns it (its key, its members' set) and the others' endpoints
+are its members too.  Per family: its
 first IPv6 external IP is the source of its IPv6 endpoints (`IPv6`
 EndpointSlices), a second grant keyed `<ns>/<name>` + V6 (one gateway per
 Service still: gateway_key), whose members' set is the IPv6 twin of the
@@ -115,7 +119,8 @@ def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_
             if cur is None or order.index(fe.ip) < order.index(cur):
                 first[key] = fe.ip
     by_service = slices_by_service(slices)
-    taken: dict[str, str] = {}                # pod address -> the Service it leaves by
+    taken: dict[str, str] = {}                # pod address -> the grant it leaves by
+    owner: dict[str, str] = {}                # address -> the grant of its oldest Service
     out: dict[str, SnatGrant] = {}
     notes: dict[str, list[str]] = {}
     for svc, version in ((s, v) for s in sorted(wanted, key=exposure._age) for v in (4, 6)):
@@ -123,17 +128,20 @@ def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_
         ip = first.get(key)
         if ip is None:
             continue
-        mine = []
+        # one address, one grant: exposure gave the address to one namespace
+        own = owner.setdefault(ip, key)
+        mine = list(out[own].sources) if own in out else []
         for addr in sorted(ready_addresses(by_service.get(_key(svc), []), version),
                            key=ipaddress.ip_address):
             holder = taken.get(addr)
             if holder is None:
-                taken[addr] = key
+                taken[addr] = own
                 mine.append(addr)
-            else:
+            elif holder != own:
                 notes.setdefault(key, []).append(
-                    f"pod address {addr} leaves as {out[holder].ip} of the older Service {holder}")
-        out[key] = SnatGrant(key, ip, tuple(mine))
+                    f"pod address {addr} leaves as {out[holder].ip} of the older Service "
+                    f"{gateway_key(holder)}")
+        out[own] = SnatGrant(own, ip, tuple(sorted(mine, key=ipaddress.ip_address)))
     return out, notes
 
 

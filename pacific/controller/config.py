@@ -73,6 +73,8 @@ class Config:
     event_burst: int = 20                       # Events per namespace at once (kube/budget.py)
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
     address_quarantine: float = names.ADDRESS_QUARANTINE   # s a released address rests
+    transit_networks_per_namespace: int = names.TRANSIT_NETWORKS_PER_NAMESPACE   # Services' gateways
+    transit_networks_reserved: int = names.TRANSIT_NETWORKS_RESERVED   # left to administrators'
 
     @property
     def ipv6(self) -> bool:
@@ -129,6 +131,13 @@ class Config:
         if not 0 <= self.address_quarantine <= 86400:
             raise ConfigError(f"--address-quarantine {self.address_quarantine:g} is outside "
                               "0..86400 s")
+        from pacific.controller.transit import COUNT as count
+        if not 0 <= self.transit_networks_per_namespace <= count or \
+                not 0 <= self.transit_networks_reserved <= count:
+            raise ConfigError(f"--transit-networks-per-namespace "
+                              f"{self.transit_networks_per_namespace} / --transit-networks-reserved "
+                              f"{self.transit_networks_reserved}: each must be 0 to {count} (the "
+                              f"/24s of {names.EGRESS_TRANSIT_CIDR})")
         if self.batch_max < 1:
             raise ConfigError("--batch-max must be at least 1")
         return self

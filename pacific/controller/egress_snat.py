@@ -27,6 +27,22 @@ address; the others get an Event.  Members are confined to the Service's
 namespace's pods by who holds each address now: an address changing holder
 re-queues the Services whose slices name it (the service feature's index,
 endpoint_index.py).
+
+The transit networks are shared with administrators' gateways, so what a
+tenant's Services take is bounded (issue 51):
+
+* Services of a namespace leaving by one address share one gateway, the
+  oldest one's (pacific.servicesnat), and a grant without ready endpoints
+  has none: one external IP on many ports costs one transit network;
+* a namespace's Services hold at most `--transit-networks-per-namespace`
+  gateways, its oldest carrying ones first, and a Service takes a new
+  network only while more than `--transit-networks-reserved` are free
+  (controller/transit.py), which centralized Subnets and EgressIPs may use;
+* a refused Service gets an `EgressSNAT` Event that names only itself and
+  the setting, and fails closed: its members' set stays, and the policy that
+  would reroute them to the gateway drops their traffic to the outside
+  instead (destinations in the cluster are kept by the node-local allow
+  above it), as an unbound gateway port would.
 """
 from __future__ import annotations
 
@@ -40,6 +56,7 @@ from pacific.controller.feature import Feature
 from pacific.controller.reports import Reports
 from pacific.controller.service import (cluster_cidrs, ignored_note, pod_namespace,
                                         service_informers, taken_ips)
+from pacific.controller.transit import TransitRefused
 from pacific.kube import resources as r
 from pacific.ovn import ensure
 
@@ -71,6 +88,12 @@ class EgressSnatFeature(Feature):
         self._active: dict[str, str | None] = {}
         self._first = gateway.FirstRanked()       # re-rank a settled holder only
         self.reports = Reports()
+        self._admitted: set[str] = set()          # Services last allowed a gateway
+        self._starved: set[str] = set()           # ... refused by the reserve alone
+        # Service -> the older Services of its addresses, whose grant (and gateway)
+        # its endpoints may join (servicesnat): queued when it changes
+        self._owners: dict[str, set[str]] = {}
+        ctl.transit.on_release.append(self._on_release)
 
     def handlers(self):
         return {"services": self._on_service, "endpointslices": self._on_slice,
@@ -84,24 +107,32 @@ class EgressSnatFeature(Feature):
                 if servicesnat.opted_in(s)]
 
     def holders_changed(self, ips, released_by):
-        """Members are re-decided for the opted-in Services naming `ips`."""
+        """Members are re-decided for the opted-in Services naming `ips` (and
+        the owners of the grants they share)."""
         cache = self.ctl.informer("services")
-        self.queue_keys(sorted(k for k in self.services.addresses.services(ips)
-                               if servicesnat.opted_in(cache.get(k) or {})))
+        keys = {k for k in self.services.addresses.services(ips)
+                if servicesnat.opted_in(cache.get(k) or {})}
+        self.queue_keys(sorted(keys | {o for k in keys for o in self._owners.get(k, ())}))
 
-    @staticmethod
-    def _on_service(old, new):
-        return (r.object_key(new or old),)
+    def _on_service(self, old, new):
+        key = r.object_key(new or old)
+        return {key, *self._owners.get(key, ())}
 
-    @staticmethod
-    def _on_slice(old, new):
+    def _on_slice(self, old, new):
         keys = set()
         for obj in (old, new):
             m = model.meta(obj) if obj else {}
             svc = (m.get("labels") or {}).get(exposure.SERVICE_NAME_LABEL)
             if svc:
                 keys.add(f"{m.get('namespace')}/{svc}")
-        return keys
+        return keys.union(*(self._owners.get(k, ()) for k in keys))
+
+    def _on_release(self) -> None:
+        """A transit network was freed: the Services the reserve refused try again."""
+        with self._lock:
+            keys, self._starved = self._starved, set()
+        for key in keys:
+            self.queue.add(key)
 
     def _on_node(self, old, new):
         if old is not None and new is not None and \
@@ -114,9 +145,11 @@ class EgressSnatFeature(Feature):
     def resync_keys(self):
         yield from (r.object_key(s) for s in self.ctl.informer("services").list()
                     if servicesnat.opted_in(s))
-        for row in self.ctl.nb.rows_owned(ensure.LS, names.OWNER_KIND_SERVICE):
-            if row.external_ids.get(names.EXT_RULE) == RULE:
-                yield row.external_ids.get(names.EXT_OWNER)
+        # a gateway's switch; a refused one's members' set (it has no switch)
+        for table in (ensure.LS, ensure.AS):
+            for row in self.ctl.nb.rows_owned(table, names.OWNER_KIND_SERVICE):
+                if row.external_ids.get(names.EXT_RULE) == RULE:
+                    yield row.external_ids.get(names.EXT_OWNER)
 
     # -- reconcile -------------------------------------------------------------------
     def grants(self):
@@ -139,10 +172,41 @@ class EgressSnatFeature(Feature):
         for svc, left_out in ignored.items():
             if left_out:
                 notes.setdefault(svc, []).extend(ignored_note(svc, left_out))
-        return grants, notes
+        owners = {g.ip: servicesnat.gateway_key(k) for k, g in grants.items()}
+        found = {r.object_key(s): {owners[ip] for ip in map(exposure.canonical,
+                                                            s["spec"]["externalIPs"])
+                                   if ip in owners} - {r.object_key(s)} for s in services}
+        with self._lock:
+            self._owners = {k: v for k, v in found.items() if v}
+        return grants, notes, self._admit(services, grants)
+
+    def _admit(self, services: list[dict], grants: dict) -> set[str]:
+        """The Services that may hold a gateway (and so a transit network): per
+        namespace the oldest --transit-networks-per-namespace whose grant has
+        ready endpoints in a family that leaves.  Those it lets in or out since
+        the last reconcile are queued (the bound moves with the oldest)."""
+        families = ("", servicesnat.V6) if self.ctl.cfg.join_cidr_of(6) else ("",)
+        count, out, bound = {}, set(), self.ctl.cfg.transit_networks_per_namespace
+        for svc in sorted(services, key=exposure._age):
+            key = r.object_key(svc)
+            if not any((g := grants.get(key + f)) and g.sources for f in families):
+                continue
+            ns = key.split("/", 1)[0]
+            if count.get(ns, 0) < bound:
+                count[ns] = count.get(ns, 0) + 1
+                out.add(key)
+        with self._lock:
+            moved, self._admitted = out ^ self._admitted, out
+        for key in moved:
+            self.queue.add(key)
+        return out
 
     def reconcile(self, key: str) -> None:
-        grants, notes = self.grants()
+        grants, notes, admitted = self.grants()
+        with self._lock:
+            owners = self._owners.get(key, ())
+        for owner in owners:     # its endpoints may be members of theirs
+            self.queue.add(owner)
         by_family = {4: grants.get(key)}
         if self.ctl.cfg.join_cidr_of(6):     # else IPv6 has no way out of the cluster router
             by_family[6] = grants.get(key + servicesnat.V6)
@@ -151,10 +215,15 @@ class EgressSnatFeature(Feature):
         ids, as_name, as6 = snat_ids(key), set_name(key), set_name(key + servicesnat.V6)
         have = [row for row in self.ctl.nb.rows_owned(ensure.LRP, names.OWNER_KIND_SERVICE, key)
                 if row.name == lrp]
-        if not any(by_family.values()):
-            if have or any(ensure.address_set_addresses(self.ctl.nb, n) is not None
-                           for n in (as_name, as6)):
+        if not any(g and g.sources for g in by_family.values()):
+            # no grant, or no ready endpoint to carry: no gateway, no transit network
+            if have or self.ctl.transit.holds(lrp) or any(
+                    ensure.address_set_addresses(self.ctl.nb, n) is not None
+                    for n in (as_name, as6)):
                 self._remove(key, sw, lrp, as_name)
+            with self._lock:
+                self._starved.discard(key)
+            self._report(key, list(notes.get(key, [])))
             return
         nodes = gateway_nodes(self.ctl.informer("nodes").list())
         with self._lock:
@@ -169,9 +238,14 @@ class EgressSnatFeature(Feature):
                 continue
             rows += ensure.address_set_rows(name, ids, set(grant.sources), cur or set())
             matches[version] = f"ip{version}.src == ${name}"
+        index, refused = self._network(key, lrp, admitted)
+        if refused is not None:
+            self._refuse(key, sw, lrp, rows, matches, bool(have))
+            self._report(key, [*notes.get(key, []), refused + ": the endpoints' traffic to "
+                               "the outside is dropped until one is free"])
+            return
         networks, mac, policies = gateway.reroutes(
-            self.ctl, self.ctl.transit.index(self.ctl.nb, lrp), names.PRIO_POLICY_SNAT_EGRESS,
-            matches)
+            self.ctl, index, names.PRIO_POLICY_SNAT_EGRESS, matches)
         self.ctl.writer.run([
             *rows,
             *gateway.gateway_rows(sw, lrp, names.egress_localnet_name(names.SNAT_GATEWAY_PREFIX
@@ -186,6 +260,47 @@ class EgressSnatFeature(Feature):
             problems.append(f"no node is labelled {names.LABEL_EGRESS_GATEWAY}=true: the "
                             f"endpoints' traffic to the outside is dropped")
         self._report(key, problems)
+
+    def _network(self, key: str, lrp: str, admitted: set[str]) -> tuple[int | None, str | None]:
+        """(the transit network of `key`'s gateway port `lrp`, None), or (None,
+        why it may have none: the namespace's bound or the reserve)."""
+        cfg = self.ctl.cfg
+        if key in admitted:
+            with self._lock:    # marked before asking: a release meanwhile queues it again
+                self._starved.add(key)
+        else:
+            with self._lock:
+                self._starved.discard(key)
+            return None, (f"no egress gateway: this namespace's older Services leaving by an "
+                          f"external IP hold the {cfg.transit_networks_per_namespace} transit "
+                          f"networks it may have (the administrator's "
+                          f"--transit-networks-per-namespace)")
+        try:
+            index = self.ctl.transit.index(self.ctl.nb, lrp, cfg.transit_networks_reserved)
+        except TransitRefused:
+            return None, ("no egress gateway: no transit network is free but those reserved "
+                          "for the administrator's gateways (--transit-networks-reserved)")
+        with self._lock:
+            self._starved.discard(key)
+        return index, None
+
+    def _refuse(self, key: str, sw: str, lrp: str, rows: list, matches: dict[int, str],
+                have: bool) -> None:
+        """No gateway for `key`, failing closed: its members' sets (`rows`) are
+        kept and the policy of each (`matches`) drops instead of rerouting;
+        a gateway it had is removed and its transit network released."""
+        drops = [(names.PRIO_POLICY_SNAT_EGRESS, m, "drop", []) for _, m in sorted(matches.items())]
+        ids, what = snat_ids(key), f"egress SNAT of service {key}"
+        self.ctl.writer.run([
+            *rows, lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, drops),
+        ], what=f"{what}: refused, dropped")
+        if have or self.ctl.transit.holds(lrp):
+            gateway.remove_gateway_rows(self.ctl, sw, lrp, ids, what, policies=drops)
+            with self._lock:
+                self._active.pop(key, None)
+                self._first.forget(key)
+        LOG.info("service %s: egress SNAT refused a transit network, its endpoints' traffic "
+                 "to the outside dropped", key)
 
     def _remove(self, key: str, sw: str, lrp: str, as_name: str) -> None:
         gateway.remove_gateway_rows(self.ctl, sw, lrp, snat_ids(key),

@@ -128,11 +128,12 @@ def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str | list[str], mac: 
 
 
 def remove_gateway_rows(ctl, sw: str, lrp: str, ids: dict, what: str,
-                        *address_sets: str) -> None:
+                        *address_sets: str, policies=()) -> None:
     """What gateway_rows wrote (and the gateway's members' address sets), gone;
-    its transit network released."""
+    its transit network released.  `policies`: the router policies `ids` keep
+    instead of none (a refused gateway's drops, controller/egress_snat.py)."""
     ctl.writer.run([
-        lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, []),
+        lambda api: ensure.EnsureRouterPolicies(api, names.CLUSTER_ROUTER, ids, list(policies)),
         lambda api: gw.EnsureStaticMacBindings(api, lrp, {}),
         lambda api: ensure.DeleteRouterPort(api, names.CLUSTER_ROUTER, lrp),
         lambda api: ensure.DeleteSwitch(api, sw),

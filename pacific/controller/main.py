@@ -99,6 +99,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "outside its namespace are ignored with an Event [PACIFIC_TRUSTED_ENDPOINT_SERVICES]")
     g.add_argument("--node-port-range", default=_env("PACIFIC_NODE_PORT_RANGE", "30000-32767"),
                    help="kube-apiserver's --service-node-port-range (default: %(default)s)")
+    g.add_argument("--transit-networks-per-namespace", type=int,
+                   default=int(_env("PACIFIC_TRANSIT_NETWORKS_PER_NAMESPACE",
+                                    str(names.TRANSIT_NETWORKS_PER_NAMESPACE))),
+                   help=f"transit networks (/24s of {names.EGRESS_TRANSIT_CIDR}, one per egress "
+                   "gateway) one namespace's Services may hold: one per external IP their ready "
+                   "endpoints leave by (Services sharing an address share one); the namespace's "
+                   "oldest such Services get them, the others an EgressSNAT Event and their "
+                   "endpoints' traffic to the outside dropped (default: %(default)s) "
+                   "[PACIFIC_TRANSIT_NETWORKS_PER_NAMESPACE]")
+    g.add_argument("--transit-networks-reserved", type=int,
+                   default=int(_env("PACIFIC_TRANSIT_NETWORKS_RESERVED",
+                                    str(names.TRANSIT_NETWORKS_RESERVED))),
+                   help="transit networks kept for administrators' gateways (centralized "
+                   "Subnets, EgressIPs): a Service takes a new one only while more than this "
+                   "many are free (default: %(default)s) [PACIFIC_TRANSIT_NETWORKS_RESERVED]")
     g = p.add_argument_group("tenant isolation")
     g.add_argument("--no-isolation", dest="isolation", action="store_false",
                    default=_env("PACIFIC_ISOLATION", "true").lower() not in ("false", "0", "no"),
@@ -226,6 +241,8 @@ def config_from_args(args) -> Config:
                   event_rate=args.event_rate, address_quarantine=args.address_quarantine,
                   external_ip_cidrs=args.external_ip_cidrs, egress_ip_cidrs=args.egress_ip_cidrs,
                   node_port_range=args.node_port_range,
+                  transit_networks_per_namespace=args.transit_networks_per_namespace,
+                  transit_networks_reserved=args.transit_networks_reserved,
                   infrastructure_ips=_items(args.infrastructure_ips),
                   dns_servers=_items(args.dns_servers),
                   trusted_endpoint_services=_items(args.trusted_endpoint_services),

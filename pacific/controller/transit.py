@@ -10,6 +10,14 @@ same router address and MAC): `TransitNetworks` hands indexes out under one
 lock and remembers each one it handed out until its port is removed.  A port
 that shares its network with another one (as such a race left them) moves to a
 free network; the port whose name sorts first keeps it.
+
+Tenants draw from the same 256 as administrators (a Service's egress SNAT
+gateway): a Service's port takes a network it does not have yet only while
+more than `reserved` are free (`TransitRefused` otherwise), so a tenant's
+Services cannot leave a centralized Subnet or an EgressIP without a gateway;
+how many one namespace holds is controller/egress_snat.py's to bound.  Every
+release is told to the callbacks of `on_release` (a Service refused for the
+reserve is reconciled again).
 """
 from __future__ import annotations
 
@@ -53,6 +61,10 @@ def transit_index(networks) -> int | None:
     return None
 
 
+class TransitRefused(RuntimeError):
+    """No transit network for a tenant's gateway: the rest is the reserve."""
+
+
 class TransitNetworks:
     """Which transit network each gateway router port has: what NB shows,
     plus what this controller handed out and NB may not show yet."""
@@ -60,10 +72,12 @@ class TransitNetworks:
     def __init__(self):
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}       # router port -> index handed out
+        self.on_release: list = []            # callables, run after every release
 
-    def index(self, nb, lrp: str) -> int:
+    def index(self, nb, lrp: str, reserved: int = 0) -> int:
         """The transit network of router port `lrp`: the one it has unless
-        another port that sorts first has it too, else the lowest free one."""
+        another port that sorts first has it too, else the lowest free one,
+        if more than `reserved` are free (else TransitRefused)."""
         with self._lock:
             if lrp in self._held:   # parted from any other port when handed out
                 return self._held[lrp]
@@ -74,13 +88,23 @@ class TransitNetworks:
             if mine is None or any(i == mine and n < lrp for n, i in where.items()):
                 taken = set(where.values())
                 mine = next((i for i in range(COUNT) if i not in taken), None)
+                if mine is not None and COUNT - len(taken - {None}) <= reserved:
+                    raise TransitRefused(f"no transit network free for {lrp} outside the "
+                                         f"{reserved} reserved")
                 if mine is None:
                     raise RuntimeError(f"no free transit network left in "
                                        f"{names.EGRESS_TRANSIT_CIDR} for {lrp}")
             self._held[lrp] = mine
             return mine
 
+    def holds(self, lrp: str) -> bool:
+        """Did this controller hand `lrp` a network it has not released?"""
+        with self._lock:
+            return lrp in self._held
+
     def release(self, lrp: str) -> None:
         """`lrp` was removed: its network is free again."""
         with self._lock:
             self._held.pop(lrp, None)
+        for tell in list(self.on_release):
+            tell()

@@ -24,6 +24,12 @@ port this node holds, it:
 What comes to the external IP from outside arrives here too (this node
 answers ARP for it) and reaches the Service through the firewall's Service
 frontends: one node carries both directions.
+
+Services of a namespace sharing an address have one grant, the oldest one's
+(pacific.servicesnat), and so one port and one members' set; a Service the
+controller refused a transit network (its namespace's bound, the reserve:
+controller/egress_snat.py) has no port in SB, so no node holds its address or
+SNATs its endpoints, whose traffic the controller's policy drops.
 """
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import datetime
 import ipaddress
 import itertools
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -1089,3 +1090,76 @@ def test_tunnel_a_pod_s_forged_geneve_reaches_no_pod_through_another_node(env):
     finally:
         cnipods.delete_pod(sb, ATK, "forger", api=admin)
         cnipods.delete_pod(sb, VIC, "tsink", api=admin)
+
+
+# --- issue 51: shared pools are fair ---
+POOL_IP, POOL_PORTS, POOL_OUT_PORT = "203.0.113.60", 256, 7351
+
+
+def _svc_gateways(sb, ns: str) -> list[str]:
+    """The egress SNAT gateway ports of `ns`'s Services in NB: one transit network each."""
+    prefix = names.router_port_name(names.egress_switch_name(f"{names.SNAT_GATEWAY_PREFIX}{ns}/"))
+    return [p for p in sb.nbctl("--bare", "--columns=name", "list",
+                                "Logical_Router_Port").split() if p.startswith(prefix)]
+
+
+def test_pool_a_tenant_s_services_cannot_take_the_transit_network_of_an_admin_s_subnet(env):
+    """Issue 51, item 3: with one granted external IP a tenant's 256 Services on
+    256 ports took all 256 transit networks and an administrator's centralized
+    Subnet then had no gateway.  Now Services sharing an address share one
+    gateway, the namespace holds at most --transit-networks-per-namespace (4:
+    its fifth address is refused with an Event naming no one else, and that
+    pod's traffic to the outside is dropped, never sent through its node,
+    while a pod behind no such Service still gets out), and the Subnet gets
+    its transit network."""
+    sb, admin, atk = env
+    pods = {i: af.tenant_pod(sb, atk, admin, ATK, f"pool{i}", "node1", labels={"pool": str(i)})
+            for i in ("0", "1", "2", "3", "4", "free")}
+    ips = {i: _pod_ip(admin, ATK, f"pool{i}") for i in ("4", "free")}
+    for ip in ips.values():      # the outside routes them back (ovn-default may not masquerade)
+        sb.exec(sb.external_netns, ["ip", "route", "replace", f"{ip}/32", "via",
+                                    sb.node("node1").underlay_ip])
+    server = subprocess.Popen(["ip", "netns", "exec", sb.external_netns, sys.executable,
+                               af.NETCHECK, "serve", str(POOL_OUT_PORT), "outside"],
+                              stdout=subprocess.PIPE, text=True)
+    made, subnet = [], "pool-admin"
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        for i in range(POOL_PORTS):          # the attack: one address, a Service per port
+            r.create(atk, r.SERVICES, service(ATK, f"pool-{i}", [tcp_port(10000 + i)],
+                                              {"pool": "0"}, external_ips=[POOL_IP]), ATK)
+            made.append(f"pool-{i}")
+        for i in range(1, 5):                # four more addresses: the fifth gateway is refused
+            r.create(atk, r.SERVICES, service(ATK, f"solo-{i}", [tcp_port(80)], {"pool": str(i)},
+                                              external_ips=[f"203.0.113.6{i}"]), ATK)
+            made.append(f"solo-{i}")
+        text = wait_until(lambda: service_events(admin, ATK, "solo-4"), 120, interval=1,
+                          what="the refused Service told")
+        assert "--transit-networks-per-namespace" in text, text
+        assert not re.search(rf"\b({VIC}|v1)\b", text), f"names another tenant: {text}"
+        wait_until(lambda: len(_svc_gateways(sb, ATK)) == 4, 120, interval=1,
+                   what="the tenant's Services holding 4 transit networks")
+        # the refused address's pod fails closed; a pod behind no such Service gets out
+        wait_until(lambda: af.reach(sb, pods["free"].netns, "tcp", sb.external_remote_ip,
+                                    POOL_OUT_PORT), 30, what="the control pod reaching outside")
+        assert not af.reach(sb, pods["4"].netns, "tcp", sb.external_remote_ip, POOL_OUT_PORT), \
+            "the refused Service's endpoint left the cluster another way"
+        r.create(admin, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
+                                    "metadata": {"name": subnet},
+                                    "spec": {"cidrBlock": "10.68.250.0/24",
+                                             "gatewayType": "centralized",
+                                             "gatewayNodes": ["node1"]}})
+        status = wait_until(lambda: ((r.get(admin, r.SUBNETS, subnet) or {}).get("status") or {})
+                            .get(names.STATUS_EGRESS, {}).get("transit"), 60, interval=0.5,
+                            what="the administrator's Subnet's transit network")
+        assert status.startswith("100.65."), status
+        assert len(_svc_gateways(sb, ATK)) == 4, _svc_gateways(sb, ATK)
+    finally:
+        server.kill()
+        server.wait()
+        for ip in ips.values():
+            sb.exec(sb.external_netns, ["ip", "route", "del", f"{ip}/32"], check=False)
+        for name in made:
+            r.delete(admin, r.SERVICES, name, ATK)
+        if r.get(admin, r.SUBNETS, subnet) is not None:
+            r.delete(admin, r.SUBNETS, subnet)

@@ -143,7 +143,7 @@ def test_egress_snat_members_are_re_decided_when_an_address_changes_holder():
     r.delete(ctl.kube, r.PODS, "server", "red")
     ctl.feature("pod").reconcile("red/server")
     assert snat.queue.pending() == 1
-    grants, _ = snat.grants()
+    grants, _, _ = snat.grants()
     assert not any(mine in g.sources for g in grants.values())
 
 

@@ -131,6 +131,8 @@ def test_controller_flags_are_accepted_and_valid(monkeypatch):
     assert cfg.nb_remote == data["nb-remote"]
     assert cfg.default_cidr == data["default-cidr"]
     assert cfg.join_cidr == data["join-cidr"]
+    assert cfg.transit_networks_per_namespace == int(data["transit-networks-per-namespace"])
+    assert cfg.transit_networks_reserved == int(data["transit-networks-reserved"])
     assert args.leader_elect, "two replicas without leader election would both write NB"
     assert args.lease_namespace == NAMESPACE
     assert args.identity != "", "replicas need distinct Lease identities"

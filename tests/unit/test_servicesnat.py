@@ -120,3 +120,27 @@ def test_an_ipv6_egress_address_snats_ipv6_members_outside_the_cluster_only():
     assert match["match"]["left"]["payload"] == {"protocol": "ip6", "field": "saddr"}
     assert dest["match"]["right"] == "@cluster_cidrs6"
     assert nat == {"snat": {"family": "ip6", "addr": "fd00:77::150"}}
+
+
+def test_services_of_one_namespace_on_one_address_share_the_oldest_one_s_grant():
+    """One external IP on many ports (a Service each): one grant, keyed by the
+    oldest Service, whose members are every sharer's endpoints; so one gateway
+    and one transit network, on the controller and on every node alike."""
+    services = [svc(f"p{i}", f"2026-01-0{i + 1}T00:00:00Z", ["192.168.77.200"])
+                for i in range(5)]
+    for i, s in enumerate(services):          # each on its own port of the address
+        s["spec"]["ports"][0]["port"] = 80 + i
+    slices = [eps("p3", "10.16.0.9"), eps("p1", "10.16.0.5", "10.16.0.7"),
+              eps("p4", "10.16.0.5")]
+    grants, notes = servicesnat.egress_ips(services, slices, CLUSTER, allowed=ANYWHERE)
+    assert grants == {"ns/p0": servicesnat.SnatGrant("ns/p0", "192.168.77.200",
+                                                     ("10.16.0.5", "10.16.0.7", "10.16.0.9"))}
+    assert notes == {}      # a pod behind two of them leaves by the same address: nothing to say
+
+
+def test_a_service_on_another_address_keeps_its_own_grant():
+    grants, _ = servicesnat.egress_ips(
+        [svc("a", "1", ["192.168.77.200"]), svc("b", "2", ["192.168.77.201", "192.168.77.200"])],
+        [eps("a", "10.16.0.5"), eps("b", "10.16.0.6")], CLUSTER, allowed=ANYWHERE)
+    assert grants["ns/a"].sources == ("10.16.0.5",)
+    assert grants["ns/b"] == servicesnat.SnatGrant("ns/b", "192.168.77.201", ("10.16.0.6",))

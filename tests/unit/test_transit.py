@@ -105,3 +105,27 @@ def test_centralized_subnets_get_distinct_transit_networks_and_mac():
     assert len({tuple(p.networks) for p in ports}) == 3
     assert len({p.mac for p in ports}) == 3
 
+
+
+def test_a_tenant_s_port_takes_a_network_only_while_more_than_the_reserve_are_free():
+    nb, nets = FakeNB(), tr.TransitNetworks()
+    nb.owned += [port(f"s{i}", i) for i in range(tr.COUNT - 3)]       # 3 free
+    told = []
+    nets.on_release.append(lambda: told.append(1))
+    assert nets.index(nb, tr.PORT_PREFIX + "svc:t/a", reserved=2) == tr.COUNT - 3
+    with pytest.raises(tr.TransitRefused, match="outside the 2 reserved"):
+        nets.index(nb, tr.PORT_PREFIX + "svc:t/b", reserved=2)
+    # a port that has its network keeps it, the reserve reached or not
+    assert nets.index(nb, tr.PORT_PREFIX + "svc:t/a", reserved=200) == tr.COUNT - 3
+    assert nets.index(nb, tr.PORT_PREFIX + "subnet", reserved=0) == tr.COUNT - 2  # the admin's
+    nets.release(tr.PORT_PREFIX + "svc:t/a")
+    assert told == [1]
+
+
+def test_the_settings_are_bounded_by_the_pool():
+    from pacific.controller.config import Config, ConfigError
+    Config(nb_remote="tcp:127.0.0.1:6641", transit_networks_per_namespace=0,
+           transit_networks_reserved=tr.COUNT).validate()
+    for bad in (dict(transit_networks_per_namespace=-1), dict(transit_networks_reserved=257)):
+        with pytest.raises(ConfigError, match="--transit-networks"):
+            Config(nb_remote="tcp:127.0.0.1:6641", **bad).validate()
