@@ -47,6 +47,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from pacific import names
+
 PROTOCOLS = {"TCP": "tcp", "UDP": "udp", "SCTP": "sctp"}
 NODE_PORT_RANGE = (30000, 32767)          # kube-apiserver's default --service-node-port-range
 EXTERNAL_IP, NODE_PORT = "externalIP", "nodePort"
@@ -224,11 +226,15 @@ def _namespace(key: str) -> str:
 
 
 def exposures(services: list[dict], cluster_cidrs=(), node_ips=(), allowed=None,
-              port_range: tuple[int, int] = NODE_PORT_RANGE
+              port_range: tuple[int, int] = NODE_PORT_RANGE,
+              per_namespace: int = names.EXTERNAL_IPS_PER_NAMESPACE
               ) -> tuple[list[Frontend], dict[str, list[str]]]:
     """(the frontends granted, sorted; Service key -> what was refused and why).
     node_ips: every infrastructure address (nodes, OVN central); allowed: the
-    CIDRs external IPs may come from (None or empty: none may)."""
+    CIDRs external IPs may come from (None or empty: none may); per_namespace:
+    how many external IPs one namespace's Services may hold, its oldest
+    Services' first (0: no bound), so that no tenant takes every granted
+    address from the others."""
     networks = []
     for c in cluster_cidrs:
         try:
@@ -240,11 +246,21 @@ def exposures(services: list[dict], cluster_cidrs=(), node_ips=(), allowed=None,
     node_ips = {canonical(a) or a for a in node_ips}
     granted: dict[tuple, Frontend] = {}
     owner: dict[str, str] = {}               # external IP -> the namespace it belongs to
+    held: dict[str, int] = {}                # namespace -> how many external IPs it owns
     refused: dict[str, list[str]] = {}
     for svc in sorted(services, key=_age):
         problems: list[str] = []
         for fe in _candidates(svc, networks, node_ips, allowed_nets, port_range, problems):
             ns = _namespace(fe.service)
+            if fe.kind == EXTERNAL_IP and fe.ip not in owner and per_namespace and \
+                    held.get(ns, 0) >= per_namespace:
+                why = (f"externalIP {fe.ip}: the namespace holds its {per_namespace} external "
+                       "IPs already (an administrator sets --external-ips-per-namespace)")
+                if why not in problems:
+                    problems.append(why)
+                continue
+            if fe.kind == EXTERNAL_IP and fe.ip not in owner:
+                held[ns] = held.get(ns, 0) + 1
             if fe.kind == EXTERNAL_IP and owner.setdefault(fe.ip, ns) != ns:
                 why = f"externalIP {fe.ip} belongs to another namespace"
                 if why not in problems:

@@ -244,6 +244,9 @@ EGRESS_TRANSIT_CIDR6 = "fd00:65::/48"   # an IPv6 EgressIP's gateway: the /64 of
 # they leave by), and only while more than the reserve (administrators' Subnet
 # gateways and EgressIPs only) stay free (controller/transit.py)
 TRANSIT_NETWORKS_PER_NAMESPACE = 4
+# external IPs one namespace's Services may hold (the oldest Services' first; issue 51:
+# one tenant cannot take every address an administrator granted); 0: no bound
+EXTERNAL_IPS_PER_NAMESPACE = 16
 TRANSIT_NETWORKS_RESERVED = 64
 EGRESS_ADDR_PROTO = 0x50                # IFA_PROTO of the IPv6 egress addresses a node holds
 EGRESS_PHYSNET = "pacific-egress"       # the transit switches' localnet network_name

@@ -106,10 +106,11 @@ def _version(a) -> int | None:
 
 
 def egress_ips(services: list[dict], slices: list[dict], cluster_cidrs=(), node_ips=(),
-               allowed=None) -> tuple[dict[str, SnatGrant], dict[str, list[str]]]:
+               allowed=None, per_namespace: int = names.EXTERNAL_IPS_PER_NAMESPACE) -> tuple[dict[str, SnatGrant], dict[str, list[str]]]:
     """(Service key -> its SnatGrant, Service key -> notes worth an Event)."""
     wanted = [s for s in services if opted_in(s)]
-    grants, _ = exposure.exposures(wanted, cluster_cidrs, node_ips, allowed)
+    grants, _ = exposure.exposures(wanted, cluster_cidrs, node_ips, allowed,
+                                   per_namespace=per_namespace)
     first: dict[str, str] = {}                # grant key -> the first granted address
     for fe in grants:
         if fe.kind == exposure.EXTERNAL_IP and len(fe.versions) == 1:

@@ -74,6 +74,7 @@ class Config:
     event_rate: float = 1.0                     # ... and per second after that (0: no limit)
     address_quarantine: float = names.ADDRESS_QUARANTINE   # s a released address rests
     transit_networks_per_namespace: int = names.TRANSIT_NETWORKS_PER_NAMESPACE   # Services' gateways
+    external_ips_per_namespace: int = names.EXTERNAL_IPS_PER_NAMESPACE   # 0: no bound
     transit_networks_reserved: int = names.TRANSIT_NETWORKS_RESERVED   # left to administrators'
 
     @property
@@ -138,6 +139,9 @@ class Config:
                               f"{self.transit_networks_per_namespace} / --transit-networks-reserved "
                               f"{self.transit_networks_reserved}: each must be 0 to {count} (the "
                               f"/24s of {names.EGRESS_TRANSIT_CIDR})")
+        if self.external_ips_per_namespace < 0:
+            raise ConfigError(f"--external-ips-per-namespace {self.external_ips_per_namespace} "
+                              "must be at least 0 (0: no bound)")
         if self.batch_max < 1:
             raise ConfigError("--batch-max must be at least 1")
         return self

@@ -168,7 +168,8 @@ class EgressSnatFeature(Feature):
             slices += kept
         allowed, _ = cfg.exposure_settings
         grants, notes = servicesnat.egress_ips(services, slices, cluster_cidrs(self.ctl),
-                                               taken_ips(self.ctl), allowed)
+                                               taken_ips(self.ctl), allowed,
+                                               cfg.external_ips_per_namespace)
         for svc, left_out in ignored.items():
             if left_out:
                 notes.setdefault(svc, []).extend(ignored_note(svc, left_out))

@@ -99,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "outside its namespace are ignored with an Event [PACIFIC_TRUSTED_ENDPOINT_SERVICES]")
     g.add_argument("--node-port-range", default=_env("PACIFIC_NODE_PORT_RANGE", "30000-32767"),
                    help="kube-apiserver's --service-node-port-range (default: %(default)s)")
+    g.add_argument("--external-ips-per-namespace", type=int,
+                   default=int(_env("PACIFIC_EXTERNAL_IPS_PER_NAMESPACE",
+                                    str(names.EXTERNAL_IPS_PER_NAMESPACE))),
+                   help="external IPs one namespace's Services may hold, its oldest Services' "
+                   "first (the others are refused with an Event), so that no tenant takes every "
+                   "address --external-ip-cidrs grants; 0: no bound; keep equal to "
+                   "pacific-node's (default: %(default)s) [PACIFIC_EXTERNAL_IPS_PER_NAMESPACE]")
     g.add_argument("--transit-networks-per-namespace", type=int,
                    default=int(_env("PACIFIC_TRANSIT_NETWORKS_PER_NAMESPACE",
                                     str(names.TRANSIT_NETWORKS_PER_NAMESPACE))),
@@ -242,6 +249,7 @@ def config_from_args(args) -> Config:
                   external_ip_cidrs=args.external_ip_cidrs, egress_ip_cidrs=args.egress_ip_cidrs,
                   node_port_range=args.node_port_range,
                   transit_networks_per_namespace=args.transit_networks_per_namespace,
+                  external_ips_per_namespace=args.external_ips_per_namespace,
                   transit_networks_reserved=args.transit_networks_reserved,
                   infrastructure_ips=_items(args.infrastructure_ips),
                   dns_servers=_items(args.dns_servers),

@@ -313,8 +313,9 @@ class ServiceFeature(Feature):
         cache = self.ctl.informer("services")
         services = [s for s in (cache.get(k) for k in exposed) if s is not None]
         allowed, port_range = self.ctl.cfg.exposure_settings
-        _, refused = exposure.exposures(services, cluster_cidrs(self.ctl),
-                                        taken_ips(self.ctl), allowed, port_range)
+        _, refused = exposure.exposures(services, cluster_cidrs(self.ctl), taken_ips(self.ctl),
+                                        allowed, port_range,
+                                        self.ctl.cfg.external_ips_per_namespace)
         return refused.get(key, [])
 
     def _owned(self) -> list:

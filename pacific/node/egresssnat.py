@@ -210,7 +210,8 @@ class EgressSnat(NodeFeature):
         if labelled:
             fe = self.frontends
             grants, _ = servicesnat.egress_ips(fe.services.list(), fe.slices.list(),
-                                            fe.cluster_cidrs(), fe.taken_ips(), fe.allowed)
+                                               fe.cluster_cidrs(), fe.taken_ips(), fe.allowed,
+                                               fe.per_namespace)
             sb, admitted = gateways(view, sorted(grants))
             # only the members the controller admitted (its own namespace's
             # pods): a hand-written EndpointSlice naming another tenant's pod

@@ -34,7 +34,7 @@ import hashlib
 import ipaddress
 import json
 
-from pacific import contract, egressip, exposure, remotes
+from pacific import contract, egressip, exposure, names, remotes
 from pacific.node.feature import ALL_NODES, EGRESSIPS, ENDPOINTSLICES, SERVICES, SUBNETS, \
     THIS_NODE, THIS_NODES_PODS, service_cidr
 
@@ -108,13 +108,15 @@ class ServiceFrontends:
     def __init__(self, services, slices, all_nodes, subnets, pods, join_cidrs,
                  service_cidr: str | None, allowed: list[str] | None = None,
                  port_range: tuple[int, int] = exposure.NODE_PORT_RANGE, reserved=frozenset(),
-                 egressips=None, service_cidr6: str | None = None):
+                 egressips=None, service_cidr6: str | None = None,
+                 per_namespace: int = names.EXTERNAL_IPS_PER_NAMESPACE):
         self.egressips = egressips            # their addresses: no Service may take one
         self.reserved = frozenset(reserved)   # OVN central, --infrastructure-ips
         self.services, self.slices, self.all_nodes = services, slices, all_nodes
         self.subnets, self.pods, self.join_cidrs = subnets, pods, join_cidrs  # () -> [CIDR]
         self.service_cidr, self.allowed, self.port_range = service_cidr, allowed, port_range
         self.service_cidr6 = service_cidr6
+        self.per_namespace = per_namespace    # --external-ips-per-namespace
 
     def cluster_cidrs(self) -> list[str]:
         """The cluster's own networks of both families (as the controller's
@@ -146,7 +148,7 @@ class ServiceFrontends:
 
     def granted(self) -> list[exposure.Frontend]:
         grants, _ = exposure.exposures(self.services.list(), self.cluster_cidrs(), self.taken_ips(),
-                                       self.allowed, self.port_range)
+                                       self.allowed, self.port_range, self.per_namespace)
         return grants
 
     def synced(self) -> bool:
@@ -202,4 +204,4 @@ def view(feature) -> ServiceFrontends:
         allowed=exposure.parse_cidrs(a.external_ip_cidrs),
         port_range=exposure.parse_port_range(a.node_port_range),
         reserved=remotes.addresses(a.ovn_remote) | set(exposure.parse_ips(a.infrastructure_ips)),
-        egressips=feature.informer("egressips"))
+        egressips=feature.informer("egressips"), per_namespace=a.external_ips_per_namespace)

@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "programmed (default: none: no external IP is programmed until the "
                    "administrator names the ranges); keep equal to pacific-controller's, "
                    "which reports refusals as Events")
+    p.add_argument("--external-ips-per-namespace", type=int,
+                   default=int(os.environ.get("PACIFIC_EXTERNAL_IPS_PER_NAMESPACE",
+                                              names.EXTERNAL_IPS_PER_NAMESPACE)),
+                   help="external IPs one namespace's Services may hold, its oldest Services' "
+                   "first; 0: no bound; keep equal to pacific-controller's (default: %(default)s) "
+                   "[PACIFIC_EXTERNAL_IPS_PER_NAMESPACE]")
     p.add_argument("--infrastructure-ips", default="",
                    help="comma-separated addresses no Service may claim as external IP, besides "
                    "the nodes' and OVN central's (from --ovn-remote); keep equal to "
@@ -134,6 +140,9 @@ def main(argv=None) -> int:
         host_ports(args)
         exposure.parse_cidrs(args.external_ip_cidrs)
         exposure.parse_ips(args.infrastructure_ips)
+        if args.external_ips_per_namespace < 0:
+            raise ValueError(f"--external-ips-per-namespace {args.external_ips_per_namespace} "
+                             "must be at least 0 (0: no bound)")
         exposure.parse_port_range(args.node_port_range)
         service_cidrs(args)
     except (MetricsError, ValueError) as e:

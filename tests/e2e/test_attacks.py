@@ -1163,3 +1163,34 @@ def test_pool_a_tenant_s_services_cannot_take_the_transit_network_of_an_admin_s_
             r.delete(admin, r.SERVICES, name, ATK)
         if r.get(admin, r.SUBNETS, subnet) is not None:
             r.delete(admin, r.SUBNETS, subnet)
+
+
+# --- issue 51: no tenant takes every external IP an administrator granted ---
+def test_pool_a_tenant_holds_at_most_its_bound_of_granted_external_ips(env):
+    """A fresh tenant asks for one more granted external IP than a namespace
+    may hold (names.EXTERNAL_IPS_PER_NAMESPACE, the sandbox's default): its
+    youngest Service is refused on every node with an Event naming only the
+    setting, while a Service of another namespace, created after all of them,
+    still gets its address."""
+    sb, admin, _ = env
+    bound, ns = names.EXTERNAL_IPS_PER_NAMESPACE, "greedy"
+    greedy = af.tenant(sb, admin, ns)
+    try:
+        for i in range(bound + 1):
+            r.create(greedy, r.SERVICES, service(ns, f"ip-{i:02d}", [tcp_port(80)], {"app": "none"},
+                                                 external_ips=[f"203.0.113.{100 + i}"]), ns)
+        r.create(admin, r.SERVICES, service(VIC, "after-greedy", [tcp_port(80)], {"app": "none"},
+                                            external_ips=["203.0.113.99"]), VIC)
+        af.wait_until(lambda: programmed_everywhere(sb, f"{VIC}/after-greedy 203.0.113.99")
+                      and programmed_everywhere(sb, f"{ns}/ip-{bound - 1:02d} "), 60,
+                      what="the other namespace's and the bound's last external IP on every node")
+        refused = f"{ns}/ip-{bound:02d} 203.0.113.{100 + bound}"
+        assert not any(refused in c for c in services_chain(sb).values()), refused
+        text = af.wait_until(lambda: service_events(admin, ns, f"ip-{bound:02d}"), 30,
+                             what="the refusal reported on the youngest Service")
+        assert (f"externalIP 203.0.113.{100 + bound}: the namespace holds its {bound} external "
+                "IPs already") in text, text
+        assert VIC not in text and "after-greedy" not in text, text
+    finally:
+        r.delete(admin, r.SERVICES, "after-greedy", VIC)
+        r.delete(admin, r.NAMESPACES, ns)

@@ -309,3 +309,25 @@ def test_a_service_labelled_for_another_proxy_exposes_nothing_on_the_nodes():
     assert ex.exposures([s], CLUSTER, allowed=ANYWHERE) == ([], {})
     s["metadata"]["labels"] = {"service.kubernetes.io/headless": ""}
     assert ex.exposures([s], CLUSTER, allowed=ANYWHERE) == ([], {})
+
+
+def test_a_namespace_holds_at_most_its_bound_of_external_ips_its_oldest_services_first():
+    """Issue 51 (shared pools are fair): a tenant granted a range cannot take
+    every address in it; the same address on more ports counts once, another
+    namespace still gets one, and 0 lifts the bound."""
+    greedy = [svc(f"g{i}", f"2026-01-01T00:00:{i:02d}Z", external_ips=[f"203.0.113.{i}"],
+                  ns="greedy") for i in range(1, 6)]
+    again = svc("g1-tls", "2026-01-01T00:01:00Z", external_ips=["203.0.113.1"], ns="greedy",
+                ports=[{"name": "tls", "port": 443, "protocol": "TCP"}])
+    fair = svc("f", "2026-01-01T00:02:00Z", external_ips=["203.0.113.50"], ns="fair")
+    services = [fair, again, *reversed(greedy)]
+    grants, refused = ex.exposures(services, CLUSTER, allowed=ANYWHERE, per_namespace=3)
+    assert sorted({(g.service, g.ip) for g in grants}) == [
+        ("fair/f", "203.0.113.50"), ("greedy/g1", "203.0.113.1"),
+        ("greedy/g1-tls", "203.0.113.1"), ("greedy/g2", "203.0.113.2"),
+        ("greedy/g3", "203.0.113.3")]
+    assert refused == {f"greedy/g{i}": [
+        f"externalIP 203.0.113.{i}: the namespace holds its 3 external IPs already (an "
+        "administrator sets --external-ips-per-namespace)"] for i in (4, 5)}
+    grants, refused = ex.exposures(services, CLUSTER, allowed=ANYWHERE, per_namespace=0)
+    assert not refused and len({g.ip for g in grants}) == 6
