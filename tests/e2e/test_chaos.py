@@ -23,6 +23,8 @@ def test_churn_survives_every_fault(sandbox_factory):
     assert sorted(n for _, n in report["injected"]) == sorted(
         ["NB leader", "SB leader", "controller leader", "pacific-node", "ovn-controller"])
     result = chaos.check(sb, api, peers=3)
-    assert report["made"] >= 24
+    # every pod was made in the end, through the faults (a refusal is retried
+    # as the kubelet would): the churn's own count of attempts proves nothing
+    assert report["gave_up"] == 0, report["failed_attempts"]
     assert result["live"] == report["live_expected"]      # every third deleted
     sb.down()
