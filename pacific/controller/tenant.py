@@ -100,16 +100,10 @@ def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF,
     matches = [isolation_match(tenant), isolation_frame_match(tenant)]
     if ipv6:
         matches += [isolation_match(tenant, 6), isolation_local_match(tenant)]
+    meter = audit.meter_name("tenant", tenant)    # the administrator's, one per tenant
     return [audit.logged(acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
-                                     name=f"tenant:{tenant}"[:63], external_ids=ids), mode)
+                                     name=f"tenant:{tenant}"[:63], external_ids=ids), mode, meter)
             for m in matches]
-
-
-def group_builders(tenant: str, mode: audit.Audit = audit.OFF, ipv6: bool = False) -> list:
-    """The tenant's port group and its isolation ACLs (idempotent)."""
-    pg, ids, specs = group_name(tenant), tenant_ids(tenant), isolation_acls(tenant, mode, ipv6)
-    return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
-            lambda api: acl.EnsurePortGroupACLs(api, pg, specs)]
 
 
 def isolated_builders() -> list:
@@ -120,6 +114,7 @@ def isolated_builders() -> list:
 class TenantFeature(Feature):
     name = "tenant"
     informers = {"namespaces": informers.NAMESPACES, "pods": informers.PODS}
+    uses = {"audit": "audit"}
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -170,7 +165,7 @@ class TenantFeature(Feature):
         t = self.tenant(model.meta(pod)["namespace"])
         if t == GLOBAL:
             return []
-        return [*isolated_builders(), *group_builders(t, self.audit_of(t), self.ipv6),
+        return [*isolated_builders(), *self.group_builders(t),
                 lambda api: ensure.PortGroupAddPorts(api, names.PG_ISOLATED, [lsp]),
                 lambda api: ensure.PortGroupAddPorts(api, group_name(t), [lsp])]
 
@@ -211,18 +206,32 @@ class TenantFeature(Feature):
         setup = []   # a tenant's group exists once it has a pod (port_builders makes it too)
         if isolated_want and (ports or want in groups) and not (
                 self._has_isolated() and self._group_ok(want)):
-            setup = [*isolated_builders(), *group_builders(want, self.audit_of(want), self.ipv6)]
+            setup = [*isolated_builders(), *self.group_builders(want)]
+        if isolated_want and not setup and not changes:
+            self.audit.named(f"tenant:{want}", self.isolation_acls(want))
         if not setup and not changes:
             return
         # ONE transaction: the namespace is never in two tenants, or in none
         self.ctl.writer.run(setup + changes, what=f"tenant of namespace {key}")
+        if setup:
+            self.audit.named(f"tenant:{want}", self.isolation_acls(want))
         if moved:
             LOG.info("namespace %s: %d pod ports now in tenant %s", key, moved,
                      want or "(isolation off)")
 
+    def isolation_acls(self, tenant: str) -> list[acl.AclSpec]:
+        return isolation_acls(tenant, self.audit_of(tenant), self.ipv6)
+
+    def group_builders(self, tenant: str) -> list:
+        """The tenant's port group, the meter of its audit if asked, and its
+        isolation ACLs (idempotent)."""
+        pg, ids, specs = group_name(tenant), tenant_ids(tenant), self.isolation_acls(tenant)
+        return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
+                *self.audit.meter_builders(specs),
+                lambda api: acl.EnsurePortGroupACLs(api, pg, specs)]
+
     def _group_ok(self, tenant: str) -> bool:
-        return acl.acls_are(self.ctl.nb, group_name(tenant),
-                            isolation_acls(tenant, self.audit_of(tenant), self.ipv6))
+        return acl.acls_are(self.ctl.nb, group_name(tenant), self.isolation_acls(tenant))
 
     def audit_of(self, tenant: str) -> audit.Audit:
         """What the tenant's namespaces ask of its isolation's drops: logged if
@@ -242,11 +251,13 @@ class TenantFeature(Feature):
         if self.ctl.cfg.isolation:
             live = {self.tenant(model.meta(n)["name"]) for n in self.ctl.informer("namespaces").list()}
             live.add(names.PG_ISOLATED)
-        stale = [row.name for row in self._groups() if self._tenant_of_group(row) not in live]
+        stale = [row for row in self._groups() if self._tenant_of_group(row) not in live]
         if stale:
-            self.ctl.writer.run([lambda api, n=n: ensure.DeletePortGroup(api, n) for n in stale],
-                                what="stale tenant groups")
+            self.ctl.writer.run([lambda api, n=row.name: ensure.DeletePortGroup(api, n)
+                                 for row in stale], what="stale tenant groups")
             LOG.info("removed %d port groups of tenants without namespaces", len(stale))
+        for row in stale:
+            self.audit.named(f"tenant:{self._tenant_of_group(row)}", ())
 
     # -- reads ----------------------------------------------------------------------------
     def _groups(self) -> list:

@@ -54,10 +54,25 @@ def test_logged_marks_only_the_verdicts_asked_for():
     allow = AclSpec("to-lport", 1001, "outport == @g && ip4", "allow-related", name="np:a/b:ingress/0")
     drop = AclSpec("to-lport", 1000, "outport == @g && ip4", "drop", name="np:a/b:ingress")
     deny_only = audit.Audit(deny=True, severity="alert")
-    assert audit.logged(allow, deny_only) == allow and not audit.logged(allow, deny_only).log
-    d = audit.logged(drop, deny_only)
-    assert (d.log, d.severity, d.meter) == (True, "alert", names.METER_AUDIT)
+    meter = audit.meter_name("ns", "a")
+    assert audit.logged(allow, deny_only, meter) == allow
+    assert not audit.logged(allow, deny_only, meter).log
+    d = audit.logged(drop, deny_only, meter)
+    assert (d.log, d.severity, d.meter) == (True, "alert", "pacific-audit:ns:a")
     assert d.key == drop.key                 # the same ACL, now logging
+
+
+def test_each_scope_has_its_meter_and_all_of_them_share_the_node_cap():
+    assert audit.meter_of("np:a/web") == audit.meter_name("ns", "a") == "pacific-audit:ns:a"
+    assert audit.meter_of("cnp:deny-all") == "pacific-audit:cnp:deny-all"
+    # a meter of its own until the cap is shared: the sum stays at or below it
+    assert audit.meter_band(1, 20, 40, 200) == (20, 40)
+    assert audit.meter_band(10, 20, 40, 200) == (20, 40)
+    assert audit.meter_band(40, 20, 40, 200) == (5, 10)
+    for n in (1, 7, 11, 199, 200):
+        rate, burst = audit.meter_band(n, 20, 40, 200)
+        assert n * rate <= 200 and 1 <= burst <= 40
+    assert audit.meter_band(1000, 20, 40, 200) == (1, 2)     # OVN's rates are whole packets
 
 
 def test_an_observer_matches_first_packets_before_load_balancing_and_decides_nothing():
@@ -213,14 +228,16 @@ def _switch_acls(ctl):
             if isinstance(c, acl.EnsureACLs) and c.table == ensure.LS and c.scope == audit_feature.SCOPE]
 
 
-def test_an_audited_networkpolicy_logs_its_drops_through_the_fair_meter():
+def test_an_audited_networkpolicy_logs_its_drops_through_its_namespace_s_meter():
     ctl = _setup()
     ctl.kube.add(r.NETWORKPOLICIES, _np({names.ANN_AUDIT: "deny"}), "a")
     drain(ctl)
     specs = _group_acls(ctl)
     assert {(s.action, s.log) for s in specs} == {("drop", True), ("allow-related", False)}
+    assert {s.meter for s in specs if s.log} == {"pacific-audit:ns:a"}
     meters = [c for _, cs in ctl.writer.writes for c in cs if isinstance(c, ensure.EnsureMeter)]
-    assert meters and (meters[0].name, meters[0].rate) == (names.METER_AUDIT, names.AUDIT_RATE)
+    assert meters and (meters[0].name, meters[0].rate, meters[0].fair) == (
+        "pacific-audit:ns:a", names.AUDIT_RATE, False)
 
 
 def test_a_dry_run_policy_enforces_nothing_and_observes_on_every_subnet_switch():
