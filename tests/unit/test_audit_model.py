@@ -146,7 +146,8 @@ def _flowlog(tmp_path):
     src.write_text("2026-11-27T05:00:00.000Z|00001|acl_log(ovn_pinctrl0)|INFO|name=\"old\", "
                    "verdict=drop, severity=info, direction=to-lport: tcp,nw_src=1.1.1.1\n")
     args = SimpleNamespace(ovn_controller_log=str(src), flow_log=str(dest),
-                           flow_log_max_bytes=400, node_name="node2")
+                           flow_log_max_bytes=400, node_name="node2",
+                           ovn_controller_log_max_bytes=0, ovn_rundir=str(tmp_path))
     fl = FlowLog(NodeContext(args))
     fl._on_ip(None, {"spec": {"ipAddress": "10.16.0.3", "namespace": "default", "pod": "b"}})
     return fl, src, dest
@@ -179,6 +180,45 @@ def test_the_node_turns_new_lines_into_records_once_per_connection(tmp_path):
     src.write_text(LINE.replace("tp_src=36150", "tp_src=50000") + "\n")
     fl2.converge()
     assert [r_["src"]["port"] for r_ in flows.read([str(dest)], {})] == [36150, 36151, 40000, 50000]
+
+
+def _fake_ovn_controller(rundir, src, late_line):
+    """A unixctl socket answering vlog/reopen as ovn-controller does: a line
+    it was writing lands in the renamed file, then it opens a new one."""
+    import socket
+    import threading
+    (rundir / "ovn-controller.pid").write_text("4242\n")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(rundir / "ovn-controller.4242.ctl"))
+    srv.listen(1)
+    calls = []
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            calls.append(json.loads(conn.recv(65536))["method"])
+            with open(str(src) + ".1", "a") as f:
+                f.write(late_line + "\n")
+            src.write_text("")
+            conn.sendall(json.dumps({"result": "", "error": None, "id": 0}).encode())
+    threading.Thread(target=serve, daemon=True).start()
+    return calls
+
+
+def test_the_node_rotates_ovn_controller_s_log_at_its_size_and_loses_no_line(tmp_path):
+    fl, src, dest = _flowlog(tmp_path)
+    fl.source_max = 1000
+    fl.converge()
+    calls = _fake_ovn_controller(tmp_path, src, LINE.replace("tp_src=36150", "tp_src=2"))
+    with open(src, "a") as f:      # past 1000 bytes once read: rotated
+        f.write("".join(LINE.replace("tp_src=36150", f"tp_src={3 + i}") + "\n" for i in range(3)))
+    fl.converge()
+    assert calls == ["vlog/reopen"] and os.path.getsize(src) == 0
+    assert os.path.getsize(str(src) + ".1") > 1000
+    with open(src, "a") as f:      # the new file, read from its start
+        f.write(LINE.replace("tp_src=36150", "tp_src=9") + "\n")
+    fl.converge()
+    assert [r_["src"]["port"] for r_ in flows.read([str(dest)], {})] == [3, 4, 5, 2, 9]
 
 
 def test_pacific_flows_follows_new_records(tmp_path):
