@@ -173,9 +173,11 @@ def parse_line(line: str) -> dict | None:
         return None
     proto, _, rest = m["flow"].partition(",")
     flow = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
-    arp = proto == "arp"      # who asks (or answers) for whom: its sender and target
+    arp = proto == "arp"      # who asks for whom: a request's sender and target, and an
     src, dst = ("arp_spa", "arp_tpa") if arp else \
         ("ipv6_src", "ipv6_dst") if "ipv6_src" in flow else ("nw_src", "nw_dst")
+    if arp and flow.get("arp_op") == "2":     # answer's (OVN's ARP responder answers for
+        src, dst = dst, src                   # a pod: the record is the question it answers)
     return {"time": m["time"], "name": m["name"].replace('\\"', '"'), "verdict": m["verdict"],
             "severity": m["severity"], "direction": m["direction"],
             "protocol": PROTOCOLS.get(proto, proto.upper()),

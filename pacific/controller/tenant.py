@@ -37,6 +37,18 @@ OVN form (rows grow with tenants, not pods):
   So a pod of T receives no frame from a pod of another isolated tenant, in
   either direction; global pods, nodes (join addresses), router ports (ARP of
   the gateway) and anything outside the pod network are not matched.
+* when an administrator audits T's isolation (`pacific.io/audit: deny` on a
+  namespace of T), the drops log through T's meter, and one more drop records
+  what another tenant's pod on T's switch tries first: its ARP request for a
+  pod of T is answered by the switch itself (OVN's ARP responder, for the
+  pod), and that answer is dropped at the asking pod's port, by the ASKER's
+  isolation, which T's audit does not log (issue 51: no record at all).  At
+  names.PRIO_ACL_ISOLATION_ANSWER, to-lport, `outport == @pacific_isolated &&
+  arp && arp.op == 2 && arp.spa == $pt_T_ip4 && arp.tpa ==
+  $pacific_isolated_ip4 && arp.tpa != $pt_T_ip4`: an answer for a pod of T
+  to an isolated pod of another tenant, dropped (as the asker's drop would)
+  and logged as T's.  (IPv6's neighbour discovery is exempt from ACLs: the
+  other tenant's packets reach T's ip6 drop, which logs.)
 
 A pod's port joins its groups in the transaction that creates it (the pod
 feature asks every feature for `port_builders`).  A namespace whose tenant
@@ -91,19 +103,30 @@ def isolation_frame_match(tenant: str) -> str:
             f"arp.spa != ${pg}_ip4")
 
 
+def isolation_answer_match(tenant: str) -> str:
+    """The switch's ARP answer for a pod of the tenant to an isolated pod of
+    another tenant (see the module doc)."""
+    pg, iso = group_name(tenant), names.PG_ISOLATED
+    return (f"outport == @{iso} && arp && arp.op == 2 && arp.spa == ${pg}_ip4 && "
+            f"arp.tpa == ${iso}_ip4 && arp.tpa != ${pg}_ip4")
+
+
 def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF,
                    ipv6: bool = False) -> list[acl.AclSpec]:
     """The drops; logged when an administrator asked (`pacific.io/audit: deny`
-    on a namespace of the tenant).  IPv6's only where pods may have IPv6 (the
+    on a namespace of the tenant), with the ARP answers' drop that records
+    another tenant's first try.  IPv6's only where pods may have IPv6 (the
     controller's --ipv6-subnets): elsewhere port security admits none."""
     ids = {**tenant_ids(tenant), names.EXT_RULE: "isolation"}
-    matches = [isolation_match(tenant), isolation_frame_match(tenant)]
-    if ipv6:
-        matches += [isolation_match(tenant, 6), isolation_local_match(tenant)]
+    matches = [(names.PRIO_ACL_ISOLATION_DROP, m) for m in (
+        isolation_match(tenant), isolation_frame_match(tenant),
+        *((isolation_match(tenant, 6), isolation_local_match(tenant)) if ipv6 else ()))]
+    if mode.deny:
+        matches.append((names.PRIO_ACL_ISOLATION_ANSWER, isolation_answer_match(tenant)))
     meter = audit.meter_name("tenant", tenant)    # the administrator's, one per tenant
-    return [audit.logged(acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
-                                     name=f"tenant:{tenant}"[:63], external_ids=ids), mode, meter)
-            for m in matches]
+    return [audit.logged(acl.AclSpec("to-lport", prio, m, "drop", name=f"tenant:{tenant}"[:63],
+                                     external_ids=ids), mode, meter)
+            for prio, m in matches]
 
 
 def isolated_builders() -> list:

@@ -112,14 +112,34 @@ def test_a_log_line_becomes_a_record_in_kubernetes_terms():
     assert dry["verdict"] == "would-deny" and dry["policy"]["name"] == "web"
 
 
-def test_an_arp_line_names_its_sender_and_target():
+def test_an_arp_line_names_who_asked_for_whom():
     line = ('2026-11-27T06:17:32.000Z|00020|acl_log(ovn_pinctrl0)|INFO|name="tenant:other", '
             'verdict=drop, severity=info, direction=to-lport: arp,vlan_tci=0x0000,'
             'dl_src=0a:58:0a:10:00:03,dl_dst=0a:58:0a:10:00:08,arp_spa=10.16.0.3,'
-            'arp_tpa=10.16.0.8,arp_op=2,arp_sha=0a:58:0a:10:00:03,arp_tha=0a:58:0a:10:00:08')
+            'arp_tpa=10.16.0.8,arp_op=1,arp_sha=0a:58:0a:10:00:03,arp_tha=0a:58:0a:10:00:08')
     rec = audit.record(audit.parse_line(line), "n", {"10.16.0.8": "z/a"}.get)
     assert (rec["protocol"], rec["src"]["ip"], rec["dst"]["pod"]) == ("ARP", "10.16.0.3", "z/a")
     assert rec["policy"]["kind"] == "Tenant" and rec["policy"]["name"] == "other"
+    # an answer (the switch's, for the pod asked for) is the question it answers
+    rec = audit.record(audit.parse_line(line.replace("arp_op=1", "arp_op=2")), "n",
+                       {"10.16.0.8": "z/a"}.get)
+    assert (rec["src"]["pod"], rec["src"]["ip"], rec["dst"]["ip"]) == ("z/a", "10.16.0.8",
+                                                                       "10.16.0.3")
+
+
+def test_an_audited_tenant_also_drops_and_logs_the_switch_s_answers_for_its_pods():
+    from pacific.controller.tenant import isolation_acls, isolation_answer_match
+    from pacific.tenancy import group_name
+    assert len(isolation_acls("blue")) == 2          # not audited: the two drops
+    specs = isolation_acls("blue", audit.Audit(deny=True))
+    pg = group_name("blue")
+    assert [(s.priority, s.match) for s in specs][2:] == [
+        (names.PRIO_ACL_ISOLATION_ANSWER, isolation_answer_match("blue"))]
+    assert isolation_answer_match("blue") == (
+        f"outport == @pacific_isolated && arp && arp.op == 2 && arp.spa == ${pg}_ip4 && "
+        f"arp.tpa == $pacific_isolated_ip4 && arp.tpa != ${pg}_ip4")
+    assert {(s.action, s.log, s.meter) for s in specs} == {
+        ("drop", True, "pacific-audit:tenant:blue")}
 
 
 @pytest.mark.parametrize("name, want", [
