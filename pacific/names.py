@@ -225,6 +225,7 @@ PRIO_ACL_DEFAULT_ALLOW = 1000
 PRIO_ACL_NODE_ALLOW = 2000
 PRIO_ACL_ISOLATION_DROP = 3000     # above every NetworkPolicy ACL: a tier above them
 PRIO_ACL_ISOLATION_ANSWER = 3001   # an audited tenant's ARP answers to another tenant (its record)
+PRIO_ACL_ISOLATION_OWN_ANSWER = 3002   # ... to its own pods: allowed, as without audit
 PRIO_ACL_NP_DENY = 1000            # a pod selected by a policy: what no rule allows is dropped
 PRIO_ACL_NP_ALLOW = 1001           # a rule of any policy selecting the pod allows (they add up)
 PRIO_ACL_ISOLATION_ALLOW = 1600

@@ -45,10 +45,14 @@ OVN form (rows grow with tenants, not pods):
   isolation, which T's audit does not log (issue 51: no record at all).  At
   names.PRIO_ACL_ISOLATION_ANSWER, to-lport, `outport == @pacific_isolated &&
   arp && arp.op == 2 && arp.spa == $pt_T_ip4 && arp.tpa ==
-  $pacific_isolated_ip4 && arp.tpa != $pt_T_ip4`: an answer for a pod of T
-  to an isolated pod of another tenant, dropped (as the asker's drop would)
-  and logged as T's.  (IPv6's neighbour discovery is exempt from ACLs: the
-  other tenant's packets reach T's ip6 drop, which logs.)
+  $pacific_isolated_ip4`: an answer for a pod of T to an isolated pod,
+  dropped (as the asker's drop would) and logged as T's; just above it
+  `outport == @pt_T && arp && arp.op == 2 && arp.spa == $pt_T_ip4` allows
+  T's answers to T's own pods, as they are without audit.  (Not one ACL with
+  `arp.tpa != $pt_T_ip4`: ovn-controller 26.03 does not update the flows of
+  a match naming one address set twice when the set changes, only on a full
+  recompute.)  IPv6's neighbour discovery is exempt from ACLs: another
+  tenant's packets reach T's ip6 drop, which logs.
 
 A pod's port joins its groups in the transaction that creates it (the pod
 feature asks every feature for `port_builders`).  A namespace whose tenant
@@ -103,12 +107,13 @@ def isolation_frame_match(tenant: str) -> str:
             f"arp.spa != ${pg}_ip4")
 
 
-def isolation_answer_match(tenant: str) -> str:
-    """The switch's ARP answer for a pod of the tenant to an isolated pod of
-    another tenant (see the module doc)."""
+def isolation_answer_match(tenant: str, own: bool = False) -> str:
+    """The switch's ARP answers for a pod of the tenant to an isolated pod
+    (`own`: to a pod of the tenant; see the module doc)."""
     pg, iso = group_name(tenant), names.PG_ISOLATED
-    return (f"outport == @{iso} && arp && arp.op == 2 && arp.spa == ${pg}_ip4 && "
-            f"arp.tpa == ${iso}_ip4 && arp.tpa != ${pg}_ip4")
+    to = f"outport == @{pg}" if own else f"outport == @{iso}"
+    return f"{to} && arp && arp.op == 2 && arp.spa == ${pg}_ip4" + (
+        "" if own else f" && arp.tpa == ${iso}_ip4")
 
 
 def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF,
@@ -118,15 +123,17 @@ def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF,
     another tenant's first try.  IPv6's only where pods may have IPv6 (the
     controller's --ipv6-subnets): elsewhere port security admits none."""
     ids = {**tenant_ids(tenant), names.EXT_RULE: "isolation"}
-    matches = [(names.PRIO_ACL_ISOLATION_DROP, m) for m in (
+    matches = [(names.PRIO_ACL_ISOLATION_DROP, m, "drop") for m in (
         isolation_match(tenant), isolation_frame_match(tenant),
         *((isolation_match(tenant, 6), isolation_local_match(tenant)) if ipv6 else ()))]
     if mode.deny:
-        matches.append((names.PRIO_ACL_ISOLATION_ANSWER, isolation_answer_match(tenant)))
+        matches += [(names.PRIO_ACL_ISOLATION_ANSWER, isolation_answer_match(tenant), "drop"),
+                    (names.PRIO_ACL_ISOLATION_OWN_ANSWER, isolation_answer_match(tenant, True),
+                     "allow")]
     meter = audit.meter_name("tenant", tenant)    # the administrator's, one per tenant
-    return [audit.logged(acl.AclSpec("to-lport", prio, m, "drop", name=f"tenant:{tenant}"[:63],
+    return [audit.logged(acl.AclSpec("to-lport", prio, m, action, name=f"tenant:{tenant}"[:63],
                                      external_ids=ids), mode, meter)
-            for prio, m in matches]
+            for prio, m, action in matches]
 
 
 def isolated_builders() -> list:
