@@ -129,6 +129,9 @@ class AuditFeature(Feature):
         if not cmds:
             return
         self.ctl.writer.run(cmds, what="audit meters and dry-run observers")
+        if rate * len(wanted) > cfg.audit_node_cap:
+            LOG.warning("audit: %d audited scopes at 1/s each exceed --audit-node-cap %d/s",
+                        len(wanted), cfg.audit_node_cap)
         LOG.info("audit: %d meters of %d/s burst %d (cap %d/s a node), %d removed; "
                  "%d dry-run observers on %d switches", len(wanted), rate, burst,
                  cfg.audit_node_cap, len(gone), len(specs), len(switches))
