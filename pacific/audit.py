@@ -10,8 +10,11 @@ Namespace for its tenant isolation, which only administrators can write):
     pacific.io/enforcement: enforce | dry-run      (policies only)
 
 Audit sets `log` on the ACLs whose verdict is asked for, with the severity and
-the fair meter names.METER_AUDIT (one token bucket per ACL: a flood on one
-policy cannot starve another's records, nor fill a disk).
+the meter of its scope (decision 0050): one token bucket per audited namespace
+(its NetworkPolicies), per tenant's isolation, per ClusterNetworkPolicy and per
+EgressFirewall, however many ACLs it has, each no more than its share of the
+node-wide cap (meter_band): a flood in one scope starves no other's records,
+and all of them together write at most the cap on a node.
 
 Dry-run (decisions 0039, 0042): the policy's ACLs are not written where they
 decide anything.  Each becomes an *observer*: a from-lport ACL evaluated before
@@ -89,8 +92,38 @@ def of(obj: dict | None, policy: bool = True) -> tuple[Audit, list[str]]:
     return Audit(allow, deny, severity, mode == DRY_RUN), problems
 
 
-def logged(spec, audit: Audit, meter: str = names.METER_AUDIT):
-    """`spec` (a pacific.ovn.acl.AclSpec), logging when its verdict is one `audit` asks for."""
+def meter_name(kind: str, owner: str) -> str:
+    """The meter of one audited scope: "ns" a namespace's NetworkPolicies,
+    "tenant" a tenant's isolation, "cnp" a ClusterNetworkPolicy, "efw" a
+    namespace's EgressFirewall (the administrators' scopes are their own: a
+    tenant's flood of its policies' records does not use them up)."""
+    return f"{names.METER_AUDIT}:{kind}:{owner}"
+
+
+def meter_of(owner: str) -> str:
+    """The meter of a policy `owner` ("np:ns/name" -> its namespace's, "cnp:name")."""
+    kind, _, rest = owner.partition(":")
+    return meter_name("ns", rest.partition("/")[0]) if kind == "np" else meter_name(kind, rest)
+
+
+def meter_band(meters: int, rate: int, burst: int, cap: int) -> tuple[int, int]:
+    """(rate, burst) of each of `meters` audit meters: `rate` and `burst`, but
+    no more than an equal share of the node-wide `cap` records per second
+    (the burst cut in the same proportion), so that all of them together log
+    at most `cap` per second on a node (whichever node their packets meet).
+    OVN's rates are whole packets per second: past `cap` meters each keeps 1."""
+    each = max(1, min(rate, cap // max(1, meters)))
+    return each, max(1, burst * each // rate)
+
+
+def meters_of(specs) -> frozenset[str]:
+    """The meters the logging ACLs among `specs` name."""
+    return frozenset(s.meter for s in specs if s.log and s.meter)
+
+
+def logged(spec, audit: Audit, meter: str):
+    """`spec` (a pacific.ovn.acl.AclSpec), logging through `meter` when its
+    verdict is one `audit` asks for."""
     if ((audit.allow and spec.action in ALLOWS) or (audit.deny and spec.action in DENIES)):
         return dataclasses.replace(spec, log=True, severity=audit.severity, meter=meter)
     return spec
@@ -99,9 +132,10 @@ def logged(spec, audit: Audit, meter: str = names.METER_AUDIT):
 _OUTPORT = re.compile(r"^outport == @([A-Za-z0-9_]+)")
 
 
-def observer(spec, audit: Audit, owner: str, meter: str = names.METER_AUDIT):
-    """The dry-run observer of an enforcing ACL (see the module doc); None for
-    an ACL that matches no IP connection (ARP companions)."""
+def observer(spec, audit: Audit, owner: str):
+    """The dry-run observer of an enforcing ACL of policy `owner` (see the
+    module doc; its drops log through the owner's meter); None for an ACL that
+    matches no IP connection (ARP companions)."""
     ip = "ip6" if " ip6" in spec.match else "ip4"
     if ip not in spec.match or spec.match.startswith("arp"):
         return None
@@ -114,7 +148,7 @@ def observer(spec, audit: Audit, owner: str, meter: str = names.METER_AUDIT):
         name=f"{DRY}{kind}:{rest}"[:63],
         external_ids={**spec.external_ids, names.EXT_OWNER_KIND: names.OWNER_KIND_DRY_RUN,
                       names.EXT_OWNER: owner},
-        log=deny, severity=audit.severity if deny else "", meter=meter if deny else "",
+        log=deny, severity=audit.severity if deny else "", meter=meter_of(owner) if deny else "",
         after_lb=False)
 
 
@@ -139,9 +173,11 @@ def parse_line(line: str) -> dict | None:
         return None
     proto, _, rest = m["flow"].partition(",")
     flow = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
-    arp = proto == "arp"      # who asks (or answers) for whom: its sender and target
+    arp = proto == "arp"      # who asks for whom: a request's sender and target, and an
     src, dst = ("arp_spa", "arp_tpa") if arp else \
         ("ipv6_src", "ipv6_dst") if "ipv6_src" in flow else ("nw_src", "nw_dst")
+    if arp and flow.get("arp_op") == "2":     # answer's (OVN's ARP responder answers for
+        src, dst = dst, src                   # a pod: the record is the question it answers)
     return {"time": m["time"], "name": m["name"].replace('\\"', '"'), "verdict": m["verdict"],
             "severity": m["severity"], "direction": m["direction"],
             "protocol": PROTOCOLS.get(proto, proto.upper()),

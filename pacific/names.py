@@ -225,6 +225,8 @@ def sandbox_node_name(index: int) -> str:
 PRIO_ACL_DEFAULT_ALLOW = 1000
 PRIO_ACL_NODE_ALLOW = 2000
 PRIO_ACL_ISOLATION_DROP = 3000     # above every NetworkPolicy ACL: a tier above them
+PRIO_ACL_ISOLATION_ANSWER = 3001   # an audited tenant's ARP answers to another tenant (its record)
+PRIO_ACL_ISOLATION_OWN_ANSWER = 3002   # ... to its own pods: allowed, as without audit
 PRIO_ACL_NP_DENY = 1000            # a pod selected by a policy: what no rule allows is dropped
 PRIO_ACL_NP_ALLOW = 1001           # a rule of any policy selecting the pod allows (they add up)
 PRIO_ACL_ISOLATION_ALLOW = 1600
@@ -303,9 +305,13 @@ ANN_AUDIT = "pacific.io/audit"            # on a policy: "allow", "deny", "allow
                                           # its tenant isolation's drops ("deny")
 ANN_AUDIT_SEVERITY = "pacific.io/audit-severity"   # alert|warning|notice|info (default)|debug
 ANN_ENFORCEMENT = "pacific.io/enforcement"          # on a policy: "enforce" (default) | "dry-run"
-METER_AUDIT = "pacific-audit"             # OVN meter (fair: one bucket per ACL) of every log
-AUDIT_RATE = 20                           # log records/s per ACL before the meter drops them
+METER_AUDIT = "pacific-audit"             # prefix of the OVN meters (not fair: one bucket
+                                          # each) of every log, one per audited scope
+                                          # (pacific.audit.meter_name, decision 0050)
+AUDIT_RATE = 20                           # log records/s per scope before its meter drops them
 AUDIT_BURST = 40
+AUDIT_NODE_CAP = 200                      # log records/s of all scopes on one node, at most
+OWNER_KIND_AUDIT = "Audit"                # the audit meters
 ANN_ENFORCED = "pacific.io/enforced"      # on a NetworkPolicy (written by the controller):
                                           # "True" once every chassis applied it, "False",
                                           # "Pending" or "Unknown"
@@ -315,6 +321,7 @@ OWNER_KIND_DRY_RUN = "DryRun"             # the observing ACLs of dry-run polici
 OVN_CONTROLLER_LOG = "/var/log/ovn/ovn-controller.log"   # where ovn-controller writes acl_log
 FLOW_LOG = "/var/log/pacific/flows.jsonl"                # pacific-node's structured records
 FLOW_LOG_MAX_BYTES = 20 * 1024 * 1024                    # then rotated once (.1)
+OVN_CONTROLLER_LOG_MAX_BYTES = 50 * 1024 * 1024          # pacific-node rotates it once (.1)
 
 def egress_switch_name(subnet: str) -> str:
     """The transit switch of a centralized Subnet (its router port is

@@ -319,11 +319,14 @@ class ClusterPolicyFeature(Feature):
         stale = [row.name for row in nb.rows_owned(ensure.AS, names.OWNER_KIND_CLUSTER_POLICY, key)
                  if row.name not in sets]
         if not changes and have is not None and not stale and acl.acls_are(nb, pg, specs):
+            self.audit.named(f"cnp:{key}", specs)
             return False
         self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, cnp_ids(key)), *changes,
+                             *self.audit.meter_builders(specs),
                              lambda api: acl.EnsurePortGroupACLs(api, pg, specs),
                              *[lambda api, n=n: ensure.DeleteAddressSet(api, n) for n in stale]],
                             what=f"ClusterNetworkPolicy {key}")
+        self.audit.named(f"cnp:{key}", specs)
         LOG.info("ClusterNetworkPolicy %s (%s, priority %d): %d pods, %d ACLs", key, pol.tier,
                  pol.priority, len(want), len(specs))
         return True
@@ -349,14 +352,14 @@ class ClusterPolicyFeature(Feature):
                 nb.rows_owned(ensure.PG, names.OWNER_KIND_CLUSTER_POLICY, key)]
         rows += [(ensure.AS, row.name) for row in
                  nb.rows_owned(ensure.AS, names.OWNER_KIND_CLUSTER_POLICY, key)]
-        if not rows:
-            return
-        # the group (and its ACLs) first: a set its ACLs name cannot go before
-        self.ctl.writer.run(
-            [lambda api, n=n: ensure.DeletePortGroup(api, n) for t, n in rows if t == ensure.PG] +
-            [lambda api, n=n: ensure.DeleteAddressSet(api, n) for t, n in rows if t == ensure.AS],
-            what=f"ClusterNetworkPolicy {key} removed")
-        LOG.info("ClusterNetworkPolicy %s removed: %d rows", key, len(rows))
+        if rows:
+            # the group (and its ACLs) first: a set its ACLs name cannot go before
+            self.ctl.writer.run(
+                [lambda api, n=n: ensure.DeletePortGroup(api, n) for t, n in rows if t == ensure.PG] +
+                [lambda api, n=n: ensure.DeleteAddressSet(api, n) for t, n in rows if t == ensure.AS],
+                what=f"ClusterNetworkPolicy {key} removed")
+            LOG.info("ClusterNetworkPolicy %s removed: %d rows", key, len(rows))
+        self.audit.named(f"cnp:{key}", ())
 
     # -- status ----------------------------------------------------------------------------
     def _report_enforced(self, key: str, ok, message: str, generation) -> None:

@@ -59,8 +59,9 @@ class Config:
     global_namespaces: tuple = names.DEFAULT_GLOBAL_NAMESPACES
     multicast: bool = True                      # snooping, the gate, relay (controller/multicast.py)
     multicast_query_interval: int = names.MCAST_QUERY_INTERVAL
-    audit_rate: int = names.AUDIT_RATE          # log records/s per ACL (controller/audit.py)
+    audit_rate: int = names.AUDIT_RATE          # log records/s per audited scope (controller/audit.py)
     audit_burst: int = names.AUDIT_BURST
+    audit_node_cap: int = names.AUDIT_NODE_CAP  # ... of all scopes together, on one node
     sb_remote: str = ""                         # read-only: which chassis holds each gateway
     service_cidr: str = names.SERVICE_CIDR      # kube-apiserver's --service-cluster-ip-range
     external_ip_cidrs: str = ""                 # where externalIPs may lie ("": nowhere)
@@ -102,6 +103,9 @@ class Config:
         if not 1 <= self.audit_rate <= 100000 or not 1 <= self.audit_burst <= 100000:
             raise ConfigError(f"--audit-rate {self.audit_rate} / --audit-burst {self.audit_burst}: "
                               "each must be 1 to 100000 records per second")
+        if not self.audit_rate <= self.audit_node_cap <= 100000:
+            raise ConfigError(f"--audit-node-cap {self.audit_node_cap}: must be --audit-rate "
+                              f"({self.audit_rate}) to 100000 records per second")
         if not 5 <= self.multicast_query_interval <= 1790:
             raise ConfigError(f"--multicast-query-interval {self.multicast_query_interval} is "
                               "outside 5..1790 s (OVN ages a membership out after two of them "

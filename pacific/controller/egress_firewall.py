@@ -73,7 +73,7 @@ class EgressFirewallFeature(Feature):
                  "nodes": informers.NODES, "subnets": informers.SUBNETS}
     # the namespace's pod addresses come from the EgressIP feature's index of
     # allocated pods (one per-pod index in the controller, not two)
-    uses = {"pod_index": "egress-ip"}
+    uses = {"pod_index": "egress-ip", "audit": "audit"}
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -186,6 +186,7 @@ class EgressFirewallFeature(Feature):
                     lambda api: ensure.DeleteAddressSet(api, src6),
                 ], what=f"egress firewall of namespace {ns}: removed")
                 LOG.info("namespace %s: no egress firewall", ns)
+            self.audit.named(f"efw:{ns}", ())
             return
         try:
             fw = efw.parse(obj)
@@ -218,13 +219,17 @@ class EgressFirewallFeature(Feature):
                     set_name, cluster_ids(), {a for a in addrs if (":" in a) == (v == 6)}, cur)
         mode, problems = audit.of(obj, policy=False)
         messages += problems
+        meter = audit.meter_name("efw", ns)     # the administrator's, not the namespace's
         specs = [audit.logged(acl.AclSpec("to-lport", prio, match, action,
-                                          name=f"efw:{ns}:{rule}"[:63], external_ids=ids), mode)
+                                          name=f"efw:{ns}:{rule}"[:63], external_ids=ids),
+                              mode, meter)
                  for prio, match, action, rule in efw.matches(
                      fw, names.EFW_EXITS_GROUP, names.EFW_CLUSTER_SET, ipv6=ipv6)]
-        builders.append(lambda api: acl.EnsurePortGroupACLs(api, names.EFW_EXITS_GROUP, specs,
-                                                            scope=ids))
+        builders += [*self.audit.meter_builders(specs),
+                     lambda api: acl.EnsurePortGroupACLs(api, names.EFW_EXITS_GROUP, specs,
+                                                         scope=ids)]
         self.ctl.writer.run(builders, what=f"egress firewall of namespace {ns}")
+        self.audit.named(f"efw:{ns}", specs)
         LOG.info("namespace %s: egress firewall of %d rules over %d pods", ns, len(specs),
                  len(pods))
         self._status(obj, "programmed", messages)

@@ -162,14 +162,21 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("audit")
     g.add_argument("--audit-rate", type=int,
                    default=int(_env("PACIFIC_AUDIT_RATE", str(names.AUDIT_RATE))),
-                   help=f"log records per second of each audited ACL (a policy with "
-                   f"{names.ANN_AUDIT}, or a dry-run one) before OVN's meter {names.METER_AUDIT} "
-                   "drops the rest: a flood cannot fill a node's disk (default: %(default)s) "
-                   "[PACIFIC_AUDIT_RATE]")
+                   help=f"log records per second of each audited scope (a namespace's "
+                   f"NetworkPolicies with {names.ANN_AUDIT} or dry-run, a tenant's isolation, a "
+                   "ClusterNetworkPolicy, an EgressFirewall), however many ACLs it has, before "
+                   f"its OVN meter ({names.METER_AUDIT}:KIND:OWNER) drops the rest "
+                   "(default: %(default)s) [PACIFIC_AUDIT_RATE]")
     g.add_argument("--audit-burst", type=int,
                    default=int(_env("PACIFIC_AUDIT_BURST", str(names.AUDIT_BURST))),
-                   help="records an ACL may log at once above the rate (default: %(default)s) "
+                   help="records a scope may log at once above the rate (default: %(default)s) "
                    "[PACIFIC_AUDIT_BURST]")
+    g.add_argument("--audit-node-cap", type=int,
+                   default=int(_env("PACIFIC_AUDIT_NODE_CAP", str(names.AUDIT_NODE_CAP))),
+                   help="log records per second of all scopes together on one node: each "
+                   "scope's rate is at most this over the number of audited scopes, so no "
+                   "flood fills a node's disk or its packet-in queue (ARP, DHCP, IGMP) "
+                   "(default: %(default)s) [PACIFIC_AUDIT_NODE_CAP]")
     g = p.add_argument_group("performance")
     g.add_argument("--workers", type=int, default=int(_env("PACIFIC_WORKERS", "16")),
                    help="pod reconcile workers (every other feature gets a quarter) [PACIFIC_WORKERS]")
@@ -243,6 +250,7 @@ def config_from_args(args) -> Config:
                   multicast=args.multicast, multicast_query_interval=args.multicast_query_interval,
                   ipv6_subnets=args.ipv6_subnets,
                   audit_rate=args.audit_rate, audit_burst=args.audit_burst,
+                  audit_node_cap=args.audit_node_cap,
                   nb_failure_exit=args.nb_failure_exit, service_cidr=args.service_cidr,
                   sb_remote=args.sb_remote, event_burst=args.event_burst,
                   event_rate=args.event_rate, address_quarantine=args.address_quarantine,

@@ -303,6 +303,7 @@ class PolicyFeature(Feature):
                 self.ctl.writer.run([lambda api: ensure.DeletePortGroup(api, pg)],
                                     what=f"NetworkPolicy group {key} removed")
                 LOG.info("NetworkPolicy group %s: removed (no policy selects by it)", key)
+            self.audit.named(f"np:{key}", ())
             return
         world = self.world()
         specs: dict[tuple, acl.AclSpec] = {}
@@ -355,12 +356,15 @@ class PolicyFeature(Feature):
         if (not changes and have is not None and listed == ids[names.EXT_POLICIES]
                 and acl.acls_are(self.ctl.nb, pg, specs_list)):
             self.enforced.written_all(fresh)    # (a policy that changed nothing in NB)
+            self.audit.named(f"np:{key}", specs_list)
             return     # the replica already holds exactly this
-        # ONE transaction: group, peers' sets, members and ACLs change together
+        # ONE transaction: group, peers' sets, members, meters and ACLs change together
         self.ctl.writer.run([lambda api: ensure.EnsurePortGroup(api, pg, ids), *changes,
+                             *self.audit.meter_builders(specs_list),
                              lambda api: acl.EnsurePortGroupACLs(api, pg, specs_list)],
                             what=f"NetworkPolicy group {key}")
         self.enforced.written_all(fresh)
+        self.audit.named(f"np:{key}", specs_list)
         LOG.info("NetworkPolicy group %s: %d policies (%s%s), %d pods, %d ACLs", key,
                  len(applied), ", ".join(applied[:3]), ", ..." if len(applied) > 3 else "",
                  len(want), len(specs_list))

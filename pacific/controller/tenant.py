@@ -37,6 +37,22 @@ OVN form (rows grow with tenants, not pods):
   So a pod of T receives no frame from a pod of another isolated tenant, in
   either direction; global pods, nodes (join addresses), router ports (ARP of
   the gateway) and anything outside the pod network are not matched.
+* when an administrator audits T's isolation (`pacific.io/audit: deny` on a
+  namespace of T), the drops log through T's meter, and one more drop records
+  what another tenant's pod on T's switch tries first: its ARP request for a
+  pod of T is answered by the switch itself (OVN's ARP responder, for the
+  pod), and that answer is dropped at the asking pod's port, by the ASKER's
+  isolation, which T's audit does not log (issue 51: no record at all).  At
+  names.PRIO_ACL_ISOLATION_ANSWER, to-lport, `outport == @pacific_isolated &&
+  arp && arp.op == 2 && arp.spa == $pt_T_ip4 && arp.tpa ==
+  $pacific_isolated_ip4`: an answer for a pod of T to an isolated pod,
+  dropped (as the asker's drop would) and logged as T's; just above it
+  `outport == @pt_T && arp && arp.op == 2 && arp.spa == $pt_T_ip4` allows
+  T's answers to T's own pods, as they are without audit.  (Not one ACL with
+  `arp.tpa != $pt_T_ip4`: ovn-controller 26.03 does not update the flows of
+  a match naming one address set twice when the set changes, only on a full
+  recompute.)  IPv6's neighbour discovery is exempt from ACLs: another
+  tenant's packets reach T's ip6 drop, which logs.
 
 A pod's port joins its groups in the transaction that creates it (the pod
 feature asks every feature for `port_builders`).  A namespace whose tenant
@@ -91,25 +107,33 @@ def isolation_frame_match(tenant: str) -> str:
             f"arp.spa != ${pg}_ip4")
 
 
+def isolation_answer_match(tenant: str, own: bool = False) -> str:
+    """The switch's ARP answers for a pod of the tenant to an isolated pod
+    (`own`: to a pod of the tenant; see the module doc)."""
+    pg, iso = group_name(tenant), names.PG_ISOLATED
+    to = f"outport == @{pg}" if own else f"outport == @{iso}"
+    return f"{to} && arp && arp.op == 2 && arp.spa == ${pg}_ip4" + (
+        "" if own else f" && arp.tpa == ${iso}_ip4")
+
+
 def isolation_acls(tenant: str, mode: audit.Audit = audit.OFF,
                    ipv6: bool = False) -> list[acl.AclSpec]:
     """The drops; logged when an administrator asked (`pacific.io/audit: deny`
-    on a namespace of the tenant).  IPv6's only where pods may have IPv6 (the
+    on a namespace of the tenant), with the ARP answers' drop that records
+    another tenant's first try.  IPv6's only where pods may have IPv6 (the
     controller's --ipv6-subnets): elsewhere port security admits none."""
     ids = {**tenant_ids(tenant), names.EXT_RULE: "isolation"}
-    matches = [isolation_match(tenant), isolation_frame_match(tenant)]
-    if ipv6:
-        matches += [isolation_match(tenant, 6), isolation_local_match(tenant)]
-    return [audit.logged(acl.AclSpec("to-lport", names.PRIO_ACL_ISOLATION_DROP, m, "drop",
-                                     name=f"tenant:{tenant}"[:63], external_ids=ids), mode)
-            for m in matches]
-
-
-def group_builders(tenant: str, mode: audit.Audit = audit.OFF, ipv6: bool = False) -> list:
-    """The tenant's port group and its isolation ACLs (idempotent)."""
-    pg, ids, specs = group_name(tenant), tenant_ids(tenant), isolation_acls(tenant, mode, ipv6)
-    return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
-            lambda api: acl.EnsurePortGroupACLs(api, pg, specs)]
+    matches = [(names.PRIO_ACL_ISOLATION_DROP, m, "drop") for m in (
+        isolation_match(tenant), isolation_frame_match(tenant),
+        *((isolation_match(tenant, 6), isolation_local_match(tenant)) if ipv6 else ()))]
+    if mode.deny:
+        matches += [(names.PRIO_ACL_ISOLATION_ANSWER, isolation_answer_match(tenant), "drop"),
+                    (names.PRIO_ACL_ISOLATION_OWN_ANSWER, isolation_answer_match(tenant, True),
+                     "allow")]
+    meter = audit.meter_name("tenant", tenant)    # the administrator's, one per tenant
+    return [audit.logged(acl.AclSpec("to-lport", prio, m, action, name=f"tenant:{tenant}"[:63],
+                                     external_ids=ids), mode, meter)
+            for prio, m, action in matches]
 
 
 def isolated_builders() -> list:
@@ -120,6 +144,7 @@ def isolated_builders() -> list:
 class TenantFeature(Feature):
     name = "tenant"
     informers = {"namespaces": informers.NAMESPACES, "pods": informers.PODS}
+    uses = {"audit": "audit"}
 
     def __init__(self, ctl):
         super().__init__(ctl)
@@ -170,7 +195,7 @@ class TenantFeature(Feature):
         t = self.tenant(model.meta(pod)["namespace"])
         if t == GLOBAL:
             return []
-        return [*isolated_builders(), *group_builders(t, self.audit_of(t), self.ipv6),
+        return [*isolated_builders(), *self.group_builders(t),
                 lambda api: ensure.PortGroupAddPorts(api, names.PG_ISOLATED, [lsp]),
                 lambda api: ensure.PortGroupAddPorts(api, group_name(t), [lsp])]
 
@@ -211,18 +236,32 @@ class TenantFeature(Feature):
         setup = []   # a tenant's group exists once it has a pod (port_builders makes it too)
         if isolated_want and (ports or want in groups) and not (
                 self._has_isolated() and self._group_ok(want)):
-            setup = [*isolated_builders(), *group_builders(want, self.audit_of(want), self.ipv6)]
+            setup = [*isolated_builders(), *self.group_builders(want)]
+        if isolated_want and not setup and not changes:
+            self.audit.named(f"tenant:{want}", self.isolation_acls(want))
         if not setup and not changes:
             return
         # ONE transaction: the namespace is never in two tenants, or in none
         self.ctl.writer.run(setup + changes, what=f"tenant of namespace {key}")
+        if setup:
+            self.audit.named(f"tenant:{want}", self.isolation_acls(want))
         if moved:
             LOG.info("namespace %s: %d pod ports now in tenant %s", key, moved,
                      want or "(isolation off)")
 
+    def isolation_acls(self, tenant: str) -> list[acl.AclSpec]:
+        return isolation_acls(tenant, self.audit_of(tenant), self.ipv6)
+
+    def group_builders(self, tenant: str) -> list:
+        """The tenant's port group, the meter of its audit if asked, and its
+        isolation ACLs (idempotent)."""
+        pg, ids, specs = group_name(tenant), tenant_ids(tenant), self.isolation_acls(tenant)
+        return [lambda api: ensure.EnsurePortGroup(api, pg, ids),
+                *self.audit.meter_builders(specs),
+                lambda api: acl.EnsurePortGroupACLs(api, pg, specs)]
+
     def _group_ok(self, tenant: str) -> bool:
-        return acl.acls_are(self.ctl.nb, group_name(tenant),
-                            isolation_acls(tenant, self.audit_of(tenant), self.ipv6))
+        return acl.acls_are(self.ctl.nb, group_name(tenant), self.isolation_acls(tenant))
 
     def audit_of(self, tenant: str) -> audit.Audit:
         """What the tenant's namespaces ask of its isolation's drops: logged if
@@ -242,11 +281,13 @@ class TenantFeature(Feature):
         if self.ctl.cfg.isolation:
             live = {self.tenant(model.meta(n)["name"]) for n in self.ctl.informer("namespaces").list()}
             live.add(names.PG_ISOLATED)
-        stale = [row.name for row in self._groups() if self._tenant_of_group(row) not in live]
+        stale = [row for row in self._groups() if self._tenant_of_group(row) not in live]
         if stale:
-            self.ctl.writer.run([lambda api, n=n: ensure.DeletePortGroup(api, n) for n in stale],
-                                what="stale tenant groups")
+            self.ctl.writer.run([lambda api, n=row.name: ensure.DeletePortGroup(api, n)
+                                 for row in stale], what="stale tenant groups")
             LOG.info("removed %d port groups of tenants without namespaces", len(stale))
+        for row in stale:
+            self.audit.named(f"tenant:{self._tenant_of_group(row)}", ())
 
     # -- reads ----------------------------------------------------------------------------
     def _groups(self) -> list:

@@ -10,7 +10,11 @@ its original direction; later lines of it within REPEAT seconds are dropped).
 The source is read from where the last pass stopped (its inode and offset are
 kept beside the records, `<flow-log>.pos`, so a restart neither repeats nor
 loses a line; a rotated or truncated source is read from its start).  The
-records file is rotated once (`.1`) past --flow-log-max-bytes.  Addresses
+records file is rotated once (`.1`) past --flow-log-max-bytes, and the source
+too past --ovn-controller-log-max-bytes, once read to its end: renamed to
+`.1`, ovn-controller told to reopen its log (`vlog/reopen` on its unixctl
+socket in --ovn-rundir), and what it wrote into the renamed file meanwhile
+read too; so the disk holds at most twice each size (decision 0050).  Addresses
 become pods through the cluster's `IP` objects (every pod's, this node's and
 the others'), kept slim.
 """
@@ -25,7 +29,8 @@ from collections import OrderedDict
 
 from pacific import audit, tailfile
 from pacific.kube import resources as r
-from pacific.node import metrics
+from pacific.node import metrics, unixctl
+from pacific.node.readiness import find_controller_ctl
 from pacific.node.feature import InformerSpec, NodeFeature
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,8 @@ class FlowLog(NodeFeature):
         self.source = ctx.args.ovn_controller_log
         self.dest = ctx.args.flow_log
         self.max_bytes = ctx.args.flow_log_max_bytes
+        self.source_max = ctx.args.ovn_controller_log_max_bytes
+        self.ovn_rundir = ctx.args.ovn_rundir
         self._lock = threading.Lock()
         self._pods: dict[str, str] = {}          # address -> namespace/name
         self._pos: tuple[int, int] | None = None  # (inode, offset) read up to
@@ -87,6 +94,9 @@ class FlowLog(NodeFeature):
         if self._pos is None:
             self._pos = self._load_pos()
         lines, pos = tailfile.new_lines(self.source, self._pos, READ_MAX)
+        if self.source_max and tailfile.end_of(self.source) == pos and pos[1] > self.source_max:
+            more, pos = self._rotate_source(pos)
+            lines += more
         out = []
         now = time.monotonic()
         for raw in lines:
@@ -98,6 +108,23 @@ class FlowLog(NodeFeature):
         if pos != self._pos:
             self._pos = pos
             self._save_pos()
+
+    def _rotate_source(self, pos: tailfile.Position) -> tuple[list[str], tailfile.Position]:
+        """ovn-controller's log, read to its end at `pos`, becomes `.1` and
+        ovn-controller writes a new one: the lines it wrote into the old one
+        meanwhile, and the position in the new one.  Not without its unixctl
+        socket (it would write on into the renamed file)."""
+        ctl = find_controller_ctl(self.ovn_rundir)
+        if ctl is None:
+            return [], pos
+        os.replace(self.source, self.source + ".1")
+        try:
+            unixctl.call(ctl, "vlog/reopen")
+        except unixctl.UnixctlError as e:
+            log.warning("ovn-controller's log %s rotated, but not reopened: %s", self.source, e)
+        lines, _ = tailfile.new_lines(self.source + ".1", pos, READ_MAX)
+        log.info("ovn-controller's log %s rotated (over %d bytes)", self.source, self.source_max)
+        return lines, (tailfile.end_of(self.source)[0], 0)
 
     def _first(self, entry: dict, now: float) -> bool:
         """Is this line the first of its connection (within REPEAT s)?  OVN

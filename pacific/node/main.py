@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ovn-controller-log", default=names.OVN_CONTROLLER_LOG,
                    help="ovn-controller's log file, where OVN writes the lines of audited "
                    "policies (acl_log) that become --flow-log's records (default: %(default)s)")
+    p.add_argument("--ovn-controller-log-max-bytes", type=int,
+                   default=names.OVN_CONTROLLER_LOG_MAX_BYTES,
+                   help="with --flow-log, --ovn-controller-log is rotated once (.1) past this "
+                   "size, read to its end, and ovn-controller told to reopen it (vlog/reopen "
+                   "in --ovn-rundir); 0: never (default: %(default)s)")
     p.add_argument("--flow-log", default=names.FLOW_LOG,
                    help="where audit records go, one JSON object per line, for `pacific flows` "
                    "(default: %(default)s; '' for no records)")

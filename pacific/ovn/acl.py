@@ -165,3 +165,10 @@ def groups_holding(api, ports: list[str], groups: list[str]) -> dict[str, frozen
             held = frozenset(pg.name for pg in pgs if has_uuid(pg, "ports", uuid))
             out[p] = same.setdefault(held, held)
     return out
+
+
+def meters_named(api, prefix: str) -> set[str]:
+    """The meters starting with `prefix` that logging ACLs of the replica name."""
+    with api.ovsdb_connection.lock:
+        rows = api.tables[ACL].rows.values() if ACL in api.tables else ()
+        return {m for row in rows if row.log for m in row.meter if m.startswith(prefix)}

@@ -466,12 +466,14 @@ class EnsureAddressSet(_EnsureParent):
 
 
 class EnsureMeter(Command):
-    """Meter `name` (unit pktps, one drop band of `rate` and `burst`, fair:
-    one bucket per ACL using it), created or converged in place."""
+    """Meter `name` (unit pktps, one drop band of `rate` and `burst`; `fair`:
+    one bucket per ACL using it, else one bucket all of them share), created
+    or converged in place."""
 
-    def __init__(self, api, name: str, rate: int, burst: int, external_ids: dict):
+    def __init__(self, api, name: str, rate: int, burst: int, external_ids: dict,
+                 fair: bool = False):
         super().__init__(api)
-        self.name, self.rate, self.burst = name, int(rate), int(burst)
+        self.name, self.rate, self.burst, self.fair = name, int(rate), int(burst), fair
         self.external_ids = dict(external_ids)
 
     def describe(self):
@@ -489,18 +491,18 @@ class EnsureMeter(Command):
             band = txn.insert(self.api.tables[METER_BAND])
             band.action, band.rate, band.burst_size = "drop", self.rate, self.burst
             meter.bands = [band.uuid]
-        _set_if_changed(meter, "fair", [True])
+        _set_if_changed(meter, "fair", [self.fair])
         _set_if_changed(meter, "external_ids", self.external_ids)
 
 
-def meter_is(api, name: str, rate: int, burst: int) -> bool:
+def meter_is(api, name: str, rate: int, burst: int, fair: bool = False) -> bool:
     """Does the replica hold meter `name` with exactly this band?"""
     with api.ovsdb_connection.lock:
         try:
             meter = api.lookup(METER, name)
         except idlutils.RowNotFound:
             return False
-        return _one_band(list(meter.bands), rate, burst) and list(meter.fair) == [True]
+        return _one_band(list(meter.bands), rate, burst) and list(meter.fair) == [fair]
 
 
 def _one_band(bands: list, rate: int, burst: int) -> bool:
@@ -635,6 +637,12 @@ class DeleteAddressSet(_DeleteNamed):
     """Delete address set `name` if it exists."""
 
     TABLE = AS
+
+
+class DeleteMeter(_DeleteNamed):
+    """Delete meter `name` (and so its bands) if it exists."""
+
+    TABLE = METER
 
 
 class DeleteSwitch(_DeleteNamed):

@@ -12,12 +12,15 @@
     python3 netcheck.py watch tcp IP PORT SECONDS [INTERVAL] [TIMEOUT]
         # a new connection every INTERVAL s (default 0.02) for SECONDS; one line
         # each: "<monotonic time> <answer or ->" (outage measurements)
+    python3 netcheck.py flood IP RATE SECONDS PORTS   # UDP at RATE/s to ports 20000 +
+                                             # i % PORTS, new source ports each round
 
 Stdlib only (it runs under `ip netns exec`), one process per probe."""
 import random
 import socket
 import sys
 import threading
+import time
 
 
 def _family(ip: str) -> socket.AddressFamily:
@@ -148,6 +151,30 @@ def rawtcp(ip: str, port: int, flags: str) -> None:
     print(f"sent {flags} from {src}:{src_port}", flush=True)
 
 
+def flood(ip: str, rate: float, seconds: float, ports: int, base: int = 20000) -> None:
+    """UDP datagrams to `ip` at `rate` per second for `seconds`, port base + i
+    % ports, each from a socket of its own (a new connection every time: every
+    one meets an ACL first); prints how many and how long."""
+    family = _family(ip)
+    n, t0 = 0, time.monotonic()
+    socks = [socket.socket(family, socket.SOCK_DGRAM) for _ in range(64)]
+    while (now := time.monotonic()) < t0 + seconds:
+        while n < int((now - t0) * rate):
+            s = socks[n % len(socks)]
+            if n % len(socks) == 0 and n:
+                for i, old in enumerate(socks):       # new source ports: new connections
+                    old.close()
+                    socks[i] = socket.socket(family, socket.SOCK_DGRAM)
+                s = socks[0]
+            try:
+                s.sendto(b"x" * 64, (ip, base + n % ports))
+            except OSError:
+                pass
+            n += 1
+        time.sleep(0.0005)
+    print(n, time.monotonic() - t0, flush=True)
+
+
 def watch(proto: str, ip: str, port: int, seconds: float, interval: float, timeout: float):
     import io
     import contextlib
@@ -169,6 +196,8 @@ if __name__ == "__main__":
         watch(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]),
               float(sys.argv[6]) if len(sys.argv) > 6 else 0.02,
               float(sys.argv[7]) if len(sys.argv) > 7 else 0.2)
+    elif sys.argv[1] == "flood":
+        flood(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]))
     elif sys.argv[1] == "serve":
         serve(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else None)
     elif sys.argv[1] == "ask":

@@ -1194,3 +1194,89 @@ def test_pool_a_tenant_holds_at_most_its_bound_of_granted_external_ips(env):
     finally:
         r.delete(admin, r.SERVICES, "after-greedy", VIC)
         r.delete(admin, r.NAMESPACES, ns)
+
+
+# --- issue 51: audit bounded per tenant ---
+FLOOD_RULES, FLOOD_RATE, FLOOD_SECONDS = 400, 5000, 10.0
+
+
+def _policy(ns, name, ann, spec):
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": ns, "annotations": ann}, "spec": spec}
+
+
+def _flood_policy():
+    """The attacker's server takes UDP from its client on FLOOD_RULES ports,
+    a rule (an ACL) each, every allow logged: with one bucket per ACL, 400
+    times the rate (issue 51)."""
+    return _policy(ATK, "flood", {names.ANN_AUDIT: "allow"}, {
+        "podSelector": {"matchLabels": {"app": "flood-server"}},
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "flood-client"}}}],
+                     "ports": [{"protocol": "UDP", "port": 20000 + i}]}
+                    for i in range(FLOOD_RULES)]})
+
+
+def _audit_records(sb, policy: str) -> list[dict]:
+    import glob
+    from pacific.tools import flows
+    paths = sorted(glob.glob(os.path.join(sb.dir, "node*", "flows",
+                                          os.path.basename(names.FLOW_LOG))))
+    return flows.read(paths, {"policy": policy})
+
+
+def _enforced(api, ns, name) -> bool:
+    ann = (r.get(api, r.NETWORKPOLICIES, name, ns) or {}).get("metadata", {}).get("annotations")
+    return (ann or {}).get(names.ANN_ENFORCED) == "True"
+
+
+def test_audit_a_tenant_s_flood_neither_hides_another_tenant_s_records_nor_stalls_its_pods(env):
+    """The attacker floods its own 400-rule audited policy on node2; the
+    victim's audited deny on node2 still records each of its prober's ten
+    connections (its own bucket), a victim pod started on node2 meanwhile
+    comes up and resolves its neighbours, and the attacker's records stay
+    within its namespace's one bucket (decision 0050)."""
+    sb, admin, atk = env
+    client = af.tenant_pod(sb, atk, admin, ATK, "flood-client", "node2",
+                           labels={"app": "flood-client"})
+    af.tenant_pod(sb, atk, admin, ATK, "flood-server", "node2", labels={"app": "flood-server"})
+    prober = af.tenant_pod(sb, admin, admin, VIC, "prober", "node1", labels={"app": "prober"})
+    server, victim = _pod_ip(admin, ATK, "flood-server"), _pod_ip(admin, VIC, "v1")
+    r.create(atk, r.NETWORKPOLICIES, _flood_policy(), ATK)
+    r.create(admin, r.NETWORKPOLICIES, _policy(VIC, "guard", {names.ANN_AUDIT: "deny"}, {
+        "podSelector": {"matchLabels": {"app": "victim"}}, "policyTypes": ["Ingress"]}), VIC)
+    flood = None
+    try:
+        wait_until(lambda: _enforced(admin, ATK, "flood") and _enforced(admin, VIC, "guard"), 60,
+                   what="both audited policies enforced")
+        flood = subprocess.Popen(["ip", "netns", "exec", client.netns, sys.executable, af.NETCHECK,
+                                  "flood", server, str(FLOOD_RATE), str(FLOOD_SECONDS),
+                                  str(FLOOD_RULES)], stdout=subprocess.PIPE, text=True)
+        time.sleep(2.0)
+        t0 = time.monotonic()
+        late = af.tenant_pod(sb, admin, admin, VIC, "late", "node2", timeout=60)
+        started = time.monotonic() - t0
+        tried = 0
+        for _ in range(10):                  # the victim's own connections, dropped at v1
+            assert not af.reach(sb, prober.netns, "tcp", victim, PORT, timeout=0.3)
+            tried += 1
+        assert af.pinged(sb, late.netns, _pod_ip(admin, VIC, "prober")), \
+            "a pod started on the flooded node does not reach its own tenant's pod"
+        sent = int(flood.communicate(timeout=FLOOD_SECONDS + 30)[0].split()[0])
+        ports = lambda: {x["src"]["port"] for x in _audit_records(sb, f"{VIC}/guard")}  # noqa: E731
+        wait_until(lambda: len(ports()) >= tried, 30, interval=0.5,
+                   what=f"each of the victim's {tried} connections recorded under the flood")
+        flooded = len(_audit_records(sb, f"{ATK}/flood"))
+        assert sent > FLOOD_RATE * FLOOD_SECONDS / 2, f"the flood sent only {sent} datagrams"
+        # one bucket for the namespace, however many ACLs: rate x time + burst (and a second)
+        bound = names.AUDIT_RATE * (FLOOD_SECONDS + 1) + names.AUDIT_BURST
+        assert flooded <= bound, f"{flooded} records of the attacker's flood (bound {bound})"
+        assert started < 60
+    finally:
+        if flood is not None and flood.poll() is None:
+            flood.kill()
+            flood.wait()
+        r.delete(admin, r.NETWORKPOLICIES, "flood", ATK)
+        r.delete(admin, r.NETWORKPOLICIES, "guard", VIC)
+        for ns, name in ((ATK, "flood-client"), (ATK, "flood-server"), (VIC, "prober"),
+                         (VIC, "late")):
+            r.delete(admin, r.PODS, name, ns, grace_period=0)

@@ -161,6 +161,34 @@ def test_link_local_ipv6_reaches_no_other_tenant_on_a_shared_switch(env):
     assert pings(sb, "c1", v6(recs["g1"]))
 
 
+def test_an_administrators_isolation_audit_records_ipv6_from_another_tenant(env):
+    """dsd and dsb audited by their administrator: c1 (dsc) at d1 on one switch
+    and node, a1 (dsa, node1) at b1 (node2) across Subnets, both families,
+    each drop recorded as the victim tenant's (IPv6's neighbour discovery
+    passes every ACL, so the echo itself meets the victim's ip6 drop; IPv4's
+    ARP answer is dropped on one switch, the echo across Subnets)."""
+    sb, api, recs = env
+    for ns in ("dsd", "dsb"):
+        r.patch_merge(api, r.NAMESPACES, ns, {"metadata": {"annotations": {names.ANN_AUDIT: "deny"}}})
+    paths = lambda: sorted(glob.glob(os.path.join(sb.dir, "node*", "flows",  # noqa: E731
+                                                  os.path.basename(names.FLOW_LOG))))
+    try:
+        # (IPv4 on one switch: the switch's ARP answer for d1 to c1, dropped at c1)
+        for src, dst, node, v4 in (("c1", "d1", "node1", "ARP"), ("a1", "b1", "node2", "ICMP")):
+            for ip, proto in ((v6(recs[dst]), "ICMPv6"), (recs[dst].ip, v4)):
+                def recorded(src=src, dst=dst, ip=ip, proto=proto):
+                    ping(sb, src, ip)
+                    return [x for x in flows.read(paths(), {"pod": f"{ns_of(dst)}/{dst}",
+                                                            "verdict": "deny"})
+                            if x["protocol"] == proto and x["policy"]["kind"] == "Tenant"]
+                rec = wait_until(recorded, 30, interval=0.5, what=f"{src} -> {dst} {proto} recorded")[-1]
+                assert (rec["policy"]["name"], rec["src"]["pod"], rec["dst"]["ip"], rec["node"]) == (
+                    f"ns:{ns_of(dst)}", f"{ns_of(src)}/{src}", ip, node)
+    finally:
+        for ns in ("dsd", "dsb"):
+            r.patch_merge(api, r.NAMESPACES, ns, {"metadata": {"annotations": {names.ANN_AUDIT: None}}})
+
+
 def test_a_network_policy_isolates_both_families(env):
     sb, api, recs = env
     deny = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import subprocess
 
 import pytest
 
@@ -16,7 +17,7 @@ from controller_fixtures import wait_until
 from pacific import names
 from pacific.kube import resources as r
 from pacific.tools import flows
-from test_networkpolicy import apply, np_env, pol, probe  # noqa: F401
+from test_networkpolicy import POD_NETNS, apply, np_env, pol, probe  # noqa: F401
 from test_networkpolicy_tiers import cnp, enforced, ns_sel, tiers  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -158,34 +159,54 @@ def test_a_dry_run_admin_deny_observes_above_a_networkpolicy_that_allows(audited
                                       "namespace": "y"})
 
 
-def test_an_administrator_audits_a_tenant_s_isolation(audited):
-    """Isolation drops a packet where it would enter the other tenant: z/a's
-    TCP at x/b's port (tenant np's drop) while z/a still knows x/b's MAC, and
-    once it does not, the ARP answer for x/b at z/a's port (tenant other's
-    drop): both tenants audited, one of the two says so."""
+def forget_neighbours(sb, pod) -> None:
+    """The pod's ARP cache emptied: its next connection asks for the address first."""
+    subprocess.run(["ip", "netns", "exec", POD_NETNS[(sb.name, *pod)], "ip", "neigh", "flush",
+                    "dev", "eth0", "nud", "all"], check=True)
+
+
+def test_an_administrator_audits_a_tenant_s_isolation_on_its_node_and_across(audited):
+    """Only the victim's namespace x is audited (tenant np); z leaves np for
+    tenant other.  z/a (node1) asks for x/a (node1) and x/b (node2): the
+    switch answers for them (OVN's ARP responder), the answer is dropped at
+    z/a's port, and np's audit says so (issue 51: the drop was the asker's
+    tenant's, unaudited, and nothing was recorded); a probe with the address
+    known (its MAC in z/a's cache) is dropped at x/b's port, recorded by np."""
     sb, api, ips = audited
-    for ns in ("x", "z"):
-        annotate(api, r.NAMESPACES, ns, None, {names.ANN_AUDIT: "deny"})
-    # z leaves tenant np for its own: its pods are now another tenant's
+    annotate(api, r.NAMESPACES, "x", None, {names.ANN_AUDIT: "deny"})
     r.patch_merge(api, r.NAMESPACES, "z", {"metadata": {"labels": {names.LABEL_TENANT: "other"}}})
+    attacker = ("z", "a")
     try:
-        wait_until(lambda: not reached(sb, ips, ("z", "a"), ("x", "b")), 20,
+        wait_until(lambda: not reached(sb, ips, attacker, ("x", "b")), 20,
                    what="z/a isolated from x/b")
-        wait_until(lambda: _logging(sb, "tenant:np") and _logging(sb, "tenant:other"), 20,
-                   what="both tenants' drops logging")
-        rec = records(sb, lambda: reached(sb, ips, ("z", "a"), ("x", "b")), pod="z/a",
-                      verdict="deny")[-1]
-        assert rec["policy"]["kind"] == "Tenant" and rec["policy"]["rule"] == "isolation"
-        if rec["policy"]["name"] == "np":        # z/a's TCP, dropped at x/b
-            assert rec["protocol"] == "TCP" and rec["dst"]["pod"] == "x/b"
-        else:                                    # the answer for x/b, dropped at z/a
-            assert (rec["policy"]["name"], rec["protocol"], rec["src"]["pod"]) == (
-                "other", "ARP", "x/b")
+        wait_until(lambda: _logging(sb, "tenant:np"), 20, what="np's drops logging")
+        assert not _logging(sb, "tenant:other"), "only the administrator's x asked"
+        for victim in (("x", "a"), ("x", "b")):          # on z/a's node, on the other
+            def tried(victim=victim):
+                forget_neighbours(sb, attacker)
+                reached(sb, ips, attacker, victim)
+            rec = records(sb, tried, pod="x/" + victim[1], verdict="deny", policy="np")[-1]
+            assert (rec["policy"]["kind"], rec["policy"]["rule"], rec["protocol"]) == (
+                "Tenant", "isolation", "ARP")
+            assert (rec["src"]["pod"], rec["dst"]["pod"], rec["node"]) == (
+                "z/a", "x/" + victim[1], "node1")
+        # the address known: z/a's TCP itself reaches x/b's port, and is dropped there
+        mac = next(row for row in r.list_(api, r.IPS)[0]
+                   if row["spec"].get("ipAddress") == ips[("x", "b")])["spec"]["macAddress"]
+        subprocess.run(["ip", "netns", "exec", POD_NETNS[(sb.name, *attacker)], "ip", "neigh",
+                        "replace", ips[("x", "b")], "lladdr", mac, "dev", "eth0"], check=True)
+        def tcp_recorded():
+            reached(sb, ips, attacker, ("x", "b"))
+            return [x for x in flows.read(paths(sb), {"pod": "x/b", "verdict": "deny",
+                                                      "policy": "np"})
+                    if x["protocol"] == "TCP" and x["src"]["pod"] == "z/a"]
+        rec = wait_until(tcp_recorded, 20, interval=0.5, what="z/a's TCP at x/b recorded")[-1]
+        assert rec["node"] == "node2" and rec["dst"]["port"] == 80
     finally:
+        forget_neighbours(sb, attacker)
         r.patch_merge(api, r.NAMESPACES, "z", {"metadata": {"labels": {names.LABEL_TENANT: "np"}}})
-        for ns in ("x", "z"):
-            annotate(api, r.NAMESPACES, ns, None, {names.ANN_AUDIT: None})
-    wait_until(lambda: reached(sb, ips, ("z", "a"), ("x", "b")), 20, what="z back in tenant np")
+        annotate(api, r.NAMESPACES, "x", None, {names.ANN_AUDIT: None})
+    wait_until(lambda: reached(sb, ips, attacker, ("x", "b")), 20, what="z back in tenant np")
 
 
 def test_a_networkpolicy_says_when_every_chassis_enforces_it_and_then_it_does(audited):

@@ -194,6 +194,7 @@ class FakeNB:
     def __init__(self):
         self.owned: list = []   # SimpleNamespace rows: table, name, external_ids, addresses, type
         self.acl_tier = True
+        self.tables: dict = {}  # (no ACL rows: acl.meters_named finds none)
         self.ovsdb_connection = SimpleNamespace(lock=threading.Lock())
 
     def rows_owned(self, table, kind=None, owner=None):

@@ -54,10 +54,25 @@ def test_logged_marks_only_the_verdicts_asked_for():
     allow = AclSpec("to-lport", 1001, "outport == @g && ip4", "allow-related", name="np:a/b:ingress/0")
     drop = AclSpec("to-lport", 1000, "outport == @g && ip4", "drop", name="np:a/b:ingress")
     deny_only = audit.Audit(deny=True, severity="alert")
-    assert audit.logged(allow, deny_only) == allow and not audit.logged(allow, deny_only).log
-    d = audit.logged(drop, deny_only)
-    assert (d.log, d.severity, d.meter) == (True, "alert", names.METER_AUDIT)
+    meter = audit.meter_name("ns", "a")
+    assert audit.logged(allow, deny_only, meter) == allow
+    assert not audit.logged(allow, deny_only, meter).log
+    d = audit.logged(drop, deny_only, meter)
+    assert (d.log, d.severity, d.meter) == (True, "alert", "pacific-audit:ns:a")
     assert d.key == drop.key                 # the same ACL, now logging
+
+
+def test_each_scope_has_its_meter_and_all_of_them_share_the_node_cap():
+    assert audit.meter_of("np:a/web") == audit.meter_name("ns", "a") == "pacific-audit:ns:a"
+    assert audit.meter_of("cnp:deny-all") == "pacific-audit:cnp:deny-all"
+    # a meter of its own until the cap is shared: the sum stays at or below it
+    assert audit.meter_band(1, 20, 40, 200) == (20, 40)
+    assert audit.meter_band(10, 20, 40, 200) == (20, 40)
+    assert audit.meter_band(40, 20, 40, 200) == (5, 10)
+    for n in (1, 7, 11, 199, 200):
+        rate, burst = audit.meter_band(n, 20, 40, 200)
+        assert n * rate <= 200 and 1 <= burst <= 40
+    assert audit.meter_band(1000, 20, 40, 200) == (1, 2)     # OVN's rates are whole packets
 
 
 def test_an_observer_matches_first_packets_before_load_balancing_and_decides_nothing():
@@ -97,14 +112,40 @@ def test_a_log_line_becomes_a_record_in_kubernetes_terms():
     assert dry["verdict"] == "would-deny" and dry["policy"]["name"] == "web"
 
 
-def test_an_arp_line_names_its_sender_and_target():
+def test_an_arp_line_names_who_asked_for_whom():
     line = ('2026-11-27T06:17:32.000Z|00020|acl_log(ovn_pinctrl0)|INFO|name="tenant:other", '
             'verdict=drop, severity=info, direction=to-lport: arp,vlan_tci=0x0000,'
             'dl_src=0a:58:0a:10:00:03,dl_dst=0a:58:0a:10:00:08,arp_spa=10.16.0.3,'
-            'arp_tpa=10.16.0.8,arp_op=2,arp_sha=0a:58:0a:10:00:03,arp_tha=0a:58:0a:10:00:08')
+            'arp_tpa=10.16.0.8,arp_op=1,arp_sha=0a:58:0a:10:00:03,arp_tha=0a:58:0a:10:00:08')
     rec = audit.record(audit.parse_line(line), "n", {"10.16.0.8": "z/a"}.get)
     assert (rec["protocol"], rec["src"]["ip"], rec["dst"]["pod"]) == ("ARP", "10.16.0.3", "z/a")
     assert rec["policy"]["kind"] == "Tenant" and rec["policy"]["name"] == "other"
+    # an answer (the switch's, for the pod asked for) is the question it answers
+    rec = audit.record(audit.parse_line(line.replace("arp_op=1", "arp_op=2")), "n",
+                       {"10.16.0.8": "z/a"}.get)
+    assert (rec["src"]["pod"], rec["src"]["ip"], rec["dst"]["ip"]) == ("z/a", "10.16.0.8",
+                                                                       "10.16.0.3")
+
+
+def test_an_audited_tenant_also_drops_and_logs_the_switch_s_answers_for_its_pods():
+    from pacific.controller.tenant import isolation_acls, isolation_answer_match
+    from pacific.tenancy import group_name
+    assert len(isolation_acls("blue")) == 2          # not audited: the two drops
+    specs = isolation_acls("blue", audit.Audit(deny=True))
+    pg = group_name("blue")
+    assert [(s.priority, s.match, s.action) for s in specs][2:] == [
+        (names.PRIO_ACL_ISOLATION_ANSWER, isolation_answer_match("blue"), "drop"),
+        (names.PRIO_ACL_ISOLATION_OWN_ANSWER, isolation_answer_match("blue", own=True), "allow")]
+    assert isolation_answer_match("blue") == (
+        f"outport == @pacific_isolated && arp && arp.op == 2 && arp.spa == ${pg}_ip4 && "
+        "arp.tpa == $pacific_isolated_ip4")
+    assert isolation_answer_match("blue", own=True) == (
+        f"outport == @{pg} && arp && arp.op == 2 && arp.spa == ${pg}_ip4")
+    # every match names each address set once (ovn-controller's incremental
+    # processing misses the flows of one naming a set twice)
+    assert all(s.match.count(f"${pg}_ip4") == 1 for s in specs)
+    assert {(s.action, s.log, s.meter) for s in specs} == {
+        ("drop", True, "pacific-audit:tenant:blue"), ("allow", False, "")}
 
 
 @pytest.mark.parametrize("name, want", [
@@ -131,7 +172,8 @@ def _flowlog(tmp_path):
     src.write_text("2026-11-27T05:00:00.000Z|00001|acl_log(ovn_pinctrl0)|INFO|name=\"old\", "
                    "verdict=drop, severity=info, direction=to-lport: tcp,nw_src=1.1.1.1\n")
     args = SimpleNamespace(ovn_controller_log=str(src), flow_log=str(dest),
-                           flow_log_max_bytes=400, node_name="node2")
+                           flow_log_max_bytes=400, node_name="node2",
+                           ovn_controller_log_max_bytes=0, ovn_rundir=str(tmp_path))
     fl = FlowLog(NodeContext(args))
     fl._on_ip(None, {"spec": {"ipAddress": "10.16.0.3", "namespace": "default", "pod": "b"}})
     return fl, src, dest
@@ -164,6 +206,45 @@ def test_the_node_turns_new_lines_into_records_once_per_connection(tmp_path):
     src.write_text(LINE.replace("tp_src=36150", "tp_src=50000") + "\n")
     fl2.converge()
     assert [r_["src"]["port"] for r_ in flows.read([str(dest)], {})] == [36150, 36151, 40000, 50000]
+
+
+def _fake_ovn_controller(rundir, src, late_line):
+    """A unixctl socket answering vlog/reopen as ovn-controller does: a line
+    it was writing lands in the renamed file, then it opens a new one."""
+    import socket
+    import threading
+    (rundir / "ovn-controller.pid").write_text("4242\n")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(rundir / "ovn-controller.4242.ctl"))
+    srv.listen(1)
+    calls = []
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            calls.append(json.loads(conn.recv(65536))["method"])
+            with open(str(src) + ".1", "a") as f:
+                f.write(late_line + "\n")
+            src.write_text("")
+            conn.sendall(json.dumps({"result": "", "error": None, "id": 0}).encode())
+    threading.Thread(target=serve, daemon=True).start()
+    return calls
+
+
+def test_the_node_rotates_ovn_controller_s_log_at_its_size_and_loses_no_line(tmp_path):
+    fl, src, dest = _flowlog(tmp_path)
+    fl.source_max = 1000
+    fl.converge()
+    calls = _fake_ovn_controller(tmp_path, src, LINE.replace("tp_src=36150", "tp_src=2"))
+    with open(src, "a") as f:      # past 1000 bytes once read: rotated
+        f.write("".join(LINE.replace("tp_src=36150", f"tp_src={3 + i}") + "\n" for i in range(3)))
+    fl.converge()
+    assert calls == ["vlog/reopen"] and os.path.getsize(src) == 0
+    assert os.path.getsize(str(src) + ".1") > 1000
+    with open(src, "a") as f:      # the new file, read from its start
+        f.write(LINE.replace("tp_src=36150", "tp_src=9") + "\n")
+    fl.converge()
+    assert [r_["src"]["port"] for r_ in flows.read([str(dest)], {})] == [3, 4, 5, 2, 9]
 
 
 def test_pacific_flows_follows_new_records(tmp_path):
@@ -213,14 +294,16 @@ def _switch_acls(ctl):
             if isinstance(c, acl.EnsureACLs) and c.table == ensure.LS and c.scope == audit_feature.SCOPE]
 
 
-def test_an_audited_networkpolicy_logs_its_drops_through_the_fair_meter():
+def test_an_audited_networkpolicy_logs_its_drops_through_its_namespace_s_meter():
     ctl = _setup()
     ctl.kube.add(r.NETWORKPOLICIES, _np({names.ANN_AUDIT: "deny"}), "a")
     drain(ctl)
     specs = _group_acls(ctl)
     assert {(s.action, s.log) for s in specs} == {("drop", True), ("allow-related", False)}
+    assert {s.meter for s in specs if s.log} == {"pacific-audit:ns:a"}
     meters = [c for _, cs in ctl.writer.writes for c in cs if isinstance(c, ensure.EnsureMeter)]
-    assert meters and (meters[0].name, meters[0].rate) == (names.METER_AUDIT, names.AUDIT_RATE)
+    assert meters and (meters[0].name, meters[0].rate, meters[0].fair) == (
+        "pacific-audit:ns:a", names.AUDIT_RATE, False)
 
 
 def test_a_dry_run_policy_enforces_nothing_and_observes_on_every_subnet_switch():
