@@ -1136,7 +1136,7 @@ def test_pool_a_tenant_s_services_cannot_take_the_transit_network_of_an_admin_s_
         text = wait_until(lambda: service_events(admin, ATK, "solo-4"), 120, interval=1,
                           what="the refused Service told")
         assert "--transit-networks-per-namespace" in text, text
-        assert not re.search(rf"\b({VIC}|v1)\b", text), f"names another tenant: {text}"
+        assert not _names(text, VIC, "v1"), f"names another tenant: {text}"
         wait_until(lambda: len(_svc_gateways(sb, ATK)) == 4, 120, interval=1,
                    what="the tenant's Services holding 4 transit networks")
         # the refused address's pod fails closed; a pod behind no such Service gets out
@@ -1280,3 +1280,181 @@ def test_audit_a_tenant_s_flood_neither_hides_another_tenant_s_records_nor_stall
         for ns, name in ((ATK, "flood-client"), (ATK, "flood-server"), (VIC, "prober"),
                          (VIC, "late")):
             r.delete(admin, r.PODS, name, ns, grace_period=0)
+
+
+# --- issue 51: an address's new holder inherits nothing ---
+# The attacker's selector-less NodePort Service names its own pod a1 in
+# hand-written Endpoints or an EndpointSlice: confined to its namespace's
+# pods, it reaches a1.  The attacker deletes a1 and the victim asks for a1's
+# freed address for a new pod.  Were confinement decided only when the
+# Service or its slices change, the victim's pod would become the attacker's
+# backend, reached through the node port from the node's service source that
+# every ingress policy's node rule admits.  Instead the address is quarantined
+# (refused, saying so without naming who held it), and when the victim gets it
+# the attacker's Service no longer lists it, with an Event that names neither
+# the victim nor its pod.  The controllers run these tests with a short
+# quarantine (the default's wait would be a minute per test).
+REUSE_QUARANTINE = 5        # s, the controllers' --address-quarantine in this section
+
+
+@pytest.fixture
+def short_quarantine(env):
+    """`env`, both controller replicas restarted with --address-quarantine
+    REUSE_QUARANTINE for the test, and as the sandbox started them after it
+    (whatever tests follow)."""
+    from pacific.sandbox import controllers
+    sb = env[0]
+
+    def restart(*extra):
+        for i in (1, 2):
+            sb.stop(controllers.controller_tag(i))
+        controllers.start_for_sandbox(sb, controllers.kubeconfig_path(sb), extra_args=extra)
+    restart("--address-quarantine", str(REUSE_QUARANTINE))
+    try:
+        yield env
+    finally:
+        restart()
+
+
+def _lb_vips(sb, svc: str) -> str:
+    return sb.nbctl("--bare", "--columns=vips", "find", "Load_Balancer",
+                    f'name="{names.service_lb_name(ATK, svc, "tcp")}"')
+
+
+def _names(text: str, *words: str) -> list[str]:
+    """Those of `words` that `text` names as words ("vic" is in "Service")."""
+    return [w for w in words if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text)]
+
+
+def _running_at(sb, admin, ns: str, name: str, ip: str):
+    """The pod's record once it runs with address `ip` (its kubelet retries the
+    sandbox a refused allocation failed: FailedCreatePodSandBox is expected)."""
+    pod = r.get(admin, r.PODS, name, ns)
+    rec = cnipods.load(sb, ns, name, admin)
+    return ((pod or {}).get("status") or {}).get("phase") == "Running" and rec is not None \
+        and rec.ip == ip and rec
+
+
+def _the_freed_address_s_new_holder_is_not_reached(env, svc: str, write_endpoints) -> None:
+    """The attack of this section; `write_endpoints(ip)` writes the attacker's
+    hand-written endpoints of Service `svc` naming its pod a1's address."""
+    from pacific import exposure
+    sb, admin, atk = env
+    vic = af.tenant(sb, admin, VIC)
+    node1 = sb.node("node1")
+    r.create(atk, r.SERVICES, service(ATK, svc, [tcp_port(80, "http")], type_="NodePort"),
+             ATK)
+    try:
+        a1 = af.tenant_pod(sb, atk, admin, ATK, "a1", "node1")
+        client = af.tenant_pod(sb, atk, admin, ATK, "a-client", "node3")
+        af.serve(sb, ATK, "a1", PORT)
+        ip, backend = a1.ip, exposure.host_port(a1.ip, PORT)
+        write_endpoints(ip)
+        spec = r.get(admin, r.SERVICES, svc, ATK)["spec"]
+        vip, nodeport = spec["clusterIP"], spec["ports"][0]["nodePort"]
+        # positive control: its own pod, a1 is the Service's backend, both ways
+        af.wait_until(lambda: backend in _lb_vips(sb, svc), 60,
+                      what=f"a1's {backend} in the balancer of atk/{svc}")
+        af.wait_until(lambda: programmed_everywhere(sb, f"atk/{svc} node:tcp/{nodeport}"), 60,
+                      what="the node port programmed")
+        for netns, dst, port in ((client.netns, vip, 80),
+                                 (sb.external_netns, node1.underlay_ip, nodeport)):
+            af.wait_until(lambda netns=netns, dst=dst, port=port: af.ask(
+                sb, netns, "tcp", dst, port)[1].startswith("a1 "), 30,
+                what=f"a1 answering at {dst}:{port}")
+        # the victim asks for a1's address: refused while a1 holds it, and tried
+        # again when a1's release frees it, so into the quarantine however slow
+        # the machine (a request made after the release may come after it too)
+        r.create(vic, r.PODS, af.pod_body(VIC, "heir", sb.node("node2").name,
+                                          {names.ANN_IP_ADDRESS: ip}), VIC)
+
+        def refused(reason):
+            return " | ".join(e.get("message") or "" for e in af.events_of(admin, VIC, "heir")
+                              if e.get("reason") == reason)
+        af.wait_until(lambda: refused("AddressInUse"), 30, interval=0.2,
+                      what="the victim's request for a1's address refused while a1 holds it")
+        cnipods.delete_pod(sb, ATK, "a1", api=atk)          # the attacker frees the address
+        why = af.wait_until(lambda: refused("AddressQuarantined"), 30, interval=0.2,
+                            what="the victim's request for the freed address refused as "
+                            "quarantined")
+        assert f"address {ip} in subnet" in why and "was released recently and is " \
+            "quarantined until" in why, why
+        # the quarantine over, the victim's pod runs with the address; the
+        # attacker's balancer no longer lists it, also on every chassis
+        af.wait_until(lambda: _running_at(sb, admin, VIC, "heir", ip), 120, interval=0.2,
+                      what=f"the victim's pod running with {ip}")
+        told = service_events(admin, VIC, "heir")       # the refusal, the kubelet's retries
+        assert not _names(told, ATK, "a1", svc), f"the victim is told who held it: {told}"
+        af.serve(sb, VIC, "heir", PORT)
+        # the victim's pod is served where it may be reached: its own namespace
+        v1 = cnipods.load(sb, VIC, "v1").netns
+        af.wait_until(lambda: af.ask(sb, v1, "tcp", ip, PORT)[1].startswith("heir "), 30,
+                      what="the victim's pod answering its own namespace")
+        af.wait_until(lambda: backend not in _lb_vips(sb, svc), 30,
+                      what=f"{backend} out of the balancer of atk/{svc}")
+        sb.nbctl("--wait=hv", "sync")
+        for netns, dst, port in ((client.netns, vip, 80),
+                                 (sb.external_netns, node1.underlay_ip, nodeport)):
+            rc, out = af.ask(sb, netns, "tcp", dst, port)
+            assert rc != 0 and "heir" not in out, \
+                f"the attacker's Service at {dst}:{port} reached the address's new holder: {out}"
+        text = af.wait_until(lambda: (t := service_events(admin, ATK, svc)) and
+                             f"endpoint address {ip} is no longer a pod of this namespace" in t
+                             and t, 30, interval=0.2, what="the lost endpoint told on the Service")
+        assert not _names(text, VIC, "heir"), f"the Event names the new holder: {text}"
+    finally:
+        r.delete(admin, r.SERVICES, svc, ATK)
+        for ns, pod in ((VIC, "heir"), (ATK, "a-client"), (ATK, "a1")):
+            cnipods.delete_pod(sb, ns, pod, api=admin)
+
+
+def test_reuse_hand_written_endpoints_do_not_reach_the_freed_address_s_new_holder(
+        short_quarantine):
+    sb, admin, atk = short_quarantine
+    svc = "reuse-ep"
+
+    def endpoints(ip):
+        r.create(atk, r.ENDPOINTS, {"apiVersion": "v1", "kind": "Endpoints",
+                                    "metadata": {"name": svc, "namespace": ATK},
+                                    "subsets": [{"addresses": [{"ip": ip}],
+                                                 "ports": [{"name": "http", "port": PORT,
+                                                            "protocol": "TCP"}]}]}, ATK)
+    try:
+        _the_freed_address_s_new_holder_is_not_reached(short_quarantine, svc, endpoints)
+    finally:
+        r.delete(admin, r.ENDPOINTS, svc, ATK)
+
+
+def test_reuse_a_hand_written_endpointslice_does_not_reach_the_freed_address_s_new_holder(
+        short_quarantine):
+    """`edit` writes no EndpointSlices (no aggregated role of any Kubernetes
+    release does): the administrator grants the tenant that in its own
+    namespace, as a cluster whose tenants write their own slices does."""
+    from pacific.kube import versions
+    sb, admin, atk = short_quarantine
+    svc, res = "reuse-slice", versions.endpointslices(admin)
+    rbac, grant = "rbac.authorization.k8s.io", "tenant-endpointslices"
+
+    def endpointslice(ip):
+        r.create(atk, res, {"apiVersion": res.api_version, "kind": "EndpointSlice",
+                            "metadata": {"name": f"{svc}-1", "namespace": ATK,
+                                         "labels": {"kubernetes.io/service-name": svc}},
+                            "addressType": "IPv4",
+                            "endpoints": [{"addresses": [ip], "conditions": {"ready": True}}],
+                            "ports": [{"name": "http", "port": PORT, "protocol": "TCP"}]}, ATK)
+    try:
+        r.create(admin, r.ROLES, {
+            "apiVersion": f"{rbac}/v1", "kind": "Role",
+            "metadata": {"name": grant, "namespace": ATK},
+            "rules": [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                       "verbs": ["*"]}]}, ATK)
+        r.create(admin, r.ROLEBINDINGS, {
+            "apiVersion": f"{rbac}/v1", "kind": "RoleBinding",
+            "metadata": {"name": grant, "namespace": ATK},
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": grant},
+            "subjects": [{"kind": "ServiceAccount", "name": af.SA, "namespace": ATK}]}, ATK)
+        _the_freed_address_s_new_holder_is_not_reached(short_quarantine, svc, endpointslice)
+    finally:
+        r.delete(admin, res, f"{svc}-1", ATK)
+        r.delete(admin, r.ROLEBINDINGS, grant, ATK)
+        r.delete(admin, r.ROLES, grant, ATK)
