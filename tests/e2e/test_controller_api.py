@@ -23,6 +23,7 @@ from pacific.ovn import Owner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
+QUARANTINE = 5               # s the controller holds a released address back
 
 
 @pytest.fixture
@@ -30,7 +31,9 @@ def cp(tmp_path):
     with ControlPlane(tmp_path) as plane:
         if r.get(plane.kube, r.NAMESPACES, "default") is None:
             r.create(plane.kube, r.NAMESPACES, {"metadata": {"name": "default"}})
-        plane.start_controller("c1", restart=True)
+        # a released address rests QUARANTINE s before another pod gets it (issue 51)
+        plane.start_controller("c1", restart=True,
+                               extra=("--address-quarantine", str(QUARANTINE)))
         wait_until(lambda: plane.leader() == "c1", 30, what="c1 leading")
         wait_until(lambda: _ready(plane, names.DEFAULT_SUBNET), 30, what="default subnet ready")
         try:
@@ -154,8 +157,13 @@ def test_fixed_address_and_conflicts(cp):
     assert lsp(cp, names.pod_lsp_name("fx", "fixed")) is not None
     make_pod(cp, "ok", ns="fx", ann={names.ANN_LOGICAL_SWITCH: "blue"})
     assert allocated(cp, "ok", "fx").ip != "10.17.0.50"
-    # the holder goes away: the waiting pod gets the address
+    # the holder goes away: the waiting pod is told the address rests (never who
+    # held it), then gets it once the quarantine is over
     r.delete(cp.kube, r.PODS, "fixed", "fx", grace_period=0)
+    error = lambda: ann(cp, "taken", "fx").get(names.ANN_ALLOCATION_ERROR) or ""  # noqa: E731
+    msg = wait_until(lambda: "quarantined until" in error() and error(), QUARANTINE,
+                     what="the waiting pod told the freed address is quarantined")
+    assert "10.17.0.50" in msg and "fixed" not in msg, msg
     assert allocated(cp, "taken", "fx").ip == "10.17.0.50"
     assert names.ANN_ALLOCATION_ERROR not in ann(cp, "taken", "fx")
 

@@ -162,6 +162,11 @@ def test_the_host_firewall_holds_its_rules_and_comes_back_after_a_flush(nat):
                         "pacific-underlay-spoof", "pacific-ovn-central-in",
                         "pacific-host-ports-in", "pacific-ovn-central-fwd",
                         "pacific-host-ports-fwd",
+                        # no pod or join source to a tunnel or BFD port (decision 0051)
+                        "pacific-underlay-udp-in", "pacific-underlay-tcp-in",
+                        "pacific-underlay-udp-fwd", "pacific-underlay-tcp-fwd",
+                        "pacific-underlay-udp-in-6", "pacific-underlay-tcp-in-6",
+                        "pacific-underlay-udp-fwd-6", "pacific-underlay-tcp-fwd-6",
                         # the IPv6 twins, in every cluster (their sets are empty
                         # without IPv6 on the pod network)
                         "pacific-underlay-spoof-6", "pacific-ovn-central-in-6",
