@@ -172,7 +172,7 @@ def fairness(sb, api, rate: float, seconds: float, ctl_log: str) -> dict:
     cnipods.add_pod(sb, OTHER, "server", "node2", api=api, labels={"app": "server"})
     arp = cnipods.add_pod(sb, ARP, "pod", "node2", api=api).netns
     ip = {ns: contract.own_record(r.get(api, r.PODS, "server", ns)).ip for ns in (FLOOD, OTHER)}
-    gateway = contract.own_record(r.get(api, r.PODS, "pod", ARP)).gateways[0]
+    gateway = contract.own_record(r.get(api, r.PODS, "pod", ARP)).gateway
     r.create(api, r.NETWORKPOLICIES, _policy(FLOOD, "many", {names.ANN_AUDIT: "allow"}, {
         "podSelector": {"matchLabels": {"app": "server"}},
         "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
