@@ -16,6 +16,7 @@ crash, start() again reuses the same socket and database file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -130,3 +131,29 @@ def nb(nbdb):
         yield api
     finally:
         api.close()
+
+
+@contextlib.contextmanager
+def controller_on_nb(tmp_path, make_controller, **cfg):
+    """A controller of the fake API (`make_controller(**cfg)`, from
+    tests/unit/controller_fakes.py) writing through the real NB writer to a
+    real NB ovsdb-server of its own, its cluster router made; everything
+    stopped on leaving."""
+    from pacific.controller import cluster_router
+    from pacific.controller.nbwriter import NBWriter
+    from pacific.ovn import NorthboundAPI
+    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
+    api = writer = None
+    try:
+        api = NorthboundAPI(srv.remote, timeout=10, created_by="test")
+        writer = NBWriter(api).start()
+        c = make_controller(**cfg)
+        c.nb, c.writer = api, writer
+        cluster_router.ensure(c)
+        yield c
+    finally:
+        if writer is not None:
+            writer.stop()
+        if api is not None:
+            api.close()
+        srv.stop()

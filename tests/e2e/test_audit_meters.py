@@ -16,12 +16,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
 
 from controller_fakes import drain, make_controller  # noqa: E402
-from ovsdb_fixtures import NB_SCHEMA, OvsdbServer  # noqa: E402
+from ovsdb_fixtures import controller_on_nb  # noqa: E402
 from pacific import audit, names  # noqa: E402
-from pacific.controller import cluster_router  # noqa: E402
-from pacific.controller.nbwriter import NBWriter  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
-from pacific.ovn import NorthboundAPI  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
@@ -30,26 +27,13 @@ CAP = 30                     # records/s a node: three meters of 20/s get 10/s e
 
 @pytest.fixture
 def ctl(tmp_path):
-    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
-    nb = writer = None
-    try:
-        nb = NorthboundAPI(srv.remote, timeout=10, created_by="test")
-        writer = NBWriter(nb).start()
-        c = make_controller(audit_node_cap=CAP)
-        c.nb, c.writer = nb, writer
-        cluster_router.ensure(c)
+    with controller_on_nb(tmp_path, make_controller, audit_node_cap=CAP) as c:
         for ns in ("a", "b"):
             c.kube.add(r.NAMESPACES, {"metadata": {"name": ns}})
             c.kube.add(r.PODS, {"metadata": {"name": "p", "namespace": ns, "labels": {"app": ns}},
                                 "spec": {"nodeName": "node1",
                                          "containers": [{"name": "c", "image": "pause"}]}}, ns)
         yield c
-    finally:
-        if writer is not None:
-            writer.stop()
-        if nb is not None:
-            nb.close()
-        srv.stop()
 
 
 def settle(ctl) -> None:

@@ -17,14 +17,13 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
 
 from controller_fakes import drain, make_controller  # noqa: E402
-from ovsdb_fixtures import NB_SCHEMA, OvsdbServer  # noqa: E402
+from ovsdb_fixtures import controller_on_nb  # noqa: E402
 from pacific import names  # noqa: E402
-from pacific.controller import cluster_router, policy  # noqa: E402
+from pacific.controller import policy  # noqa: E402
 from pacific.controller.policy_index import set_key  # noqa: E402
 from pacific.controller.policy_model import set_name  # noqa: E402
-from pacific.controller.nbwriter import NBWriter  # noqa: E402
 from pacific.kube import resources as r  # noqa: E402
-from pacific.ovn import NorthboundAPI, ensure  # noqa: E402
+from pacific.ovn import ensure  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
@@ -33,22 +32,9 @@ ROLE_A = {"matchLabels": {"role": "a"}}
 
 @pytest.fixture
 def ctl(tmp_path):
-    srv = OvsdbServer(tmp_path / "nb", NB_SCHEMA).start()
-    nb = writer = None
-    try:
-        nb = NorthboundAPI(srv.remote, timeout=10, created_by="test")
-        writer = NBWriter(nb).start()
-        c = make_controller()
-        c.nb, c.writer = nb, writer
-        cluster_router.ensure(c)
+    with controller_on_nb(tmp_path, make_controller) as c:
         c.kube.add(r.NAMESPACES, {"metadata": {"name": "x", "labels": {"team": "x"}}})
         yield c
-    finally:
-        if writer is not None:
-            writer.stop()
-        if nb is not None:
-            nb.close()
-        srv.stop()
 
 
 def pod(name: str, labels: dict) -> dict:
