@@ -1163,6 +1163,10 @@ def test_pool_a_tenant_s_services_cannot_take_the_transit_network_of_an_admin_s_
             r.delete(admin, r.SERVICES, name, ATK)
         if r.get(admin, r.SUBNETS, subnet) is not None:
             r.delete(admin, r.SUBNETS, subnet)
+        # the shared sandbox left as found: no gateway of these Services or of
+        # the Subnet stays for the modules after this one
+        wait_until(lambda: not _svc_gateways(sb, ATK) and r.get(admin, r.SUBNETS, subnet) is None,
+                   120, interval=1, what="the tenant's Service gateways and the Subnet removed")
 
 
 # --- issue 51: no tenant takes every external IP an administrator granted ---
