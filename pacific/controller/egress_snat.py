@@ -112,11 +112,14 @@ class EgressSnatFeature(Feature):
         cache = self.ctl.informer("services")
         keys = {k for k in self.services.addresses.services(ips)
                 if servicesnat.opted_in(cache.get(k) or {})}
-        self.queue_keys(sorted(keys | {o for k in keys for o in self._owners.get(k, ())}))
+        self.queue_keys(sorted(self._with_owners(keys)))
+
+    def _with_owners(self, keys) -> set[str]:
+        """`keys` and the owners of the grants those Services share."""
+        return set(keys).union(*(self._owners.get(k, ()) for k in keys))
 
     def _on_service(self, old, new):
-        key = r.object_key(new or old)
-        return {key, *self._owners.get(key, ())}
+        return self._with_owners((r.object_key(new or old),))
 
     def _on_slice(self, old, new):
         keys = set()
@@ -125,7 +128,7 @@ class EgressSnatFeature(Feature):
             svc = (m.get("labels") or {}).get(exposure.SERVICE_NAME_LABEL)
             if svc:
                 keys.add(f"{m.get('namespace')}/{svc}")
-        return keys.union(*(self._owners.get(k, ()) for k in keys))
+        return self._with_owners(keys)
 
     def _on_release(self) -> None:
         """A transit network was freed: the Services the reserve refused try again."""
