@@ -106,14 +106,14 @@ def gateway_rows(sw: str, lrp: str, ln: str, router_cidr: str | list[str], mac: 
     first) bound by HA chassis group `sw` of `ranked` (first = highest
     priority), and `policies` owned by `ids`."""
     networks = [router_cidr] if isinstance(router_cidr, str) else list(router_cidr)
-    # the IPv6 transit host's MAC, known (gw.EnsureStaticMacBindings says why)
-    hosts6 = {str(ipaddress.ip_interface(n).ip + 1): names.EGRESS_PORT_MAC
-              for n in networks if ":" in n}
+    # the transit host's MAC, known: never learned (gw.EnsureStaticMacBindings
+    # says why)
+    hosts = {str(ipaddress.ip_interface(n).ip + 1): names.EGRESS_PORT_MAC for n in networks}
     return [
         lambda api: ensure.EnsureSwitch(api, sw, ids, merge_ids=False),
         lambda api: ensure.EnsureRouterPort(api, names.CLUSTER_ROUTER, lrp, mac, networks,
                                             ids, peer=None),
-        *([lambda api: gw.EnsureStaticMacBindings(api, lrp, hosts6)] if hosts6 else []),
+        lambda api: gw.EnsureStaticMacBindings(api, lrp, hosts),
         lambda api: ensure.EnsurePort(api, sw, names.switch_router_port_name(sw), ["router"], [],
                                       ids, type="router", options={"router-port": lrp}),
         lambda api: ensure.EnsurePort(api, sw, ln, ["unknown"], [], ids, type="localnet",

@@ -8,7 +8,9 @@ transit switch's localnet port.  For each centralized Subnet whose gateway
 nodes (the controller's record, `status.egressGateway.nodes`) name this node:
 
 * `pegress0` holds the transit host address (`.2` of the Subnet's transit /24;
-  a Subnet with IPv6 also `::2` of its transit /64);
+  a Subnet with IPv6 also `::2` of its transit /64), and answers ARP for its
+  own addresses only, `br-egress` for none (the router binds the host's MAC
+  statically anyway: decision 0052);
 * route table EGRESS_ROUTE_TABLE sends the Subnet's CIDR back via the transit
   router address (`.1`, `::1`) on `pegress0`.
 
@@ -125,6 +127,11 @@ class EgressGateway(NodeFeature):
                 for i in ipr.link_lookup(ifname=ifname):
                     if not ipr.link("get", index=i)[0]["flags"] & 1:
                         ipr.link("set", index=i, state="up")
+                # ARP on the transit segment for an address of that interface
+                # only, from an address of it: the bridge's own port answers
+                # nothing, `pegress0` only for its transit host addresses
+                # (not for the node's others, decision 0052)
+                sysctl.ipv4_conf(ifname, arp_ignore="1", arp_announce="2")
             bases = [ipaddress.ip_network(c) for c in TRANSIT_CIDRS]
             addrs = {h for h, _ in want.values()}
             families = [2] + ([10] if any(":" in a for a in addrs) else [])   # wanted

@@ -5,7 +5,8 @@ router port (a distributed gateway port), and NB_Global options.
                                    external_ids=ids, router_port="lrp:egw:audited"))
     nb.commit(DeleteHAChassisGroup(nb, "egw:audited"))
     nb.commit(SetGlobalOptions(nb, {"bfd-min-rx": "100"}))
-    nb.commit(EnsureStaticMacBindings(nb, "lrp:egw:x", {"fd00:65::2": "0e:00:64:41:ff:fe"}))
+    nb.commit(EnsureStaticMacBindings(nb, "lrp:egw:x", {"100.65.0.2": "0e:00:64:41:ff:fe",
+                                                          "fd00:65::2": "0e:00:64:41:ff:fe"}))
 
 ovn-controller then binds the port's chassisredirect port on the live chassis
 of highest priority, and moves it when BFD over the Geneve tunnels says that
@@ -84,10 +85,15 @@ class SetGlobalOptions(Command):
 class EnsureStaticMacBindings(Command):
     """Router port `port`'s static MAC bindings become exactly `bindings`
     (address -> MAC), overriding what the router would learn.  For a gateway's
-    IPv6 transit host: OVN solicits a router policy's IPv6 next hop at the
-    solicited-node group of the packet's destination, not of the next hop, so
-    the host never hears the solicitation; every node's gateway interface has
-    one fixed MAC (names.EGRESS_PORT_MAC), so the binding never changes."""
+    transit host, whose interface has one fixed MAC on every node
+    (names.EGRESS_PORT_MAC), so the binding never changes and is never learned:
+    OVN solicits a router policy's IPv6 next hop at the solicited-node group of
+    the packet's destination, not of the next hop, so the host never hears the
+    solicitation; and over IPv4 the gateway node's bridge port (`br-egress`, on
+    the same segment) could answer the ARP with its own MAC, and a router that
+    learnt it sent the Subnet's traffic where the host firewall does not mark
+    it, so the replies went back through `ovn0` and were dropped (decision
+    0052)."""
 
     def __init__(self, api, port: str, bindings: dict[str, str]):
         super().__init__(api)

@@ -6,6 +6,7 @@ are untouched; a change applies to running pods; an invalid firewall is
 refused in its status and the rules before stay."""
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import subprocess
@@ -191,3 +192,49 @@ def test_the_firewall_holds_through_a_centralized_gateway(env):
     wait_until(lambda: not reach(sb, g, FAR), 20, interval=0.2, what="denied at the gateway")
     assert reach(sb, g, NEAR)
     r.delete(api, r.EGRESSFIREWALLS, "default", GWNS)
+
+
+def test_only_the_gateway_interface_answers_arp_for_its_transit_host(env):
+    """On the gateway node the transit segment has two host ports: `pegress0`
+    (the transit host address) and the bridge's own `br-egress`.  An ARP
+    request for the host address from the router's side is answered by
+    `pegress0` alone: a router that learnt `br-egress`'s MAC sent the Subnet's
+    traffic where the host firewall does not mark it, and the replies were
+    dropped (decision 0052).  Each request's answer from `pegress0` is the
+    control; the later requests make sure an earlier one's second answer had
+    its time."""
+    import socket
+    sb, api, _, _, _ = env
+    rec = (r.get(api, r.SUBNETS, GWNS).get("status") or {}).get(names.STATUS_EGRESS) or {}
+    router = rec["transit"].split("/")[0]
+    host = str(ipaddress.ip_address(router) + 1)
+    node = sb.node(rec["active"])
+    patch = f"patch-{names.egress_localnet_name(GWNS)}-to-br-int"
+    ofport = node.vsctl("get", "Interface", patch, "ofport").strip()
+    src = bytes.fromhex("0e0064410001")
+    frame = (b"\xff" * 6 + src + b"\x08\x06" + bytes.fromhex("0001080006040001") + src
+             + socket.inet_aton(router) + b"\x00" * 6 + socket.inet_aton(host)).hex()
+    cap = subprocess.Popen(["ip", "netns", "exec", node.netns, "tcpdump", "-enli", "any",
+                            "-Q", "out", f"arp[6:2] == 2 and arp[14:4] == {_u32(host)}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    answers = []
+    try:
+        wait_until(lambda: "listening" in cap.stderr.readline(), 10, what="tcpdump ready")
+        for _ in range(3):
+            sb.exec(node.netns, ["ovs-ofctl", "packet-out",
+                                 f"unix:{os.path.join(node.rundir, 'br-egress.mgmt')}",
+                                 f"in_port={ofport} packet={frame} actions=NORMAL"])
+            while True:                      # until pegress0 answered this request
+                line = cap.stdout.readline()
+                assert line, "tcpdump ended"
+                answers.append(line)
+                if names.EGRESS_PORT_MAC in line.split(" ethertype")[0]:
+                    break
+    finally:
+        cap.kill()
+        cap.wait()
+    assert all(names.EGRESS_PORT_MAC in a.split(" ethertype")[0] for a in answers), answers
+
+
+def _u32(ip: str) -> int:
+    return int(ipaddress.ip_address(ip))

@@ -59,7 +59,8 @@ def test_the_ipv6_endpoints_leave_with_the_ipv6_external_ip():
     assert specs[(names.PRIO_POLICY_SNAT_EGRESS, f"ip6.src == ${as6}")] == ("reroute", [host6])
     assert ("reroute", ) == specs[(names.PRIO_POLICY_SNAT_EGRESS, f"ip4.src == ${as4}")][:1]
     assert [c.bindings for c in ctl.writer.commands(gw.EnsureStaticMacBindings)
-            if c.port == lrp][-1] == {host6: names.EGRESS_PORT_MAC}
+            if c.port == lrp][-1] == {port.networks[0].replace(".1/24", ".2"): names.EGRESS_PORT_MAC,
+                                      host6: names.EGRESS_PORT_MAC}
 
 
 def test_without_an_ipv6_join_network_the_ipv6_half_is_left_out():

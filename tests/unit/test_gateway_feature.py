@@ -49,7 +49,7 @@ def test_a_holder_is_ranked_first_only_once_it_has_held_the_gateway_for_a_while(
 
 def test_a_centralized_subnets_ipv6_leaves_through_its_gateway_too():
     """A dual-stack centralized Subnet: the gateway port has both transit
-    networks, a reroute per family, the IPv6 host's MAC bound statically
+    networks, a reroute per family, both hosts' MAC bound statically
     and both in the status the nodes read; without an IPv6 join network
     (IPv6 has no way out) the IPv6 half is left out."""
     from controller_fakes import drain
@@ -70,15 +70,17 @@ def test_a_centralized_subnets_ipv6_leaves_through_its_gateway_too():
         status = r.get(ctl.kube, r.SUBNETS, "c")["status"][names.STATUS_EGRESS]
         macs = [c.bindings for c in ctl.writer.commands(gw.EnsureStaticMacBindings)
                 if c.port == lrp]
+        host4 = port.networks[0].replace(".1/24", ".2")
         if six:
             assert port.networks[1].startswith("fd00:65:") and port.networks[1].endswith("::1/64")
             host6 = port.networks[1].replace("::1/64", "::2")
             assert specs[(names.PRIO_POLICY_CENTRALIZED_EGRESS, "ip6.src == fd00:70::/64")] == \
                 ("reroute", [host6])
-            assert macs[-1] == {host6: names.EGRESS_PORT_MAC}
+            assert macs[-1] == {host4: names.EGRESS_PORT_MAC, host6: names.EGRESS_PORT_MAC}
             assert status["transit6"] == port.networks[1]
         else:
-            assert len(port.networks) == 1 and not macs and "transit6" not in status
+            assert len(port.networks) == 1 and "transit6" not in status
+            assert macs[-1] == {host4: names.EGRESS_PORT_MAC}     # never learnt (0052)
             assert all("ip6" not in m for _, m in specs)
         assert specs[(names.PRIO_POLICY_CENTRALIZED_EGRESS, "ip4.src == 10.70.0.0/24")][0] == \
             "reroute"
