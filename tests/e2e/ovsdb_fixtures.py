@@ -136,7 +136,7 @@ def nb(nbdb):
 @contextlib.contextmanager
 def controller_on_nb(tmp_path, make_controller, **cfg):
     """A controller of the fake API (`make_controller(**cfg)`, from
-    tests/unit/controller_fakes.py) writing through the real NB writer to a
+    tests/lib/controller_fakes.py) writing through the real NB writer to a
     real NB ovsdb-server of its own, its cluster router made; everything
     stopped on leaving."""
     from pacific.controller import cluster_router

@@ -1,5 +1,5 @@
 """Audit meters against a real NB ovsdb-server (decision 0050): the
-controller's real features on the fake API (tests/unit/controller_fakes.py),
+controller's real features on the fake API (tests/lib/controller_fakes.py),
 writing through the real NB writer.  Every logged ACL of a scope (a
 namespace's NetworkPolicies, a tenant's isolation) names the scope's one
 meter, not fair, whatever the number of ACLs; the meters share the node-wide
@@ -8,17 +8,13 @@ left behind).
 """
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
-
-from controller_fakes import drain, make_controller  # noqa: E402
-from ovsdb_fixtures import controller_on_nb  # noqa: E402
-from pacific import audit, names  # noqa: E402
-from pacific.kube import resources as r  # noqa: E402
+from controller_fakes import drain, make_controller
+from ovsdb_fixtures import controller_on_nb
+from pacific import audit, names
+from pacific.kube import resources as r
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
-from test_kubelet_nodes import _skip, kubectl, running
+from kubelet_fixtures import kubectl, running, skip_without_kubelets
 
 from pacific import names
 from pacific.kube import client
@@ -51,7 +51,7 @@ SELECTOR = f"app.kubernetes.io/name={central.WORKLOAD}"
 
 @pytest.fixture(scope="module")
 def cen(sandbox_factory):
-    _skip()
+    skip_without_kubelets()
     try:
         deploy.archive()
     except Exception as e:

@@ -15,88 +15,15 @@ import time
 
 import pytest
 
-from controller_fixtures import ControlPlane, wait_until
+from controller_fixtures import (QUARANTINE, subnet_condition, allocated, ann, cp, events_for, lsp,  # noqa: F401
+                                 make_pod, make_subnet, record, refused, subnet_ready, wait_until)
 import nb_commands
-from pacific import contract, names
+from pacific import names
 from pacific.kube import resources as r
 from pacific.ovn import Owner
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
-QUARANTINE = 5               # s the controller holds a released address back
-
-
-@pytest.fixture
-def cp(tmp_path):
-    with ControlPlane(tmp_path) as plane:
-        if r.get(plane.kube, r.NAMESPACES, "default") is None:
-            r.create(plane.kube, r.NAMESPACES, {"metadata": {"name": "default"}})
-        # a released address rests QUARANTINE s before another pod gets it (issue 51)
-        plane.start_controller("c1", restart=True,
-                               extra=("--address-quarantine", str(QUARANTINE)))
-        wait_until(lambda: plane.leader() == "c1", 30, what="c1 leading")
-        wait_until(lambda: _ready(plane, names.DEFAULT_SUBNET), 30, what="default subnet ready")
-        try:
-            yield plane
-        except BaseException:
-            print(plane.log("c1")[-4000:])
-            raise
-
-
-def _ready(cp, subnet) -> bool:
-    s = r.get(cp.kube, r.SUBNETS, subnet)
-    conds = ((s or {}).get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-
-def _cond(cp, subnet) -> dict:
-    s = r.get(cp.kube, r.SUBNETS, subnet) or {}
-    return next(iter((s.get("status") or {}).get("conditions") or []), {})
-
-
-def make_pod(cp, name, ns="default", node="node1", ann=None, sts=None):
-    meta = {"name": name, "namespace": ns, "annotations": ann or {}}
-    if sts:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts,
-                                    "uid": "u-" + sts, "controller": True}]
-    return r.create(cp.kube, r.PODS, {"metadata": meta, "spec": {
-        "nodeName": node, "containers": [{"name": "c", "image": "pause"}]}}, ns)
-
-
-def ann(cp, name, ns="default") -> dict:
-    p = r.get(cp.kube, r.PODS, name, ns)
-    return (p or {}).get("metadata", {}).get("annotations") or {}
-
-
-def record(cp, name, ns="default") -> contract.PodRecord | None:
-    """The controller's record on the pod, if it is one made for this pod."""
-    return contract.own_record(r.get(cp.kube, r.PODS, name, ns) or {})
-
-
-def allocated(cp, name, ns="default", timeout=20) -> contract.PodRecord:
-    return wait_until(lambda: record(cp, name, ns), timeout, what=f"allocation of {ns}/{name}")
-
-
-def refused(cp, name, ns="default", timeout=20) -> str:
-    return wait_until(lambda: ann(cp, name, ns).get(names.ANN_ALLOCATION_ERROR), timeout,
-                      what=f"allocation error on {ns}/{name}")
-
-
-def events_for(cp, name, ns="default") -> list[str]:
-    items, _ = r.list_(cp.kube, r.EVENTS, ns)
-    return [f"{e.get('reason')}: {e.get('message')}" for e in items
-            if (e.get("involvedObject") or {}).get("name") == name]
-
-
-def lsp(cp, name):
-    return cp.nb.lookup("Logical_Switch_Port", name, default=None)
-
-
-def make_subnet(cp, name, cidr, **spec):
-    return r.create(cp.kube, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
-                                         "metadata": {"name": name}, "spec": {"cidrBlock": cidr, **spec}})
-
-
 def test_topology_node_and_pod_allocation(cp):
     r.create(cp.kube, r.NODES, {"metadata": {"name": "node1"}})
     node = wait_until(lambda: (r.get(cp.kube, r.NODES, "node1")["metadata"].get("annotations") or {})
@@ -133,7 +60,7 @@ def test_fixed_address_and_conflicts(cp):
     r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": "fx"}})
     make_subnet(cp, "blue", "10.17.0.0/24", excludeIps=["10.17.0.100..10.17.0.110"],
                 namespaces=["fx"])
-    wait_until(lambda: _ready(cp, "blue"), 20, what="blue ready")
+    wait_until(lambda: subnet_ready(cp.kube, "blue"), 20, what="blue ready")
     make_pod(cp, "fixed", ns="fx", ann={names.ANN_LOGICAL_SWITCH: "blue", names.ANN_IP_ADDRESS: "10.17.0.50",
                                names.ANN_MAC_ADDRESS: "0a:00:00:00:00:50"})
     a = allocated(cp, "fixed", "fx")
@@ -172,17 +99,17 @@ def test_subnet_validation_and_lifecycle(cp):
     make_subnet(cp, "bad", "10.20.0.0/33")
     make_subnet(cp, "overlap", "10.16.128.0/24")
     make_subnet(cp, "joinish", "100.64.5.0/24")
-    wait_until(lambda: _cond(cp, "bad").get("status") == "False", 20, what="bad refused")
-    assert "10.20.0.0/33" in _cond(cp, "bad")["message"]
-    wait_until(lambda: _cond(cp, "overlap").get("status") == "False", 20, what="overlap refused")
-    assert names.DEFAULT_SUBNET in _cond(cp, "overlap")["message"]
-    wait_until(lambda: _cond(cp, "joinish").get("status") == "False", 20, what="join overlap refused")
+    wait_until(lambda: subnet_condition(cp, "bad").get("status") == "False", 20, what="bad refused")
+    assert "10.20.0.0/33" in subnet_condition(cp, "bad")["message"]
+    wait_until(lambda: subnet_condition(cp, "overlap").get("status") == "False", 20, what="overlap refused")
+    assert names.DEFAULT_SUBNET in subnet_condition(cp, "overlap")["message"]
+    wait_until(lambda: subnet_condition(cp, "joinish").get("status") == "False", 20, what="join overlap refused")
     assert cp.nb.lookup("Logical_Switch", "overlap", default=None) is None
     assert cp.nb.lookup("Logical_Switch", "bad", default=None) is None
     # a namespace bound through Subnet.spec.namespaces
     r.create(cp.kube, r.NAMESPACES, {"metadata": {"name": "team"}})
     make_subnet(cp, "green", "10.21.0.0/16", namespaces=["team"])
-    wait_until(lambda: _ready(cp, "green"), 20, what="green ready")
+    wait_until(lambda: subnet_ready(cp.kube, "green"), 20, what="green ready")
     assert cp.nb.lookup("Logical_Router_Port", names.router_port_name("green")).networks == ["10.21.0.1/16"]
     make_pod(cp, "t1", ns="team")
     assert allocated(cp, "t1", "team").subnet == "green"
@@ -190,8 +117,8 @@ def test_subnet_validation_and_lifecycle(cp):
                20, what="usedIPs")
     # deleting a subnet in use is refused with the reason; it goes once unused
     r.delete(cp.kube, r.SUBNETS, "green")
-    wait_until(lambda: _cond(cp, "green").get("reason") == "SubnetInUse", 20, what="in-use refusal")
-    assert "team/t1" in _cond(cp, "green")["message"]
+    wait_until(lambda: subnet_condition(cp, "green").get("reason") == "SubnetInUse", 20, what="in-use refusal")
+    assert "team/t1" in subnet_condition(cp, "green")["message"]
     assert cp.nb.lookup("Logical_Switch", "green", default=None) is not None
     # while it is being deleted, its pods keep their addresses but new pods get none
     make_pod(cp, "t2", ns="team")
@@ -204,7 +131,7 @@ def test_subnet_validation_and_lifecycle(cp):
     wait_until(lambda: cp.nb.lookup("Logical_Switch", "green", default=None) is None, 10, what="switch gone")
     # the malformed subnet fixed by the user becomes ready
     r.patch_merge(cp.kube, r.SUBNETS, "bad", {"spec": {"cidrBlock": "10.20.0.0/16"}})
-    wait_until(lambda: _ready(cp, "bad"), 20, what="fixed subnet ready")
+    wait_until(lambda: subnet_ready(cp.kube, "bad"), 20, what="fixed subnet ready")
 
 
 def test_statefulset_pod_keeps_address(cp):

@@ -8,7 +8,7 @@ import pytest
 from controller_fixtures import wait_until
 from pacific import names
 from pacific.kube import resources as r
-from test_controller_api import allocated, ann, cp, events_for, lsp, make_pod, record  # noqa: F401 (fixture)
+from controller_fixtures import allocated, cp, events_for, lsp, make_pod, record  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)

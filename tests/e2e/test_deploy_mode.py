@@ -8,7 +8,7 @@ import os
 import pytest
 
 from controller_fixtures import wait_until
-from test_kubelet_nodes import DEPLOYMENT, _skip, kubectl, running
+from kubelet_fixtures import DEPLOYMENT, kubectl, running, skip_without_kubelets
 
 from pacific import names
 from pacific.kube import client
@@ -22,7 +22,7 @@ BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
 @pytest.fixture(scope="module")
 def dep(sandbox_factory):
-    _skip()
+    skip_without_kubelets()
     try:
         deploy.archive()
     except Exception as e:

@@ -12,12 +12,12 @@ the rest of the suite on the build of hack/build-ovs-ovn.sh: Pacific supports bo
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 
 import pytest
 
 from controller_fixtures import wait_until
+from kubelet_fixtures import DEPLOYMENT, kubectl, running, skip_without_kubelets
 from ovsdb_fixtures import sandbox_programs
 
 from pacific import contract, ovsinstall
@@ -25,58 +25,15 @@ from pacific.kube import client
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods, controllers
 from pacific.sandbox import netns as sbnetns
-from pacific.sandbox.k8s import bins, hoststate, images, kubelet
+from pacific.sandbox.k8s import hoststate, kubelet
 from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = pytest.mark.e2e
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)
 
-DEPLOYMENT = """
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: kl}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      terminationGracePeriodSeconds: 0
-      containers:
-      - name: httpd
-        image: localhost/busybox:latest
-        imagePullPolicy: IfNotPresent
-        command: [sh, -c, "echo serving as $(hostname); exec httpd -f -p 8080 -h /var/www"]
-"""
-
-
-def _skip():
-    for b in kubelet.NEEDED:
-        if not shutil.which(b):
-            pytest.skip(f"{b} missing (make setup installs containerd, runc)")
-    try:
-        bins.path("kubelet")
-    except FileNotFoundError as e:
-        pytest.skip(str(e))
-    if not os.access(images.BUSYBOX_BIN, os.X_OK):
-        pytest.skip("busybox-static missing (make setup)")
-
-
-def kubectl(sb, *args, check=True, timeout=60, input=None) -> subprocess.CompletedProcess:
-    return subprocess.run([bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}",
-                           *args], capture_output=True, text=True, check=check,
-                          timeout=timeout, input=input)
-
-
-def running(api, ns, selector):
-    items, _ = r.list_(api, r.PODS, ns, label_selector=selector)
-    return [p for p in items if (p.get("status") or {}).get("phase") == "Running"
-            and p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]
-
-
 @pytest.fixture(scope="module")
 def kl(sandbox_factory):
-    _skip()
+    skip_without_kubelets()
     before = {k: hoststate.read_sysctl(k) for k in hoststate.SYSCTLS}
     sb = sandbox_factory(nodes=2, services=None, kubelet=True,
                          ovs_prefix=ovsinstall.SYSTEM_PREFIX)

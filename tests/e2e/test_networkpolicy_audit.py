@@ -17,8 +17,8 @@ from controller_fixtures import wait_until
 from pacific import names
 from pacific.kube import resources as r
 from pacific.tools import flows
-from test_networkpolicy import POD_NETNS, apply, np_env, pol, probe  # noqa: F401
-from test_networkpolicy_tiers import cnp, enforced, ns_sel, tiers  # noqa: F401
+from np_fixtures import POD_NETNS, apply, np_env, pol, probe  # noqa: F401
+from np_fixtures import cnp, enforced, ns_sel, tiers  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -63,8 +63,8 @@ import pytest
 from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
-from test_networkpolicy import NETCHECK, POD_NETNS, PROBES, apply, check, pol, serving_pod
-from test_networkpolicy_tiers import cnp, enforced, np_env, ns_sel, tiers  # noqa: F401
+from np_fixtures import NETCHECK, POD_NETNS, PROBES, apply, check, pol, serving_pod
+from np_fixtures import cnp, enforced, np_env, ns_sel, tiers  # noqa: F401
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 ADMIN, BASELINE = "Admin", "Baseline"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_networkpolicy import CASES, FIRST, check, cluster, np_env, run_case  # noqa: F401 (fixtures)
+from np_fixtures import CASES, FIRST, check, cluster, np_env, run_case  # noqa: F401 (fixtures)
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +14,7 @@ from controller_fixtures import wait_until
 from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
-from test_networkpolicy import ALL_IN_X, NETCHECK, apply, every, pol, probe
+from np_fixtures import ALL_IN_X, NETCHECK, apply, every, pol, probe
 
 # check() waits up to 15 s for the matrix to converge (the controller and
 # ovn-controller apply a policy change asynchronously), probing every pair each round.

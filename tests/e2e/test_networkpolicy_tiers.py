@@ -17,78 +17,14 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
-from pacific import clusterpolicy, contract, names
+from pacific import contract, names
 from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
-from test_networkpolicy import (ALL_IN_X, ING, apply, check, clean, every, np_env,  # noqa: F401
-                                pol, probe)
+from np_fixtures import (ALL_IN_X, ING, REVALIDATION, check, cnp, enforced, every,  # noqa: F401
+                         np_env, ns_sel, pod_sel, pol, probe, run, tcp, tiers)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
-
-
-def cnp(name, tier, priority, subject, ingress=None, egress=None):
-    spec = {"tier": tier, "priority": priority, "subject": subject}
-    if ingress:
-        spec["ingress"] = ingress
-    if egress:
-        spec["egress"] = egress
-    return {"apiVersion": f"{clusterpolicy.GROUP}/{clusterpolicy.VERSION}",
-            "kind": clusterpolicy.KIND, "metadata": {"name": name}, "spec": spec}
-
-
-def ns_sel(ns):
-    return {"matchLabels": {"ns": ns}}
-
-
-def pod_sel(ns, pod):
-    return {"pods": {"namespaceSelector": ns_sel(ns), "podSelector": {"matchLabels": {"pod": pod}}}}
-
-
-def tcp(port):
-    return {"tcp": {"destinationPort": {"number": port}}}
-
-
-def clean_cnps(api):
-    for o in r.list_(api, r.CLUSTERNETWORKPOLICIES)[0]:
-        r.delete(api, r.CLUSTERNETWORKPOLICIES, o["metadata"]["name"])
-
-
-@pytest.fixture
-def tiers(np_env):
-    sb, api, ips = np_env
-    clean(api)
-    clean_cnps(api)
-    yield sb, api, ips
-    clean(api)
-    clean_cnps(api)
-
-
-# s: OVS revalidates its datapath's cached flows at most this long after an
-# OpenFlow change (other_config:max-revalidator, 500 ms), plus a probe's time
-REVALIDATION = 1.5
-
-
-def enforced(api, name, timeout=30.0, generation=0) -> dict:
-    """Its conditions once Enforced is True (for `generation` or a later one:
-    after a change, the True of the one before does not count)."""
-    def cond():
-        o = r.get(api, r.CLUSTERNETWORKPOLICIES, name) or {}
-        c = {x["type"]: x for x in (o.get("status") or {}).get("conditions") or []}
-        e = c.get("Enforced", {})
-        return c if e.get("status") == "True" and e.get("observedGeneration", 0) >= generation \
-            else None
-    return wait_until(cond, timeout, what=f"ClusterNetworkPolicy {name} Enforced")
-
-
-def run(tiers_env, cnps=(), nps=(), allowed=every):
-    sb, api, ips = tiers_env
-    for c in cnps:
-        r.create(api, r.CLUSTERNETWORKPOLICIES, c)
-    apply(api, *nps)
-    for c in cnps:
-        enforced(api, c["metadata"]["name"])
-    check(sb, ips, allowed)
 
 
 def test_admin_deny_then_a_higher_accept_ingress_tcp(tiers):
@@ -213,7 +149,7 @@ def test_node_peers_and_enforced_means_enforced(tiers):
     sb, api, ips = tiers
     node = r.get(api, r.NODES, "node1")
     node_ip = next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
-    from test_networkpolicy import POD_NETNS
+    from np_fixtures import POD_NETNS
     netns = POD_NETNS[(sb.name, "x", "a")]
 
     def pings():

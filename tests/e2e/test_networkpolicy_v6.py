@@ -18,7 +18,7 @@ import pytest
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
-from test_networkpolicy import (FIRST, NSS, PODS, apply, check, clean, pol, run_case,
+from np_fixtures import (FIRST, NSS, PODS, apply, check, clean, pol, run_case,
                                 serving_pod)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

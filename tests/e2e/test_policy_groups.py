@@ -1,5 +1,5 @@
 """NetworkPolicy groups against a real NB ovsdb-server: the controller's real
-features on the fake API (tests/unit/controller_fakes.py), writing through the
+features on the fake API (tests/lib/controller_fakes.py), writing through the
 real NB writer, and the rows NB ends up with checked (decision 0031).
 
 The policies of a namespace with one podSelector share one port group: a pod
@@ -9,21 +9,17 @@ is removed only once the new group holds the ACLs.
 """
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
-
-from controller_fakes import drain, make_controller  # noqa: E402
-from ovsdb_fixtures import controller_on_nb  # noqa: E402
-from pacific import names  # noqa: E402
-from pacific.controller import policy  # noqa: E402
-from pacific.controller.policy_index import set_key  # noqa: E402
-from pacific.controller.policy_model import set_name  # noqa: E402
-from pacific.kube import resources as r  # noqa: E402
-from pacific.ovn import ensure  # noqa: E402
+from controller_fakes import drain, make_controller
+from ovsdb_fixtures import controller_on_nb
+from pacific import names
+from pacific.controller import policy
+from pacific.controller.policy_index import set_key
+from pacific.controller.policy_model import set_name
+from pacific.kube import resources as r
+from pacific.ovn import ensure
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 BESIDE_THE_DATAPATH = True   # runs on the other worker (tests/conftest.py)

@@ -7,9 +7,7 @@ from pacific.controller import model, rebuild
 from pacific.kube import resources as r
 from pacific.ovn import acl, ensure
 
-from controller_fakes import drain, make_controller
-from test_controller_policy import only_b_group_write
-from test_controller_reconcilers import pod_body, record
+from controller_fakes import drain, make_controller, only_b_group_write, pod_body, record
 
 DUAL = "10.16.0.0/16,fd00:16::/64"
 

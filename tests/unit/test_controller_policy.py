@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller_fakes import drain, make_controller
+from controller_fakes import drain, make_controller, only_b_group_write
+from controller_fakes import pod_body as fake_pod_body
 from pacific import names
 from pacific.controller import policy
 from pacific.controller.policy_index import set_key
@@ -98,24 +99,7 @@ def test_bad_protocol_is_named():
 # --- the feature ---------------------------------------------------------------------
 
 def pod_body(name, ns, labels):
-    return {"metadata": {"name": name, "namespace": ns, "labels": labels},
-            "spec": {"nodeName": "node1", "containers": [{"name": "c", "image": "pause"}]}}
-
-
-def only_b_group_write(ctl) -> tuple[str, list]:
-    """Pods x/a and x/b, and a policy letting only b reach a: (its group's
-    name, the commands of the group's one write)."""
-    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "x", "labels": {"ns": "x"}}})
-    ctl.kube.add(r.PODS, pod_body("a", "x", {"pod": "a"}), "x")
-    ctl.kube.add(r.PODS, pod_body("b", "x", {"pod": "b"}), "x")
-    drain(ctl)
-    ctl.kube.add(r.NETWORKPOLICIES, {"metadata": {"name": "only-b", "namespace": "x"}, "spec": {
-        "podSelector": {"matchLabels": {"pod": "a"}},
-        "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}}, "x")
-    drain(ctl)
-    pg = policy.group_name("x", {"matchLabels": {"pod": "a"}})
-    (cmds,) = [c for w, c in ctl.writer.writes if w == f"NetworkPolicy group x/{pg}"]
-    return pg, cmds
+    return fake_pod_body(name, ns, labels=labels)
 
 
 def test_feature_writes_group_members_sets_and_acls_in_one_transaction():

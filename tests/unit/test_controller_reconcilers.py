@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from controller_fakes import drain, make_controller, events as fake_events
+from controller_fakes import drain, make_controller, pod_body, record, events as fake_events
 from pacific import contract, names
 from pacific.controller import model, rebuild
 from pacific.controller.egress import node_set_name, v6_set_name
@@ -17,18 +17,8 @@ from pacific.kube import resources as r
 from pacific.ovn import ensure
 
 
-def pod_body(name, ns="default", node="node1", ann=None, labels=None):
-    return {"metadata": {"name": name, "namespace": ns, "annotations": dict(ann or {}),
-                         "labels": dict(labels or {})},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause"}]}}
-
-
 def pod(ctl, name, ns="default"):
     return r.get(ctl.kube, r.PODS, name, ns)
-
-
-def record(ctl, name, ns="default"):
-    return contract.own_record(pod(ctl, name, ns))
 
 
 def events(ctl, name, ns="default") -> list[str]:

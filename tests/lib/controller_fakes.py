@@ -291,3 +291,33 @@ def merge_patch(target, patch):
         else:
             out[k] = merge_patch(out.get(k), v)
     return out
+
+
+def pod_body(name, ns="default", node="node1", ann=None, labels=None) -> dict:
+    """A Pod scheduled to `node`, as the API server would hold it."""
+    return {"metadata": {"name": name, "namespace": ns, "annotations": dict(ann or {}),
+                         "labels": dict(labels or {})},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause"}]}}
+
+
+def record(ctl, name, ns="default"):
+    """The controller's record on pod ns/name, if it made one for that pod."""
+    from pacific import contract
+    return contract.own_record(r.get(ctl.kube, r.PODS, name, ns))
+
+
+def only_b_group_write(ctl) -> tuple[str, list]:
+    """Pods x/a and x/b, and a policy letting only b reach a: (its group's
+    name, the commands of the group's one write)."""
+    from pacific.controller import policy
+    ctl.kube.add(r.NAMESPACES, {"metadata": {"name": "x", "labels": {"ns": "x"}}})
+    ctl.kube.add(r.PODS, pod_body("a", "x", labels={"pod": "a"}), "x")
+    ctl.kube.add(r.PODS, pod_body("b", "x", labels={"pod": "b"}), "x")
+    drain(ctl)
+    ctl.kube.add(r.NETWORKPOLICIES, {"metadata": {"name": "only-b", "namespace": "x"}, "spec": {
+        "podSelector": {"matchLabels": {"pod": "a"}},
+        "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]}}, "x")
+    drain(ctl)
+    pg = policy.group_name("x", {"matchLabels": {"pod": "a"}})
+    (cmds,) = [c for w, c in ctl.writer.writes if w == f"NetworkPolicy group x/{pg}"]
+    return pg, cmds
