@@ -62,6 +62,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # virtualenv's editable install names); main() passes it on to the daemons
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+sys.path.insert(0, os.path.join(REPO, "tests", "lib"))
 import nb_commands  # noqa: E402  (the NB rows the bench sets up by hand)
 from pacific import contract, names, ovsinstall
 from pacific.controller import cluster_router

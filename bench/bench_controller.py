@@ -62,6 +62,7 @@ REPO = Path(__file__).resolve().parents[1]
 TREE = Path(sys.argv[sys.argv.index("--tree") + 1]) if "--tree" in sys.argv else REPO
 sys.path.insert(0, str(TREE))
 sys.path.insert(0, str(TREE / "tests" / "e2e"))
+sys.path.insert(0, str(TREE / "tests" / "lib"))
 
 from controller_fixtures import ControlPlane, wait_until  # noqa: E402
 from pacific import names  # noqa: E402

@@ -40,6 +40,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e")
 sys.path.insert(0, E2E)
+sys.path.insert(0, os.path.join(os.path.dirname(E2E), "lib"))   # the test library
 
 from bench_gateway import active, pct, subnet, wait  # noqa: E402
 from gateway_fixtures import (bfd_settled, cut_link, failover_sample,  # noqa: E402

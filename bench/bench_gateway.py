@@ -30,6 +30,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e")
 sys.path.insert(0, E2E)     # the failover sample the e2e tests take, measured the same way
+sys.path.insert(0, os.path.join(os.path.dirname(E2E), "lib"))   # the test library
 
 from pacific import names, ovsinstall  # noqa: E402
 from pacific.kube import client  # noqa: E402

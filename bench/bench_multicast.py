@@ -36,6 +36,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "e2e")
 sys.path.insert(0, E2E)
+sys.path.insert(0, os.path.join(os.path.dirname(E2E), "lib"))   # the test library
 
 from pacific import contract, names  # noqa: E402
 from pacific.kube import client  # noqa: E402

@@ -19,6 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests" / "lib"))
 
 from test_node_restarts import NS, ip_of, outage  # noqa: E402
 from pacific import names  # noqa: E402

@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests" / "lib"))
 
 from controller_fixtures import ControlPlane, wait_until  # noqa: E402
 from pacific import names  # noqa: E402

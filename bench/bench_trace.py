@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
+sys.path.insert(0, str(REPO / "tests" / "lib"))
 
 from bench_policy import parallel, pct, policies_in_nb, policy  # noqa: E402
 from controller_fixtures import wait_until  # noqa: E402

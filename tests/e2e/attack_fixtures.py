@@ -16,6 +16,7 @@ import os
 import sys
 
 from controller_fixtures import wait_until
+from probes import ask, reach  # noqa: F401 (the attack modules use them as af.ask, af.reach)
 
 from pacific import contract
 from pacific.kube import client
@@ -95,17 +96,6 @@ def events_of(admin, ns: str, name: str) -> list[dict]:
 def serve(sb, ns: str, name: str, port: int) -> None:
     """netcheck's TCP+UDP echo in the pod, answering "<name> <client ip>"."""
     cnipods.detach_pod(sb, ns, name, [sys.executable, NETCHECK, "serve", str(port), name])
-
-
-def ask(sb, netns: str, proto: str, ip: str, port: int, timeout: float = 2.0):
-    """(exit code, answer): 0 answered, 2 refused, 1 nothing came back."""
-    p = sb.exec(netns, [sys.executable, NETCHECK, "ask", proto, ip, str(port), str(timeout)],
-                check=False, timeout=timeout + 10)
-    return p.returncode, p.stdout.strip()
-
-
-def reach(sb, netns: str, proto: str, ip: str, port: int, timeout: float = 2.0) -> bool:
-    return ask(sb, netns, proto, ip, port, timeout)[0] == 0
 
 
 def pinged(sb, netns: str, ip: str) -> bool:

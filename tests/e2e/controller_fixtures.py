@@ -17,12 +17,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from ovsdb_fixtures import NB_SCHEMA, OvsdbServer
+from waiting import wait_until  # noqa: F401 (the modules import it from here too)
 from pacific import contract, names
 from pacific.kube import resources as r
 
@@ -136,18 +136,6 @@ class ControlPlane:
     def leader(self) -> str | None:
         lease = r.get(self.kube, r.LEASES, names.CONTROLLER_NAME, names.CONTROLLER_LEASE_NAMESPACE)
         return ((lease or {}).get("spec") or {}).get("holderIdentity") or None
-
-
-def wait_until(pred, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
-
 
 
 def subnet_ready(api, name: str) -> bool:

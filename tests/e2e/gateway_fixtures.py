@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import probes
 from pacific.kube import resources as r
 from pacific.sandbox import bringup
 from pacific.sandbox.proc import wait_for
@@ -73,9 +74,8 @@ def bfd_settled(sb, gateways=("node1", "node2"), client="node3") -> bool:
 def ask_outside(sb, netns: str, port: int, timeout: float = 1.0) -> str | None:
     """The source address the external host saw for one new TCP connection from
     the pod in `netns` to its `port`, or None when none came through."""
-    cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", sb.external_remote_ip, str(port),
-                         str(timeout)], check=False)
-    return cp.stdout.strip().split()[-1] if cp.returncode == 0 else None
+    text = probes.answer(sb, netns, "tcp", sb.external_remote_ip, port, timeout)
+    return text.split()[-1] if text is not None else None
 
 
 def steady_gateway(sb, netns: str, port: int, n: int = 8, timeout: float = 30) -> str:

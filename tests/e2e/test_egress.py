@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import probes
 from controller_fixtures import wait_until
 from pacific import contract, names
 from pacific.kube import client
@@ -60,8 +61,7 @@ def delete_subnet(api, name):
 
 
 def ask(sb, netns, ip, port=PORT):
-    cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", ip, str(port), "3"], check=False)
-    return cp.stdout.strip() if cp.returncode == 0 else None
+    return probes.answer(sb, netns, "tcp", ip, port, 3)
 
 
 def test_a_pod_reaches_the_outside_with_its_own_address(env):

@@ -7,7 +7,6 @@ link cut, another assignable node takes the address over within a second and
 the old holder back does not take it back."""
 from __future__ import annotations
 
-import ipaddress
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import time
 
 import pytest
 
+import probes
 from controller_fixtures import wait_until
 from gateway_fixtures import (OUTAGE_BOUND, bfd_settled, crash_free, cut_link, failover_sample,
                               priorities, remove_gateway_subnet, restore_link)
@@ -33,9 +33,7 @@ EIP_A, EIP_B = "192.168.77.150", "192.168.77.151"
 
 
 def ask(sb, netns, ip, port, proto="tcp", timeout=1.0):
-    cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", proto, ip, str(port), str(timeout)],
-                 check=False)
-    return cp.stdout.strip() if cp.returncode == 0 else None
+    return probes.answer(sb, netns, proto, ip, port, timeout)
 
 
 def seen_outside(sb, netns, proto="tcp"):

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import probes
 from controller_fixtures import wait_until
 from gateway_fixtures import (OUTAGE_BOUND, bfd_up, cut_link, failover_sample, priorities,
                               remove_gateway_subnet, restore_link, crash_free)
@@ -30,9 +31,7 @@ EXT_IP, EXT_IP2 = "192.168.77.200", "192.168.77.201"     # on the underlay: held
 
 
 def ask(sb, netns, ip, port, timeout=1.0):
-    cp = sb.exec(netns, [sys.executable, NETCHECK, "ask", "tcp", ip, str(port), str(timeout)],
-                 check=False)
-    return cp.stdout.strip() if cp.returncode == 0 else None
+    return probes.answer(sb, netns, "tcp", ip, port, timeout)
 
 
 def source_seen_outside(sb, netns):

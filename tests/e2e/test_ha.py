@@ -11,6 +11,7 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
+import probes
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -33,7 +34,7 @@ def ha(sandbox_factory):
 
 
 def ip_of(api, name):
-    return contract.own_record(r.get(api, r.PODS, name, NS)).ip
+    return probes.pod_ip(api, name, NS)
 
 
 def lsp_names(sb) -> list[str]:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
+import probes
 from pacific import contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -35,7 +36,7 @@ def env(sandbox_factory):
 
 
 def ip_of(api, name):
-    return contract.own_record(r.get(api, r.PODS, name, NS)).ip
+    return probes.pod_ip(api, name, NS)
 
 
 def outage(sb, src_netns: str, dst: str, action, seconds: float = 6.0) -> float:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 
 import pytest
 
 from ovsdb_fixtures import SB_SCHEMA, OvsdbServer
+from waiting import wait_until
 from pacific import names, servicesnat
 from pacific.node.egresssnat import gateways
 from pacific.ovn.sb import SouthboundWatch
@@ -53,10 +53,7 @@ def chassis_uuid(client, name: str) -> str:
 
 
 def wait(pred, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    wait_until(pred, timeout, 0.01, what)
 
 
 @pytest.fixture

@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from pacific import contract, names
+import probes
+from waiting import timed_wait
+from pacific import names
 from pacific.kube import client
 from pacific.kube import resources as r
 from pacific.sandbox import bringup, nodedaemons
@@ -43,7 +45,7 @@ def netns(sb, name):
 
 
 def ip_of(api, name):
-    return contract.own_record(r.get(api, r.PODS, name, NS)).ip
+    return probes.pod_ip(api, name, NS)
 
 
 def annotate(api, name, **ann):
@@ -140,12 +142,7 @@ def tbf_rate(sb, name, side) -> str | None:
 
 
 def wait(pred, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-    return timeout - (deadline - time.monotonic())
+    return timed_wait(pred, timeout, what)
 
 
 @pytest.mark.parametrize("peer", ["same", "far"])

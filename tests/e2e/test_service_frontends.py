@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from controller_fixtures import wait_until
+from probes import ask
 from pacific import contract
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -23,12 +24,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, PORT = "svc-front", 7100
 EXTERNAL_IP = "203.0.113.10"
-
-
-def ask(sb, netns, proto, ip, port, timeout=2.0):
-    p = sb.exec(netns, [sys.executable, NETCHECK, "ask", proto, ip, str(port), str(timeout)],
-                check=False, timeout=timeout + 10)
-    return p.returncode, p.stdout.strip()
 
 
 def answers(sb, proto, ip, port, n=12, until=()) -> collections.Counter:

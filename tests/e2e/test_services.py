@@ -21,6 +21,7 @@ import pytest
 
 from controller_fixtures import wait_until
 
+from probes import ask
 from pacific import exposure, names
 from pacific.kube import client
 from pacific.kube import resources as r
@@ -54,13 +55,6 @@ class Env:
         r.create(self.api, r.SERVICES,
                  service(name, selector, ports, affinity, self.family, self.ns), self.ns)
         return cluster_ip(r.get(self.api, r.SERVICES, name, self.ns), self.family)
-
-
-def ask(sb, netns, proto, ip, port, timeout=2.0, src_port=0):
-    """(exit code, answer) of one request from `netns` (0 answered, 2 refused, 1 none)."""
-    p = sb.exec(netns, [sys.executable, NETCHECK, "ask", proto, ip, str(port), str(timeout),
-                        str(src_port)], check=False, timeout=timeout + 10)
-    return p.returncode, p.stdout.strip()
 
 
 def pod_netns(sb, ns, name):

@@ -1,0 +1,44 @@
+"""One request from inside a network namespace (a pod's, a node's, the outside
+host's) through tests/e2e/netcheck.py, and what came back: the probes every
+end-to-end module sends, written once.
+
+    code, text = ask(sb, netns, "tcp", ip, port)       # 0 answered, 2 refused, 1 nothing
+    answer(sb, netns, "udp", ip, port)                 # the answer's text, or None
+    reach(sb, netns, "tcp", ip, port)                  # answered at all
+    pod_ip(api, "web", "ns")                           # the controller's address of a pod
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+NETCHECK = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "e2e", "netcheck.py")
+
+
+def ask(sb, netns: str, proto: str, ip: str, port: int, timeout: float = 2.0,
+        src_port: int = 0) -> tuple[int, str]:
+    """(exit code, answer) of one request from `netns`: 0 answered, 2 refused,
+    1 nothing came back within `timeout` s."""
+    argv = [sys.executable, NETCHECK, "ask", proto, ip, str(port), str(timeout)]
+    p = sb.exec(netns, argv + ([str(src_port)] if src_port else []), check=False,
+                timeout=timeout + 10)
+    return p.returncode, p.stdout.strip()
+
+
+def answer(sb, netns: str, proto: str, ip: str, port: int, timeout: float = 1.0) -> str | None:
+    """The answer's text (netcheck's servers say who they are and who asked),
+    or None when none came."""
+    code, text = ask(sb, netns, proto, ip, port, timeout)
+    return text if code == 0 else None
+
+
+def reach(sb, netns: str, proto: str, ip: str, port: int, timeout: float = 2.0) -> bool:
+    return ask(sb, netns, proto, ip, port, timeout)[0] == 0
+
+
+def pod_ip(api, name: str, ns: str) -> str:
+    """The address the controller gave pod ns/name (its record's first)."""
+    from pacific import contract
+    from pacific.kube import resources as r
+    return contract.own_record(r.get(api, r.PODS, name, ns)).ip
