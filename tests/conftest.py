@@ -44,14 +44,49 @@ BESIDE = "beside"
 DATAPATH = "datapath"
 
 
+# Sandboxes by profile: the modules that declare one (SANDBOX_PROFILE) run one
+# after another on one sandbox of it, up for the profile's first test and down
+# after its last (tests/README.md).  A module-scoped fixture that is
+# parametrized by address family names its profile per parameter
+# ({param: profile}); a parameter without one runs on the session's sandbox.
+PROFILES = {
+    "dual-stack": dict(nodes=3, services=None, dual_stack=True),
+    "ipv6-only": dict(nodes=3, services=None, ipv6_only=True),
+    # failovers measured against BFD: nothing else runs on these three nodes
+    "gateways": dict(nodes=3, services=None),
+}
+_PROFILE = "profile:"
+
+
+def profile_of(item) -> str | None:
+    want = getattr(item.module, "SANDBOX_PROFILE", None)
+    if isinstance(want, dict):
+        spec = getattr(item, "callspec", None)
+        return next((want[v] for v in (spec.params.values() if spec else ())
+                     if isinstance(v, str) and v in want), None)
+    return want
+
+
 @pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    for item in items:
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
         if item.get_closest_marker("xdist_group") is None:
             beside = (item.path.parent.name == "unit"
                       or getattr(item.module, "BESIDE_THE_DATAPATH", False))
             item.add_marker(pytest.mark.xdist_group(BESIDE if beside else DATAPATH))
-    items[:] = sorted(items, key=lambda i: getattr(i.module, "MEASURES_TIME", False))
+        profile = profile_of(item)
+        if profile is not None:
+            if profile not in PROFILES:
+                raise pytest.UsageError(f"{item.nodeid}: no sandbox profile {profile!r} "
+                                        f"(tests/conftest.py PROFILES: {', '.join(PROFILES)})")
+            first.setdefault(profile, i)
+
+    def key(pair):        # a profile's tests where its first one was; timed modules last
+        i, item = pair
+        profile = profile_of(item)
+        return getattr(item.module, "MEASURES_TIME", False), first[profile] if profile else i
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
 def pytest_collection_finish(session):
@@ -189,8 +224,26 @@ def shared():
             s.close()
 
 
+@pytest.fixture(scope="session")
+def profile_sandbox(shared):
+    """`profile_sandbox(name)`: the sandbox of profile `name` (PROFILES), shared
+    by the consecutive tests of that profile; the module declares it
+    (SANDBOX_PROFILE) and leaves the sandbox as it found it."""
+    def get(profile: str):
+        def setup(make):
+            yield make(**PROFILES[profile])
+        return shared(_PROFILE + profile, setup)
+    return get
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     for name, s in _SHARED.items():
-        if s.gen is not None and (nextitem is None or name not in nextitem.fixturenames):
+        if s.gen is None:
+            continue
+        if name.startswith(_PROFILE):
+            done = nextitem is None or profile_of(nextitem) != name[len(_PROFILE):]
+        else:
+            done = nextitem is None or name not in nextitem.fixturenames
+        if done:
             s.close()

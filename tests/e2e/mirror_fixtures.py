@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 
 from pacific import names
+from waiting import wait_until
 
 
 class Capture:
@@ -19,9 +21,25 @@ class Capture:
         if not any("listening on" in line for line in lines):
             self.p.kill()
             raise AssertionError(f"tcpdump on {names.MIRROR_PORT} did not start: {lines}")
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.p.stdout:
+            self.lines.append(line)
+
+    def seen(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, *texts: str, timeout: float = 10.0) -> str:
+        """What it saw, once it holds every one of `texts`."""
+        return wait_until(lambda: all(t in self.seen() for t in texts) and self.seen(), timeout,
+                          interval=0.05, what=f"{', '.join(texts)} on {names.MIRROR_PORT}")
 
     def stop(self) -> str:
         time.sleep(0.2)   # what is in flight reaches the capture
         self.p.terminate()
-        out, _ = self.p.communicate(10)
-        return out
+        self.p.wait(10)
+        self._reader.join(10)
+        return self.seen()

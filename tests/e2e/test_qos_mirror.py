@@ -264,21 +264,21 @@ def test_mirror0_shows_a_mirrored_pods_traffic_both_ways_and_nothing_else(env):
 def test_mirroring_switched_on_also_mirrors_a_connection_already_open(env):
     sb, api = env
     lim, far = ip_of(api, "lim"), ip_of(api, "far")
-    pinger = subprocess.Popen(["ip", "netns", "exec", netns(sb, "far"), "ping", "-i", "0.1", lim],
-                              stdout=subprocess.DEVNULL)
+    pinger = subprocess.Popen(["ip", "netns", "exec", netns(sb, "far"), "ping", "-O", "-i", "0.1",
+                               lim], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.3)   # the flow exists before the mirror does
+        # the flow exists before the mirror does: the first echo answered
+        wait(lambda: "bytes from" in pinger.stdout.readline(), 10, "the ping answered")
         cap = Capture(sb, "node1")
         annotate(api, "lim", **{names.ANN_MIRROR: "true"})
         wait(lambda: "pacific-mirror" in sb.node("node1").vsctl("--bare", "--columns=name",
                                                                 "list", "Mirror"), 5, "Mirror row")
-        time.sleep(0.5)
-        seen = cap.stop()
+        cap.wait_for(f"{far} > {lim}: ICMP echo request", f"{lim} > {far}: ICMP echo reply")
+        cap.stop()
     finally:
         pinger.terminate()
         pinger.wait(5)
         annotate(api, "lim", **{names.ANN_MIRROR: None})
-    assert f"{far} > {lim}: ICMP echo request" in seen and f"{lim} > {far}: ICMP echo reply" in seen
 
 
 def test_mirror_modes_all_and_off(env):
