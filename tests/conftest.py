@@ -117,9 +117,13 @@ def unique_sandbox_name() -> str:
     return f"t{os.getpid()}{next(_counter)}"
 
 
-def _factory():
+_LIVE_SHARED: list = []     # the sandboxes up now that several modules share
+
+
+def _factory(shared: bool = False):
     """Yields `make(nodes=3, services=(), **kw) -> Sandbox` (already up); brings
-    down every sandbox it made when resumed or closed."""
+    down every sandbox it made when resumed or closed.  `shared`: its
+    sandboxes are checked for what each test leaves behind."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -130,12 +134,17 @@ def _factory():
         sb = Sandbox(unique_sandbox_name(), nodes=nodes, **kw)
         made.append(sb)
         sb.up(services=services)
+        if shared:
+            _LIVE_SHARED.append(sb)
         return sb
 
     try:
         yield make
     finally:      # also when the caller's make() failed and it closes this generator
         try:
+            for sb in made:
+                if sb in _LIVE_SHARED:
+                    _LIVE_SHARED.remove(sb)
             _down_all(made)
         finally:
             ovsinstall.activate(SESSION_OVS)
@@ -169,7 +178,7 @@ def sandbox_factory():
 @pytest.fixture(scope="session")
 def sandbox():
     """One 3-node sandbox (network plus DEFAULT_SERVICES) shared by the session."""
-    factory = _factory()
+    factory = _factory(shared=True)
     try:
         yield next(factory)(nodes=3, services=None)
     finally:
@@ -209,7 +218,7 @@ def shared():
     def get(name: str, setup):
         s = _SHARED.setdefault(name, _Shared())
         if s.gen is None:
-            s.factory = _factory()
+            s.factory = _factory(shared=True)
             try:
                 s.gen = setup(next(s.factory))
                 s.value = next(s.gen)
@@ -247,3 +256,39 @@ def pytest_runtest_teardown(item, nextitem):
             done = nextitem is None or name not in nextitem.fixturenames
         if done:
             s.close()
+
+
+def _check_clean(before: dict, what: str) -> None:
+    from sandbox_state import leftovers, snapshot
+    problems = []
+    for sb, state in before.items():
+        if sb in _LIVE_SHARED:
+            problems += [f"sandbox {sb.name}: {line}" for line in leftovers(state, snapshot(sb))]
+    if problems:
+        pytest.fail(f"{what} left the shared sandbox changed (clean up in a finally): "
+                    + "; ".join(problems), pytrace=False)
+
+
+def _snapshots() -> dict:
+    from sandbox_state import snapshot
+    return {sb: snapshot(sb) for sb in _LIVE_SHARED}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def module_leaves_shared_sandboxes_clean(request):
+    """A module's fixtures leave every shared sandbox that was up before it
+    as they found it (checked after their teardown: this fixture is set up
+    first and torn down last)."""
+    before = _snapshots()
+    yield
+    _check_clean(before, f"module {request.module.__name__}")
+
+
+@pytest.fixture(autouse=True)
+def leaves_shared_sandboxes_clean(request):
+    """Each test leaves every shared sandbox (the session's, `shared()`'s, a
+    profile's) as it found it: no namespace, Subnet, ClusterNetworkPolicy,
+    EgressIP or pod of its own left, no node label changed."""
+    before = _snapshots()
+    yield
+    _check_clean(before, request.node.nodeid)

@@ -22,13 +22,14 @@ from np_fixtures import (FIRST, NSS, PODS, apply, check, clean, pol, run_case,
                                 serving_pod)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+SANDBOX_PROFILE = "ipv6-only"      # shared with the other modules' IPv6-only cases
 
 
 @pytest.fixture(scope="module")
-def np_env6(sandbox_factory):
-    """A 2-node --ipv6-only sandbox with the 9 pods and their servers; `ips`
-    are their (only) IPv6 addresses."""
-    sb = sandbox_factory(nodes=2, services=None, ipv6_only=True)
+def np_env6(profile_sandbox):
+    """The --ipv6-only profile's sandbox with the 9 pods (on two of its nodes)
+    and their servers; `ips` are their (only) IPv6 addresses."""
+    sb = profile_sandbox(SANDBOX_PROFILE)
     api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
     for ns in NSS:
         r.create(api, r.NAMESPACES, {"metadata": {"name": ns, "labels": {
@@ -45,6 +46,8 @@ def np_env6(sandbox_factory):
         for p in servers:
             p.kill()
             p.wait()
+        for ns in NSS:   # the shared sandbox as the module found it (its pods go with them)
+            r.delete(api, r.NAMESPACES, ns)
 
 
 @pytest.fixture

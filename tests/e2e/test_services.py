@@ -29,6 +29,8 @@ from pacific.sandbox import cnipods
 from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = pytest.mark.e2e
+# IPv4 on the session's sandbox; each other family on its profile's (tests/conftest.py)
+SANDBOX_PROFILE = {"dual-stack": "dual-stack", "ipv6-only": "ipv6-only"}
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, OTHER = "svc-e2e", "svc-other"
 NS6, OTHER6 = "svc6-e2e", "svc6-other"     # the IPv6-only cluster's pods and Services
@@ -76,11 +78,10 @@ def cluster_ip(svc: dict, family: str) -> str:
 
 
 @pytest.fixture(scope="module", params=list(FAMILY_SPEC))
-def env(request, sandbox_factory):
+def env(request):
     family = request.param
-    sb = request.getfixturevalue("sandbox") if family == "ipv4" else sandbox_factory(
-        nodes=3, services=None, **{"dual-stack": {"dual_stack": True},
-                                   "ipv6-only": {"ipv6_only": True}}[family])
+    sb = request.getfixturevalue("sandbox") if family == "ipv4" else \
+        request.getfixturevalue("profile_sandbox")(SANDBOX_PROFILE[family])
     version = 6 if family != "ipv4" else 4
     ns, other = (NS6, OTHER6) if family == "ipv6-only" else (NS, OTHER)
     api = client.load(k8s.kubeconfig_path(sb))
@@ -103,8 +104,8 @@ def env(request, sandbox_factory):
         {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"},
         {"name": "dns", "port": 53, "targetPort": PORT, "protocol": "UDP"}])
     yield e
-    if family != "ipv4":
-        sb.down()      # before the next family's sandbox comes up
+    for n in (ns, other):      # the sandbox as the module found it (pods, Services with them)
+        r.delete(api, r.NAMESPACES, n)
 
 
 def answers(sb, netns, proto, ip, port, n, timeout=5.0):

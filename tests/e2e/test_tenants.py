@@ -24,6 +24,8 @@ from pacific.kube import resources as r
 from pacific.sandbox import cnipods as sandboxpods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+# IPv4 on the session's sandbox; each other family on its profile's (tests/conftest.py)
+SANDBOX_PROFILE = {"dual-stack": "dual-stack", "ipv6-only": "ipv6-only"}
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 PORT = 7070
 PODS = [("ta", "a1", "node1"), ("ta", "a2", "node2"), ("tb", "b1", "node1"),
@@ -31,16 +33,15 @@ PODS = [("ta", "a1", "node1"), ("ta", "a2", "node2"), ("tb", "b1", "node1"),
 
 
 @pytest.fixture(scope="module", params=["ipv4", "dual-stack", "ipv6-only"])
-def env(request, sandbox_factory):
+def env(request):
     """The pods and their addresses of the family under test: IPv4 in the
     session's sandbox; IPv6 in a --dual-stack one (its IPv4 is the same code as
     the first's); IPv6 in an --ipv6-only one; and the annotation of the nodes'
     join address of that family (ovn0's IPv6 in a dual-stack join network,
     the first family's annotation in an IPv6-only one)."""
     family = request.param
-    sandbox = request.getfixturevalue("sandbox") if family == "ipv4" else sandbox_factory(
-        nodes=2, services=None, **{"dual-stack": {"dual_stack": True},
-                                   "ipv6-only": {"ipv6_only": True}}[family])
+    sandbox = request.getfixturevalue("sandbox") if family == "ipv4" else \
+        request.getfixturevalue("profile_sandbox")(SANDBOX_PROFILE[family])
     api = client.load(os.path.join(sandbox.dir, names.SANDBOX_KUBECONFIG))
     servers = []
     for ns, name, node in PODS:
@@ -57,9 +58,6 @@ def env(request, sandbox_factory):
     for p in servers:
         p.kill()
         p.wait()
-    if family != "ipv4":
-        sandbox.down()      # before the next family's sandbox comes up
-        return
     for ns, name, _ in PODS:
         sandboxpods.delete_pod(sandbox, ns, name, api=api)
 
