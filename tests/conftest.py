@@ -82,10 +82,14 @@ def pytest_collection_modifyitems(config, items):
                                         f"(tests/conftest.py PROFILES: {', '.join(PROFILES)})")
             first.setdefault(profile, i)
 
-    def key(pair):        # a profile's tests where its first one was; timed modules last
+    def key(pair):
+        """A profile's tests where its first one was; the timed modules last (on
+        the datapath worker); the unit tests after the other worker's sandbox
+        modules, so that what runs beside the timed modules is light."""
         i, item = pair
         profile = profile_of(item)
-        return getattr(item.module, "MEASURES_TIME", False), first[profile] if profile else i
+        return (getattr(item.module, "MEASURES_TIME", False), item.path.parent.name == "unit",
+                first[profile] if profile else i)
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
@@ -245,17 +249,30 @@ def profile_sandbox(shared):
     return get
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item, nextitem):
+def _close_unneeded(item, nextitem, profiles: bool) -> None:
     for name, s in _SHARED.items():
         if s.gen is None:
             continue
         if name.startswith(_PROFILE):
-            done = nextitem is None or profile_of(nextitem) != name[len(_PROFILE):]
+            done = profiles and (nextitem is None or profile_of(nextitem) != name[len(_PROFILE):])
         else:
             done = nextitem is None or name not in nextitem.fixturenames
         if done:
             s.close()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    # a module's fixtures are finalized when the next test is in another module;
+    # within a module, a parametrized one (another family, another profile) only
+    # in the next test's setup: its profile's sandbox goes after that
+    _close_unneeded(item, nextitem, profiles=nextitem is None or nextitem.module is not item.module)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    yield
+    _close_unneeded(None, item, profiles=True)
 
 
 def _check_clean(before: dict, what: str) -> None:

@@ -16,14 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from controller_fixtures import wait_until
+import probes
 from pacific import clusterpolicy, contract, names
 from pacific.kube import client
 from pacific.kube import resources as r
-from pacific.node.nsutil import Netns
 from pacific.sandbox import cnipods as sandboxpods
 
-sys.path.insert(0, os.path.dirname(__file__))
-import netcheck  # noqa: E402
 
 # check() waits up to 15 s for the matrix to converge (the controller and
 # ovn-controller apply a policy change asynchronously), probing every pair each round.
@@ -32,6 +30,10 @@ NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 POD_NETNS: dict[tuple[str, str, str], str] = {}
 NSS, PODS = ("x", "y", "z"), ("a", "b", "c")
 PROBES = (("tcp", 80), ("tcp", 81), ("udp", 80))
+# probes in flight at once: each is a thread in the pod's namespace (no process),
+# and a blocked one waits out its 1 s timeout, so the matrix's time is the
+# blocked probes' count / this
+PARALLEL_PROBES = 48
 NAMED = [{"name": "serve-80", "containerPort": 80, "protocol": "TCP"},
          {"name": "serve-81", "containerPort": 81, "protocol": "TCP"},
          {"name": "serve-80-udp", "containerPort": 80, "protocol": "UDP"}]
@@ -84,8 +86,7 @@ def probe(sb, src, ip, proto, port) -> bool:
     """netcheck's probe from inside the source pod's namespace, on a thread that
     entered it (setns): no process per probe, so hundreds of probes in parallel
     do not starve this 2-core machine into false timeouts."""
-    with Netns(f"/run/netns/{POD_NETNS[(sb.name, *src)]}") as ns:
-        return ns.run(lambda: netcheck.probe(proto, ip, port, 1.0))
+    return probes.probe(POD_NETNS[(sb.name, *src)], proto, ip, port, 1.0)
 
 
 def explain(sb, src, dst, proto, port) -> str:
@@ -121,7 +122,7 @@ def check(sb, ips, allowed, timeout=15.0, probes=PROBES, targets=None):
     cases = [(s, d, pr, pt) for s in ips for d in dsts if d != s for pr, pt in probes]
     deadline = time.monotonic() + timeout
     while True:
-        with ThreadPoolExecutor(8) as pool:
+        with ThreadPoolExecutor(PARALLEL_PROBES) as pool:
             got = list(pool.map(lambda c: probe(sb, c[0], dsts[c[1]], c[2], c[3]), cases))
         wrong = [(c, ok) for c, ok in zip(cases, got) if ok != allowed(*c)]
         if not wrong:

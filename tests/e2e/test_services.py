@@ -58,6 +58,10 @@ class Env:
                  service(name, selector, ports, affinity, self.family, self.ns), self.ns)
         return cluster_ip(r.get(self.api, r.SERVICES, name, self.ns), self.family)
 
+    def delete(self, *services: str) -> None:
+        for name in services:
+            r.delete(self.api, r.SERVICES, name, self.ns)
+
 
 def pod_netns(sb, ns, name):
     return cnipods.load(sb, ns, name).netns
@@ -138,29 +142,35 @@ def test_no_ready_endpoint_is_rejected_at_once(env):
     sb = env.sb
     vip = env.create("nobody", {"app": "nobody"}, [{"name": "http", "port": 80, "protocol": "TCP"},
                                                    {"name": "dns", "port": 53, "protocol": "UDP"}])
-    src = pod_netns(sb, env.ns, "client")
-    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 2, 20, what="TCP reset from the VIP")
-    t0 = time.monotonic()
-    assert ask(sb, src, "tcp", vip, 80, timeout=5)[0] == 2
-    assert ask(sb, src, "udp", vip, 53, timeout=5)[0] == 2      # ICMP(v6) port unreachable
-    assert time.monotonic() - t0 < 3, "the client waited instead of being refused"
+    try:
+        src = pod_netns(sb, env.ns, "client")
+        wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 2, 20, what="TCP reset from the VIP")
+        t0 = time.monotonic()
+        assert ask(sb, src, "tcp", vip, 80, timeout=5)[0] == 2
+        assert ask(sb, src, "udp", vip, 53, timeout=5)[0] == 2      # ICMP(v6) port unreachable
+        assert time.monotonic() - t0 < 3, "the client waited instead of being refused"
+    finally:
+        env.delete("nobody")
 
 
 def test_hairpin_and_client_ip_affinity(env):
     sb = env.sb
-    vip = env.create("self", {"pod": "echo1"}, [
-        {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"}])
-    src = pod_netns(sb, env.ns, "echo1")
-    rc, out = wait_until(lambda: (lambda a: a[0] == 0 and a)(ask(sb, src, "tcp", vip, 80)), 20,
-                         what="hairpin answer")
-    assert out.split()[0] == "echo1"              # the pod reached itself through its Service
+    try:
+        vip = env.create("self", {"pod": "echo1"}, [
+            {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"}])
+        src = pod_netns(sb, env.ns, "echo1")
+        rc, out = wait_until(lambda: (lambda a: a[0] == 0 and a)(ask(sb, src, "tcp", vip, 80)),
+                             20, what="hairpin answer")
+        assert out.split()[0] == "echo1"          # the pod reached itself through its Service
 
-    vip = env.create("sticky", {"app": "echo"}, [
-        {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"}], affinity=True)
-    src = pod_netns(sb, env.ns, "client")
-    wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 0, 20, what="sticky answering")
-    got = answers(sb, src, "tcp", vip, 80, 10)
-    assert len(got) == 1 and list(got)[0].startswith("echo"), got
+        vip = env.create("sticky", {"app": "echo"}, [
+            {"name": "http", "port": 80, "targetPort": "echo", "protocol": "TCP"}], affinity=True)
+        src = pod_netns(sb, env.ns, "client")
+        wait_until(lambda: ask(sb, src, "tcp", vip, 80)[0] == 0, 20, what="sticky answering")
+        got = answers(sb, src, "tcp", vip, 80, 10)
+        assert len(got) == 1 and list(got)[0].startswith("echo"), got
+    finally:
+        env.delete("self", "sticky")
 
 
 def test_a_removed_endpoint_gets_no_new_connections(env):
@@ -292,3 +302,4 @@ def test_a_host_network_pod_of_the_namespace_is_an_endpoint_outside_ovn(env):
     finally:
         sb.stop(tag)
         r.delete(api, r.PODS, "hostecho", env.ns)
+        env.delete("hostecho")

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import probes
 from controller_fixtures import wait_until
 from pacific import contract, names
 from pacific.kube import client
@@ -70,9 +71,8 @@ def reaches(sb, src, ip, proto) -> bool:
     ns = netns(sb, *src) if isinstance(src, tuple) else src
     if proto == "icmp":
         argv = ["ping", "-6" if ":" in ip else "-4", "-c1", "-W1", ip]
-    else:
-        argv = [sys.executable, NETCHECK, "probe", proto, ip, str(PORT), "1"]
-    return sb.exec(ns, argv, check=False).returncode == 0
+        return sb.exec(ns, argv, check=False).returncode == 0
+    return probes.probe(ns, proto, ip, PORT, 1.0)
 
 
 def cli(sb, *args):
@@ -91,7 +91,7 @@ def matrix(sb, ips, allowed) -> dict:
     """{(src, dst, proto): reached} for every ordered pair of pods and protocol,
     and the pairs that differ from allowed(src_ns, dst_ns)."""
     cases = [(s, d, p) for s, d in itertools.permutations(ips, 2) for p in ("icmp", "tcp", "udp")]
-    with ThreadPoolExecutor(12) as pool:
+    with ThreadPoolExecutor(24) as pool:
         got = dict(zip(cases, pool.map(lambda c: reaches(sb, c[0], ips[c[1]], c[2]), cases)))
     return {c: ok for c, ok in got.items() if ok != allowed(c[0][0], c[1][0])}
 
@@ -143,7 +143,7 @@ def test_nodes_reach_every_pod_and_every_pod_reaches_the_nodes(env):
              .split("/")[0] for n in sb.nodes]
     cases = [(n.netns, ip) for n in sb.nodes for ip in ips.values()]
     cases += [(netns(sb, *pod), j) for pod in ips for j in joins]
-    with ThreadPoolExecutor(12) as pool:
+    with ThreadPoolExecutor(24) as pool:
         failed = [c for c, ok in zip(cases, pool.map(lambda c: reaches(sb, c[0], c[1], "icmp"),
                                                        cases)) if not ok]
     assert not failed, failed
