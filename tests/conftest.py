@@ -52,8 +52,6 @@ DATAPATH = "datapath"
 PROFILES = {
     "dual-stack": dict(nodes=3, services=None, dual_stack=True),
     "ipv6-only": dict(nodes=3, services=None, ipv6_only=True),
-    # failovers measured against BFD: nothing else runs on these three nodes
-    "gateways": dict(nodes=3, services=None),
 }
 _PROFILE = "profile:"
 
@@ -275,27 +273,29 @@ def pytest_runtest_setup(item):
     _close_unneeded(None, item, profiles=True)
 
 
-def _check_clean(before: dict, what: str) -> None:
+def _check_clean(before: dict, what: str, kinds=None) -> None:
     from sandbox_state import leftovers, snapshot
     problems = []
     for sb, state in before.items():
         if sb in _LIVE_SHARED:
-            problems += [f"sandbox {sb.name}: {line}" for line in leftovers(state, snapshot(sb))]
+            problems += [f"sandbox {sb.name}: {line}" for line in leftovers(
+                state, snapshot(sb, namespaced=kinds is None), kinds)]
     if problems:
         pytest.fail(f"{what} left the shared sandbox changed (clean up in a finally): "
                     + "; ".join(problems), pytrace=False)
 
 
-def _snapshots() -> dict:
+def _snapshots(namespaced: bool = True) -> dict:
     from sandbox_state import snapshot
-    return {sb: snapshot(sb) for sb in _LIVE_SHARED}
+    return {sb: snapshot(sb, namespaced) for sb in _LIVE_SHARED}
 
 
 @pytest.fixture(autouse=True, scope="module")
 def module_leaves_shared_sandboxes_clean(request):
-    """A module's fixtures leave every shared sandbox that was up before it
-    as they found it (checked after their teardown: this fixture is set up
-    first and torn down last)."""
+    """A module leaves every shared sandbox that was up before it as it found
+    it: no pod, Service, Subnet, ClusterNetworkPolicy or EgressIP of its own,
+    no node label changed (checked after its fixtures' teardown: this fixture
+    is set up first and torn down last)."""
     before = _snapshots()
     yield
     _check_clean(before, f"module {request.module.__name__}")
@@ -304,8 +304,10 @@ def module_leaves_shared_sandboxes_clean(request):
 @pytest.fixture(autouse=True)
 def leaves_shared_sandboxes_clean(request):
     """Each test leaves every shared sandbox (the session's, `shared()`'s, a
-    profile's) as it found it: no namespace, Subnet, ClusterNetworkPolicy,
-    EgressIP or pod of its own left, no node label changed."""
-    before = _snapshots()
+    profile's) as it found it cluster-wide: no Subnet, ClusterNetworkPolicy or
+    EgressIP of its own, no node label changed.  What it made in its module's
+    namespaces (pods, Services) the module removes with them, checked above."""
+    from sandbox_state import CLUSTER_WIDE
+    before = _snapshots(namespaced=False)
     yield
-    _check_clean(before, request.node.nodeid)
+    _check_clean(before, request.node.nodeid, CLUSTER_WIDE)

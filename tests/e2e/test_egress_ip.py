@@ -26,8 +26,6 @@ from pacific.sandbox import bringup, cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
-# one 3-node sandbox for the modules that time failovers (tests/conftest.py PROFILES)
-SANDBOX_PROFILE = "gateways"
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, OTHER, SUBNET, CIDR = "eip", "eip-other", "eip", "10.68.0.0/24"
 OUT_PORT, POD_PORT = 7484, 7485
@@ -60,11 +58,9 @@ def label(api, node, value):
 
 
 @pytest.fixture(scope="module")
-def env(profile_sandbox):
-    # the failover cuts a link and is measured against BFD: on the gateways
-    # profile's sandbox, which no other cluster loads and which each module
-    # leaves as it found it
-    sb = profile_sandbox(SANDBOX_PROFILE)
+def env(sandbox_factory):
+    # a sandbox of its own: the failover cuts a link and is measured against BFD
+    sb = sandbox_factory(nodes=3, services=None)
     api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
     for node in ("node1", "node2"):
         label(api, node, "")
@@ -88,13 +84,16 @@ def env(profile_sandbox):
         return
     server.kill()
     server.wait()
-    for name in ("web", "bad"):
-        r.delete(api, r.EGRESSIPS, name)
-    for ns in (NS, OTHER):
-        r.delete(api, r.NAMESPACES, ns)
-    for node in ("node1", "node2"):
-        label(api, node, None)
-    remove_gateway_subnet(sb, api, SUBNET)
+    try:
+        for name in ("web", "bad"):
+            r.delete(api, r.EGRESSIPS, name)
+        for ns in (NS, OTHER):
+            r.delete(api, r.NAMESPACES, ns)
+        for node in ("node1", "node2"):
+            label(api, node, None)
+        remove_gateway_subnet(sb, api, SUBNET)
+    finally:
+        sb.down()
 
 
 def holders(sb, ip) -> list[str]:

@@ -26,8 +26,6 @@ from pacific.sandbox import bringup, cnipods
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 MEASURES_TIME = True   # runs last on its worker (tests/conftest.py)
-# one 3-node sandbox for the modules that time failovers (tests/conftest.py PROFILES)
-SANDBOX_PROFILE = "gateways"
 NETCHECK = os.path.join(os.path.dirname(__file__), "netcheck.py")
 NS, SUBNET, CIDR, PORT = "egw", "egw-central", "10.65.0.0/24", 7272
 
@@ -42,11 +40,10 @@ def status(api, subnet=SUBNET) -> dict:
 
 
 @pytest.fixture(scope="module")
-def env(profile_sandbox):
-    # these tests cut links and kill daemons, and measure failovers against BFD
-    # timers: on the gateways profile's sandbox, which no other cluster loads
-    # and which each module leaves as it found it
-    sb = profile_sandbox(SANDBOX_PROFILE)
+def env(sandbox_factory):
+    # a sandbox of its own: these tests cut links and kill daemons, and measure
+    # failovers against BFD timers that other tests' leftovers must not disturb
+    sb = sandbox_factory(nodes=3, services=None)
     api = client.load(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
     r.create(api, r.NAMESPACES, {"metadata": {"name": NS}})
     r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
@@ -63,7 +60,7 @@ def env(profile_sandbox):
     server.kill()
     server.wait()
     r.delete(api, r.NAMESPACES, NS)
-    remove_gateway_subnet(sb, api, SUBNET)
+    remove_gateway_subnet(sb, api, SUBNET)      # the sandbox goes at the module's end
 
 
 def test_pods_on_every_node_leave_through_the_active_gateway(env):

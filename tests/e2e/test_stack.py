@@ -39,7 +39,16 @@ def stack(sandbox):
         r.create(api, r.SUBNETS, {"apiVersion": names.API_VERSION, "kind": "Subnet",
                                   "metadata": {"name": subnet},
                                   "spec": {"cidrBlock": cidr, "namespaces": [ns]}})
-    return sandbox, api
+    yield sandbox, api
+    # the session's sandbox as the module found it: its pods, then its Subnets
+    for _, ns in SUBNETS.values():
+        r.delete(api, r.NAMESPACES, ns)
+    wait_until(lambda: not [p for _, ns in SUBNETS.values() for p in r.list_(api, r.PODS, ns)[0]],
+               120, what="the module's pods gone with their namespaces")
+    for subnet in SUBNETS:
+        r.delete(api, r.SUBNETS, subnet)
+    wait_until(lambda: not any(r.get(api, r.SUBNETS, s) for s in SUBNETS), 60,
+               what="the module's Subnets gone")
 
 
 def pod_ip(api, ns, name):

@@ -26,20 +26,23 @@ def _api(kubeconfig: str):
     return client.load(kubeconfig)
 
 
-def snapshot(sb) -> dict[str, frozenset]:
+def snapshot(sb, namespaced: bool = True) -> dict[str, frozenset]:
+    """The sandbox's objects by kind; without `namespaced`, the cluster-wide
+    kinds only (CLUSTER_WIDE: four lists instead of seven, for every test)."""
     from pacific import names
     from pacific.kube import resources as r
     api = _api(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
     out: dict[str, frozenset] = {}
     terminating = set()
-    for res in (r.NAMESPACES, r.SUBNETS, r.CLUSTERNETWORKPOLICIES, r.EGRESSIPS):
+    for res in ((r.NAMESPACES,) if namespaced else ()) + (
+            r.SUBNETS, r.CLUSTERNETWORKPOLICIES, r.EGRESSIPS):
         items, _ = r.list_(api, res)
         live = {i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")}
         if res is r.NAMESPACES:
             terminating = {i["metadata"]["name"] for i in items} - live
         out[res.kind] = frozenset(live)
-    del out["Namespace"]       # an empty namespace is harmless; what is in one is not
-    for res in (r.PODS, r.SERVICES):
+    out.pop("Namespace", None)   # an empty namespace is harmless; what is in one is not
+    for res in (r.PODS, r.SERVICES) if namespaced else ():
         items, _ = r.list_(api, res)
         out[res.kind] = frozenset(
             f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in items
@@ -52,10 +55,14 @@ def snapshot(sb) -> dict[str, frozenset]:
     return out
 
 
-def leftovers(before: dict, after: dict) -> list[str]:
-    """What `after` holds that `before` did not, and what it lost: one line a kind."""
+CLUSTER_WIDE = ("Subnet", "ClusterNetworkPolicy", "EgressIP", "Node label")
+
+
+def leftovers(before: dict, after: dict, kinds=None) -> list[str]:
+    """What `after` holds that `before` did not, and what it lost: one line a
+    kind (of `kinds` only, if given)."""
     out = []
-    for kind in sorted(set(before) | set(after)):
+    for kind in sorted((set(before) | set(after)) & set(kinds or (set(before) | set(after)))):
         added = sorted(after.get(kind, frozenset()) - before.get(kind, frozenset()))
         lost = sorted(before.get(kind, frozenset()) - after.get(kind, frozenset()))
         if added:
