@@ -45,10 +45,13 @@ def skip_without_kubelets():
         pytest.skip("busybox-static missing (make setup)")
 
 
-def kubectl(sb, *args, check=True, timeout=60, input=None) -> subprocess.CompletedProcess:
-    return subprocess.run([bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}",
-                           *args], capture_output=True, text=True, check=check,
-                          timeout=timeout, input=input)
+def kubectl(sb, *args, check=True, timeout=60, input=None,
+            kubeconfig=None) -> subprocess.CompletedProcess:
+    """kubectl against the sandbox, as its administrator (or `kubeconfig`'s user)."""
+    return subprocess.run([bins.path("kubectl"),
+                           f"--kubeconfig={kubeconfig or k8s.kubeconfig_path(sb)}", *args],
+                          capture_output=True, text=True, check=check, timeout=timeout,
+                          input=input)
 
 
 def running(api, ns, selector):

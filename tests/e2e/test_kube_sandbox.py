@@ -12,6 +12,7 @@ import time
 import pytest
 
 from controller_fixtures import wait_until
+from kubelet_fixtures import kubectl, running
 
 from pacific import contract, names
 from pacific.kube import client, errors, versions
@@ -23,18 +24,6 @@ from pacific.sandbox.k8s import sandbox as k8s
 
 pytestmark = pytest.mark.e2e
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def kubectl(sb, *args, check=True, timeout=60, kubeconfig=None) -> subprocess.CompletedProcess:
-    return subprocess.run([bins.path("kubectl"),
-                           f"--kubeconfig={kubeconfig or k8s.kubeconfig_path(sb)}", *args],
-                          capture_output=True, text=True, check=check, timeout=timeout)
-
-
-def running_pods(api, ns, selector):
-    items, _ = r.list_(api, r.PODS, ns, label_selector=selector)
-    return [p for p in items if (p.get("status") or {}).get("phase") == "Running"
-            and p["status"].get("podIP") and not p["metadata"].get("deletionTimestamp")]
 
 
 def _deletions(sb, api, ns, selector) -> str:
@@ -74,8 +63,8 @@ def test_kubectl_namespace_deployment_scale_and_delete(kube):
     subprocess.run([bins.path("kubectl"), f"--kubeconfig={k8s.kubeconfig_path(sb)}", "-n", "kc",
                     "apply", "-f", "-"], input=json.dumps(body), capture_output=True, text=True,
                    check=True, timeout=60)
-    pods = wait_until(lambda: len(running_pods(api, "kc", "app=web")) == 6 and
-                      running_pods(api, "kc", "app=web"), 90, what="6 web pods Running")
+    pods = wait_until(lambda: len(running(api, "kc", "app=web")) == 6 and
+                      running(api, "kc", "app=web"), 90, what="6 web pods Running")
     assert len({p["spec"]["nodeName"] for p in pods}) >= 2, "the scheduler spread them"
     for p in pods:   # the address is the one Pacific allocated, and it answers
         assert contract.own_record(p).ip == p["status"]["podIP"]
@@ -141,9 +130,9 @@ spec:
   ports: [{name: http, port: 80, targetPort: http}]
 """)
         kubectl(sb, "apply", "-f", str(manifest))
-        pods = wait_until(lambda: len(running_pods(api, "svc", "app=web")) == 3 and
-                          running_pods(api, "svc", "app=web"), 90, what="3 web pods Running")
-        wait_until(lambda: running_pods(api, "svc", "run=solo"), 60, what="solo Running")
+        pods = wait_until(lambda: len(running(api, "svc", "app=web")) == 3 and
+                          running(api, "svc", "app=web"), 90, what="3 web pods Running")
+        wait_until(lambda: running(api, "svc", "run=solo"), 60, what="solo Running")
         want = sorted(p["status"]["podIP"] for p in pods)
         slices_res = versions.endpointslices(api)
         assert slices_res.version == "v1beta1"        # what a 1.20 server serves
