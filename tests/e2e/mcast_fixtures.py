@@ -106,12 +106,18 @@ def send(sb, netns: str, group: str, port: int, count: int, tag: str, interval: 
                     str(interval), str(ttl), str(size), tag], timeout=60 + count * interval)
 
 
-def none_reach(sb, netns: str, group: str, port: int, receivers: list, count: int = 3) -> bool:
-    """Send `count` datagrams; True if none reached any receiver's eth0 within
-    0.3 s after the last (a window for what must not arrive)."""
+def none_reach(sb, netns: str, group: str, port: int, receivers: list, count: int = 3,
+               control=None) -> bool:
+    """Send `count` datagrams; True if none reached any receiver's eth0 by the
+    time the trailer of `control` ((sender netns, receivers that must get it))
+    arrived, or, with no control possible (every receiver must get nothing),
+    0.3 s after the last."""
     tag = new_tag()
     send(sb, netns, group, port, count, tag, interval=0.02)
-    time.sleep(0.3)
+    if control:
+        warm(sb, control[0], group, port, control[1])      # the trailer
+    else:
+        time.sleep(0.3)    # no receiver may get anything here: no control to wait on
     return not any(rx.wire(tag) for rx in receivers)
 
 
@@ -131,11 +137,15 @@ def warm(sb, netns: str, group: str, port: int, receivers: list, timeout: float 
 
 
 def deliver(sb, netns: str, group: str, port: int, expect: list, count: int = 20,
-            settle: float = 1.0) -> str:
+            control=None) -> str:
     """Warm the path to `expect`, send `count` datagrams with a new tag, wait
     until each receiver of `expect` saw at least all but one of them on its wire
-    (the userspace datapath may lose one), then `settle` seconds more, for what
-    must not arrive.  Returns the tag."""
+    (the userspace datapath may lose one).  Then, for what must not arrive, a
+    trailer: datagrams of another tag, sent after them the same way until each
+    receiver of `expect` saw one (with nothing expected: from `control`'s
+    sender to its receivers, (netns, receivers)): by then the first tag's
+    datagrams went wherever the network delivers them.  With neither, 1 s.
+    Returns the tag."""
     if expect:
         warm(sb, netns, group, port, expect)
     tag = new_tag()
@@ -143,5 +153,8 @@ def deliver(sb, netns: str, group: str, port: int, expect: list, count: int = 20
     if expect:
         wait_until(lambda: all(len(rx.wire(tag)) >= count - 1 for rx in expect), 10,
                    what=f"{count} datagrams {tag} at " + ", ".join(rx.name for rx in expect))
-    time.sleep(settle)     # a window for what must not arrive: nothing to wait on
+    if expect or control:
+        warm(sb, *((netns, expect) if expect else control), group, port)     # the trailer
+    else:
+        time.sleep(1.0)    # no receiver may get anything here: no control to wait on
     return tag

@@ -89,24 +89,26 @@ def test_a_group_reaches_joined_pods_of_enabled_namespaces_of_the_tenant_only(en
 def test_a_disabled_namespace_and_another_tenant_send_to_nobody(env):
     sb, api, netns, ips = env
     with receivers(sb, netns, "a2", "a3", "b1") as rxs:
-        for sender in ("o1", "x1"):
-            tag = mf.deliver(sb, netns[sender], GROUP, PORT, [])
+        for sender in ("o1", "x1"):        # a1's datagrams to them after, the control
+            tag = mf.deliver(sb, netns[sender], GROUP, PORT, [], control=(netns["a1"], rxs))
             assert not any(rx.wire(tag) for rx in rxs), f"{sender}'s datagrams were delivered"
         tag = mf.deliver(sb, netns["a1"], GROUP, PORT, rxs)      # the group itself still works
 
 
 def test_igmpv2_and_v3_leave_stops_delivery(env):
     sb, api, netns, ips = env
-    with receivers(sb, netns, ("a2", {"igmp": 2}), "a3") as (a2, a3):
+    # b1 stays joined: what reaches it after is the control
+    with receivers(sb, netns, ("a2", {"igmp": 2}), "a3", "b1") as (a2, a3, b1):
         mf.deliver(sb, netns["a1"], GROUP, PORT, [a2, a3])
         a2.leave()
         a3.leave()
 
         def stopped():
-            return mf.none_reach(sb, netns["a1"], GROUP, PORT, [a2, a3])
+            return mf.none_reach(sb, netns["a1"], GROUP, PORT, [a2, a3],
+                                 control=(netns["a1"], [b1]))
         # a leave takes effect on every chassis; then nothing comes
         wait_until(lambda: stopped() and stopped(), 10, interval=0.1, what="leaves in effect")
-        tag = mf.deliver(sb, netns["a1"], GROUP, PORT, [])
+        tag = mf.deliver(sb, netns["a1"], GROUP, PORT, [b1])
         assert not a2.wire(tag) and not a3.wire(tag)
         a2.join()                          # joining again delivers again
         mf.deliver(sb, netns["a1"], GROUP, PORT, [a2])
@@ -170,7 +172,7 @@ def test_an_invalid_annotation_keeps_multicast_off_and_says_so(env):
         (ev,) = wait_until(event, 30, what="InvalidMulticast event")
         assert "'yes'" in ev["message"] and "stays off" in ev["message"]
         with receivers(sb, netns, "a2") as (a2,):
-            tag = mf.deliver(sb, netns["o1"], GROUP, PORT, [])
+            tag = mf.deliver(sb, netns["o1"], GROUP, PORT, [], control=(netns["a1"], [a2]))
             assert not a2.wire(tag)
     finally:
         enable(api, "mcoff", None)
@@ -194,8 +196,8 @@ def _cli(sb, *args):
 def test_trace_diagnose_and_metrics_name_members_and_why_others_are_not(env):
     from pacific import metrics as m
     sb, api, netns, ips = env
-    with receivers(sb, netns, "a2", "b1", "x1"):
-        mf.deliver(sb, netns["a1"], GROUP, PORT, [])        # joins are in SB once traced below
+    with receivers(sb, netns, "a2", "b1", "x1") as (a2, b1, x1):
+        mf.deliver(sb, netns["a1"], GROUP, PORT, [a2, b1])  # joins are in SB once traced below
 
         def traced():
             cp = _cli(sb, "trace", "mca/a1", GROUP, "--udp", str(PORT), "--receiver", "mca/a4",
