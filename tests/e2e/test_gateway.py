@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -76,9 +75,10 @@ def test_pods_on_every_node_leave_through_the_active_gateway(env):
     # all of the Subnet's outbound traffic passes the gateway's pegress0
     cap = subprocess.Popen(["ip", "netns", "exec", sb.node("node1").netns, "tcpdump", "-nli",
                             names.EGRESS_PORT, "-c", "2", f"tcp and dst port {PORT}"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)        # tcpdump attaching (no condition to wait on from outside)
+        # tcpdump says "listening on" once it captures
+        assert any("listening on" in cap.stderr.readline() for _ in range(2)), "tcpdump"
         for netns in pods.values():
             ask(sb, netns)
         out, _ = cap.communicate(timeout=10)
