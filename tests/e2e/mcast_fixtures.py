@@ -154,7 +154,8 @@ def deliver(sb, netns: str, group: str, port: int, expect: list, count: int = 20
         wait_until(lambda: all(len(rx.wire(tag)) >= count - 1 for rx in expect), 10,
                    what=f"{count} datagrams {tag} at " + ", ".join(rx.name for rx in expect))
     if expect or control:
-        warm(sb, *((netns, expect) if expect else control), group, port)     # the trailer
+        by, rxs = (netns, expect) if expect else control
+        warm(sb, by, group, port, rxs)                                      # the trailer
     else:
         time.sleep(1.0)    # no receiver may get anything here: no control to wait on
     return tag
