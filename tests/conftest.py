@@ -247,7 +247,7 @@ def profile_sandbox(shared):
     return get
 
 
-def _close_unneeded(item, nextitem, profiles: bool) -> None:
+def _close_unneeded(nextitem, profiles: bool) -> None:
     for name, s in _SHARED.items():
         if s.gen is None:
             continue
@@ -264,22 +264,22 @@ def pytest_runtest_teardown(item, nextitem):
     # a module's fixtures are finalized when the next test is in another module;
     # within a module, a parametrized one (another family, another profile) only
     # in the next test's setup: its profile's sandbox goes after that
-    _close_unneeded(item, nextitem, profiles=nextitem is None or nextitem.module is not item.module)
+    _close_unneeded(nextitem, profiles=nextitem is None or nextitem.module is not item.module)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
     yield
-    _close_unneeded(None, item, profiles=True)
+    _close_unneeded(item, profiles=True)
 
 
-def _check_clean(before: dict, what: str, kinds=None) -> None:
+def _check_clean(before: dict, what: str, namespaced: bool = True) -> None:
     from sandbox_state import leftovers, snapshot
     problems = []
     for sb, state in before.items():
         if sb in _LIVE_SHARED:
-            problems += [f"sandbox {sb.name}: {line}" for line in leftovers(
-                state, snapshot(sb, namespaced=kinds is None), kinds)]
+            problems += [f"sandbox {sb.name}: {line}"
+                         for line in leftovers(state, snapshot(sb, namespaced))]
     if problems:
         pytest.fail(f"{what} left the shared sandbox changed (clean up in a finally): "
                     + "; ".join(problems), pytrace=False)
@@ -307,7 +307,6 @@ def leaves_shared_sandboxes_clean(request):
     profile's) as it found it cluster-wide: no Subnet, ClusterNetworkPolicy or
     EgressIP of its own, no node label changed.  What it made in its module's
     namespaces (pods, Services) the module removes with them, checked above."""
-    from sandbox_state import CLUSTER_WIDE
     before = _snapshots(namespaced=False)
     yield
-    _check_clean(before, request.node.nodeid, CLUSTER_WIDE)
+    _check_clean(before, request.node.nodeid, namespaced=False)

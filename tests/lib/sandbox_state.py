@@ -26,43 +26,41 @@ def _api(kubeconfig: str):
     return client.load(kubeconfig)
 
 
+def _live(items) -> list[dict]:
+    return [i for i in items if not i["metadata"].get("deletionTimestamp")]
+
+
 def snapshot(sb, namespaced: bool = True) -> dict[str, frozenset]:
-    """The sandbox's objects by kind; without `namespaced`, the cluster-wide
-    kinds only (CLUSTER_WIDE: four lists instead of seven, for every test)."""
+    """The sandbox's objects by kind: the cluster-wide ones (Subnets,
+    ClusterNetworkPolicies, EgressIPs, node labels) and, with `namespaced`,
+    the pods and Services too (what every test is checked for is the first:
+    four lists instead of seven)."""
     from pacific import names
     from pacific.kube import resources as r
     api = _api(os.path.join(sb.dir, names.SANDBOX_KUBECONFIG))
-    out: dict[str, frozenset] = {}
-    terminating = set()
-    for res in ((r.NAMESPACES,) if namespaced else ()) + (
-            r.SUBNETS, r.CLUSTERNETWORKPOLICIES, r.EGRESSIPS):
-        items, _ = r.list_(api, res)
-        live = {i["metadata"]["name"] for i in items if not i["metadata"].get("deletionTimestamp")}
-        if res is r.NAMESPACES:
-            terminating = {i["metadata"]["name"] for i in items} - live
-        out[res.kind] = frozenset(live)
-    out.pop("Namespace", None)   # an empty namespace is harmless; what is in one is not
-    for res in (r.PODS, r.SERVICES) if namespaced else ():
-        items, _ = r.list_(api, res)
-        out[res.kind] = frozenset(
-            f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in items
-            if not i["metadata"].get("deletionTimestamp")
-            and i["metadata"]["namespace"] not in terminating
-            and not i["metadata"]["namespace"].startswith(SYSTEM_NAMESPACES))
+    out = {res.kind: frozenset(i["metadata"]["name"] for i in _live(r.list_(api, res)[0]))
+           for res in (r.SUBNETS, r.CLUSTERNETWORKPOLICIES, r.EGRESSIPS)}
+    if namespaced:     # an empty namespace is harmless; what is in one is not
+        namespaces, _ = r.list_(api, r.NAMESPACES)
+        terminating = ({i["metadata"]["name"] for i in namespaces}
+                       - {i["metadata"]["name"] for i in _live(namespaces)})
+        for res in (r.PODS, r.SERVICES):
+            out[res.kind] = frozenset(
+                f"{i['metadata']['namespace']}/{i['metadata']['name']}"
+                for i in _live(r.list_(api, res)[0])
+                if i["metadata"]["namespace"] not in terminating
+                and not i["metadata"]["namespace"].startswith(SYSTEM_NAMESPACES))
     nodes, _ = r.list_(api, r.NODES)
     out["Node label"] = frozenset(f"{n['metadata']['name']}: {k}={v}" for n in nodes
                                   for k, v in (n["metadata"].get("labels") or {}).items())
     return out
 
 
-CLUSTER_WIDE = ("Subnet", "ClusterNetworkPolicy", "EgressIP", "Node label")
-
-
-def leftovers(before: dict, after: dict, kinds=None) -> list[str]:
-    """What `after` holds that `before` did not, and what it lost: one line a
-    kind (of `kinds` only, if given)."""
+def leftovers(before: dict, after: dict) -> list[str]:
+    """What `after` holds that `before` did not (and the node labels it
+    lost): one line a kind."""
     out = []
-    for kind in sorted((set(before) | set(after)) & set(kinds or (set(before) | set(after)))):
+    for kind in sorted(set(before) | set(after)):
         added = sorted(after.get(kind, frozenset()) - before.get(kind, frozenset()))
         lost = sorted(before.get(kind, frozenset()) - after.get(kind, frozenset()))
         if added:
