@@ -114,11 +114,18 @@ def none_reach(sb, netns: str, group: str, port: int, receivers: list, count: in
     0.3 s after the last."""
     tag = new_tag()
     send(sb, netns, group, port, count, tag, interval=0.02)
-    if control:
-        warm(sb, control[0], group, port, control[1])      # the trailer
-    else:
-        time.sleep(0.3)    # no receiver may get anything here: no control to wait on
+    _trailer(sb, control, group, port, 0.3)
     return not any(rx.wire(tag) for rx in receivers)
+
+
+def _trailer(sb, control, group: str, port: int, window: float) -> None:
+    """The end of a window for what must not arrive: datagrams from
+    control's sender (netns, receivers) until each of its receivers saw one;
+    with no control possible (no receiver may get anything), `window` s."""
+    if control:
+        warm(sb, control[0], group, port, control[1])
+    else:
+        time.sleep(window)    # no receiver may get anything here: no control to wait on
 
 
 def warm(sb, netns: str, group: str, port: int, receivers: list, timeout: float = 20.0) -> None:
@@ -153,9 +160,5 @@ def deliver(sb, netns: str, group: str, port: int, expect: list, count: int = 20
     if expect:
         wait_until(lambda: all(len(rx.wire(tag)) >= count - 1 for rx in expect), 10,
                    what=f"{count} datagrams {tag} at " + ", ".join(rx.name for rx in expect))
-    if expect or control:
-        by, rxs = (netns, expect) if expect else control
-        warm(sb, by, group, port, rxs)                                      # the trailer
-    else:
-        time.sleep(1.0)    # no receiver may get anything here: no control to wait on
+    _trailer(sb, (netns, expect) if expect else control, group, port, 1.0)
     return tag
