@@ -72,6 +72,11 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self._leading.is_set()
 
+    @property
+    def observed_holder(self) -> str | None:
+        """The Lease's holder as this candidate last read it (None: not read yet)."""
+        return self._observed[0] if self._observed else None
+
     def stop(self) -> None:
         self.stop_event.set()
 

@@ -242,7 +242,8 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
         self.locks.acquire(key)
         code = proto.ERR_INTERNAL
         try:
-            result = self._call(req)
+            with metrics.CNI_IN_FLIGHT.labels(req.command).track_inprogress():
+                result = self._call(req)
             code = 0
         except CniError as e:
             code = e.code

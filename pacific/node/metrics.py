@@ -37,6 +37,9 @@ CNI_SECONDS = Histogram("pacific_cni_request_duration_seconds",
                         "Time to answer a CNI request (ADD includes waiting for the "
                         "controller's allocation and for ovn-installed)", ["command"],
                         buckets=_CNI_BUCKETS)
+CNI_IN_FLIGHT = Gauge("pacific_cni_requests_in_flight", "CNI requests being answered now, by "
+                      "command (an ADD stays in flight while it waits for the controller's "
+                      "allocation)", ["command"])
 OVN_INSTALLED_SECONDS = Histogram("pacific_node_ovn_installed_wait_seconds",
                                   "Time from adding a pod's OVS port until ovn-controller "
                                   "marked it ovn-installed (or gave up)", ["result"],
@@ -52,6 +55,7 @@ INVALID = "invalid"   # command label of requests that could not be parsed
 
 for _c in ("ADD", "DEL", "CHECK", "GC", "STATUS"):      # export zeros before the first one
     CNI_SECONDS.labels(_c)
+    CNI_IN_FLIGHT.labels(_c)
 
 
 def cni_request(command: str | None, code: int, seconds: float) -> None:

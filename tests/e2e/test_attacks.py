@@ -1257,7 +1257,9 @@ def test_audit_a_tenant_s_flood_neither_hides_another_tenant_s_records_nor_stall
         flood = subprocess.Popen(["ip", "netns", "exec", client.netns, sys.executable, af.NETCHECK,
                                   "flood", server, str(FLOOD_RATE), str(FLOOD_SECONDS),
                                   str(FLOOD_RULES)], stdout=subprocess.PIPE, text=True)
-        time.sleep(2.0)
+        # the flood is being logged: its namespace's bucket is in play from here on
+        wait_until(lambda: _audit_records(sb, f"{ATK}/flood"), 30, interval=0.2,
+                   what="the attacker's flood recorded")
         t0 = time.monotonic()
         late = af.tenant_pod(sb, admin, admin, VIC, "late", "node2", timeout=60)
         started = time.monotonic() - t0

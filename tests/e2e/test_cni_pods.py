@@ -12,11 +12,13 @@ import os
 import subprocess
 import time
 
+import probes
 import pytest
 
 from cni_e2e_fixtures import FakeController
 from controller_fixtures import wait_until
 from pacific.node.attachment import host_ifname
+from pacific import metrics as m
 from pacific import names
 from pacific.sandbox import cniruntime as runtime, cnipods as sandboxpods
 from pacific.sandbox.cnipods import PodError
@@ -240,7 +242,10 @@ def test_add_waits_for_allocation_and_reports_refusal(cluster):
     ctl.hold.update({"default/wait-a", "default/refused"})
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
         fut = ex.submit(sandboxpods.add_pod, sb, "default", "wait-a", "node1", api=api)
-        time.sleep(1.0)
+        # the ADD reached node1's daemon and waits there (not yet answered)
+        wait_until(lambda: m.value(probes.node_metrics(sb, "node1"),
+                                   "pacific_cni_requests_in_flight", command="ADD") == 1,
+                   30, what="node1 answering the ADD")
         assert not fut.done()  # blocked on the watch, not failed
         ctl.allocate(ctl.informer.wait_for("default/wait-a", lambda p: True, 10))
         pod = fut.result(timeout=30)

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from waiting import wait_until
 
 from pacific import names
 from pacific.kube import client, errors, resources as r
@@ -245,7 +246,9 @@ def leader_and_standby(server, api, proxy, retries=0):
     try:
         assert a.started.wait(10)
         b.thread.start()
-        time.sleep(1.0)
+        # b has read a's Lease, then stands by for longer than a Lease lasts
+        wait_until(lambda: b.elector.observed_holder == "a", 10, what="b reading a's Lease")
+        time.sleep(TIMING["lease_duration"] + TIMING["retry_period"])
         assert not b.started.is_set(), "two leaders at once"
         assert r.get(api, r.LEASES, lease, "default")["spec"]["holderIdentity"] == "a"
         yield a, b, lease
@@ -280,7 +283,7 @@ def test_leader_releases_lease_on_stop(api):
     try:
         assert a.started.wait(10)
         b.thread.start()
-        time.sleep(0.5)
+        wait_until(lambda: b.elector.observed_holder == "a", 10, what="b reading a's Lease")
         assert not b.started.is_set()
         t0 = time.monotonic()
         a.elector.stop()

@@ -4,6 +4,7 @@ is added, refused and deleted, and checked to move by exactly that much."""
 import os
 import time
 
+import probes
 import pytest
 
 from pacific import metrics as m
@@ -12,11 +13,9 @@ from pacific.sandbox import cnipods as sandboxpods
 from pacific.sandbox import controllers as controller_launch
 from pacific.kube import client
 from pacific.kube import resources as r
-from pacific.node.nsutil import Netns
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 NS = "metrics"
-NODE_URL = f"http://127.0.0.1:{names.NODE_METRICS_PORT}"
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +31,11 @@ def stack(sandbox_factory):
 
 
 def node_get(sb, path: str) -> tuple[int, str]:
-    """GET on the node daemon's endpoint: 127.0.0.1 inside the node's namespace."""
-    with Netns(f"/run/netns/{sb.node('node1').netns}") as ns:
-        return ns.run(lambda: m.get(NODE_URL + path))
+    return probes.node_get(sb, path, "node1")
 
 
 def node_scrape(sb) -> m.Samples:
-    status, body = node_get(sb, m.PATH_METRICS)
-    assert status == 200, body
-    return m.parse_metrics(body)
+    return probes.node_metrics(sb, "node1")
 
 
 def eventually(fn, timeout: float = 10.0):

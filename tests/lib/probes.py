@@ -7,6 +7,7 @@ end-to-end module sends, written once.
     reach(sb, netns, "tcp", ip, port)                  # answered at all
     pod_ip(api, "web", "ns")                           # the controller's address of a pod
     probe("cni-1234", "udp", ip, port)                 # in-process: many at once, no process each
+    node_get(sb, "/metrics", "node1")                  # a node daemon's HTTP endpoint
 """
 from __future__ import annotations
 
@@ -65,3 +66,22 @@ def probe(netns: str, proto: str, ip: str, port: int, timeout: float = 1.0) -> b
     check = _netcheck()
     with Netns(f"/run/netns/{netns}") as ns:
         return ns.run(lambda: check.probe(proto, ip, port, timeout))
+
+
+def node_get(sb, path: str, node: str = "node1") -> tuple[int, str]:
+    """(status, body) of GET `path` on `node`'s pacific-node metrics/health
+    server, from inside the node's network namespace."""
+    from pacific import metrics as m
+    from pacific import names
+    from pacific.node.nsutil import Netns
+    url = f"http://127.0.0.1:{names.NODE_METRICS_PORT}{path}"
+    with Netns(f"/run/netns/{sb.node(node).netns}") as ns:
+        return ns.run(lambda: m.get(url))
+
+
+def node_metrics(sb, node: str = "node1"):
+    """`node`'s pacific-node /metrics, parsed (pacific.metrics.Samples)."""
+    from pacific import metrics as m
+    status, body = node_get(sb, m.PATH_METRICS, node)
+    assert status == 200, body
+    return m.parse_metrics(body)
