@@ -183,7 +183,8 @@ class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     def status(self) -> tuple[int, dict]:
         t0 = time.monotonic()
         try:
-            self.backend.status()
+            with metrics.CNI_IN_FLIGHT.labels("STATUS").track_inprogress():
+                self.backend.status()
         except CniError as e:
             metrics.cni_request("STATUS", e.code, time.monotonic() - t0)
             return 503, e.to_dict()

@@ -30,14 +30,6 @@ def stack(sandbox_factory):
     return sb, api, urls[leader], urls[standby]
 
 
-def node_get(sb, path: str) -> tuple[int, str]:
-    return probes.node_get(sb, path, "node1")
-
-
-def node_scrape(sb) -> m.Samples:
-    return probes.node_metrics(sb, "node1")
-
-
 def eventually(fn, timeout: float = 10.0):
     """fn() until it returns without AssertionError (counters of another process
     are bumped a moment after the API write a test waits for)."""
@@ -66,13 +58,13 @@ def test_health_says_who_leads(stack):
     assert m.value(m.scrape(leader), "pacific_ipam_used_addresses",
                    subnet=names.JOIN_SWITCH) == 2          # node1's ovn0 and service source
 
-    status, body = node_get(sb, m.PATH_READYZ)
+    status, body = probes.node_get(sb, m.PATH_READYZ)
     assert status == 200 and "ovn-controller connected" in body, body
-    assert node_get(sb, m.PATH_HEALTHZ)[0] == 200
+    assert probes.node_get(sb, m.PATH_HEALTHZ)[0] == 200
     # ovn0 converges once the controller annotated the Node, which may come a
     # moment after the daemon is ready: the gauge follows within seconds
     deadline = time.monotonic() + 20
-    while m.value(node_scrape(sb), "pacific_node_mgmt_port_ready") != 1:
+    while m.value(probes.node_metrics(sb), "pacific_node_mgmt_port_ready") != 1:
         assert time.monotonic() < deadline, "ovn0 never reported ready"
         time.sleep(0.1)
 
@@ -96,10 +88,10 @@ def test_the_leader_times_nb_changes_to_northd_and_every_chassis(stack):
 def test_a_pod_moves_every_counter_by_one(stack):
     sb, api, leader, _ = stack
     sub = names.DEFAULT_SUBNET
-    c0, n0 = m.scrape(leader), node_scrape(sb)
+    c0, n0 = m.scrape(leader), probes.node_metrics(sb)
     sandboxpods.add_pod(sb, NS, "p1", "node1", api=api)
 
-    n1 = node_scrape(sb)
+    n1 = probes.node_metrics(sb)
     assert m.value(n1, "pacific_cni_requests_total", command="ADD", result="0") == \
         m.value(n0, "pacific_cni_requests_total", command="ADD", result="0") + 1
     assert m.value(n1, "pacific_cni_request_duration_seconds_count", command="ADD") == \
@@ -129,7 +121,7 @@ def test_a_pod_moves_every_counter_by_one(stack):
     c1 = eventually(controller_moved)
 
     assert sandboxpods.delete_pod(sb, NS, "p1", api=api)
-    n2 = node_scrape(sb)
+    n2 = probes.node_metrics(sb)
     assert m.value(n2, "pacific_cni_requests_total", command="DEL", result="0") >= \
         m.value(n1, "pacific_cni_requests_total", command="DEL", result="0") + 1
     assert m.value(n2, "pacific_node_pods_attached") == m.value(n0, "pacific_node_pods_attached")
